@@ -1,0 +1,268 @@
+/*
+ * cism.h - the public C API of libcism, an embeddable CPU engine for small
+ * decoder language models (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2/2.5/3,
+ * llama2.c checkpoints).
+ *
+ * This is the only public header. It is C99, compiles as C++, and includes
+ * nothing beyond <stddef.h> and <stdint.h>.
+ *
+ * Conventions
+ *   - Every function that can fail returns a cism_status (0 = CISM_OK) and
+ *     writes results through out-parameters. On failure the out-parameters are
+ *     left untouched (handles: set to NULL) and cism_last_error() returns a
+ *     readable message for the calling thread.
+ *   - Handles are opaque. Every create or load function has exactly one free
+ *     function; freeing NULL does nothing.
+ *   - No struct crosses the ABI: options are set on opaque parameter objects
+ *     through setters keyed by pinned enum values. Enum values never change;
+ *     new ones are only appended.
+ *   - Text is UTF-8, passed as pointer + length. Strings returned by the
+ *     library are either static or borrowed from a handle (valid until the
+ *     handle is freed), as each function says.
+ *   - The library never prints. Install a log callback to see its messages.
+ *
+ * Thread safety
+ *   - cism_model: immutable after load and safe to share between threads.
+ *     It is reference counted: sessions keep their model alive, so
+ *     cism_model_free may be called while sessions still exist.
+ *   - cism_session, cism_sampler, cism_params: one thread at a time per handle.
+ *     The only exception is cism_session_cancel, callable from any thread.
+ *   - cism_set_log_callback: not thread-safe; call it before other calls.
+ */
+#ifndef CISM_H
+#define CISM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- export macro -------------------------------------------------------- */
+#if defined(CISM_STATIC)
+#  define CISM_API
+#elif defined(_WIN32)
+#  if defined(CISM_BUILDING_LIBRARY)
+#    define CISM_API __declspec(dllexport)
+#  else
+#    define CISM_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define CISM_API __attribute__((visibility("default")))
+#else
+#  define CISM_API
+#endif
+
+/* ---- version ------------------------------------------------------------- */
+#define CISM_VERSION_MAJOR 0
+#define CISM_VERSION_MINOR 1
+#define CISM_VERSION_PATCH 0
+#define CISM_VERSION_NUMBER \
+    (CISM_VERSION_MAJOR * 10000 + CISM_VERSION_MINOR * 100 + CISM_VERSION_PATCH)
+/* Bumped whenever a binary-incompatible change is made; bindings check it. */
+#define CISM_ABI_VERSION 1
+
+CISM_API int32_t     cism_version_number(void);   /* CISM_VERSION_NUMBER of the built library */
+CISM_API const char *cism_version_string(void);   /* "0.1.0"; static */
+CISM_API int32_t     cism_abi_version(void);      /* CISM_ABI_VERSION of the built library */
+/* Compiler, build type and compiled-in kernel tiers; static string. */
+CISM_API const char *cism_build_info(void);
+/* CPU name, features seen, kernel tier chosen, core count; static string. */
+CISM_API const char *cism_system_info(void);
+
+/* ---- status and errors --------------------------------------------------- */
+typedef int32_t cism_status;
+enum {
+    CISM_OK                 = 0,
+    CISM_ERR_INVALID_ARG    = 1,  /* NULL handle, bad enum value, value out of range */
+    CISM_ERR_IO             = 2,  /* file cannot be opened, read, mapped or written  */
+    CISM_ERR_FORMAT         = 3,  /* file is not a valid .cism file (corrupt, truncated) */
+    CISM_ERR_UNSUPPORTED    = 4,  /* valid but unsupported: architecture, option, version */
+    CISM_ERR_OUT_OF_MEMORY  = 5,
+    CISM_ERR_CONTEXT_FULL   = 6,  /* evaluating would exceed the session's context length */
+    CISM_ERR_TOKEN_RANGE    = 7,  /* token id < 0 or >= vocab size */
+    CISM_ERR_BUFFER_SMALL   = 8,  /* caller buffer too small; the needed size was reported */
+    CISM_ERR_CANCELLED      = 9,  /* cism_session_cancel was called, or a callback asked to stop */
+    CISM_ERR_STATE          = 10, /* call not valid in the handle's current state */
+    CISM_ERR_EXISTS         = 11, /* output file exists and overwriting was not allowed */
+    CISM_ERR_INTERNAL       = 12  /* a bug in libcism; please report it */
+};
+/* Static, never NULL: "ok", "invalid argument", ... */
+CISM_API const char *cism_status_str(cism_status status);
+/* The message of the last failed call made by this thread ("" if none).
+   Valid until the next cism_ call on this thread. */
+CISM_API const char *cism_last_error(void);
+
+/* ---- logging ------------------------------------------------------------- */
+enum { CISM_LOG_DEBUG = 0, CISM_LOG_INFO = 1, CISM_LOG_WARN = 2, CISM_LOG_ERROR = 3 };
+/* Receives a finished, NUL-terminated message (not a format string). May be
+   called from any thread, including the library's worker threads. */
+typedef void (*cism_log_callback)(void *user_data, int32_t level, const char *message);
+/* callback NULL = silent (the default). Not thread-safe. */
+CISM_API void cism_set_log_callback(cism_log_callback callback, void *user_data, int32_t min_level);
+
+/* ---- parameters ---------------------------------------------------------- */
+/* One parameter object is used both to load a model and to create a session;
+   each reads the keys that concern it. */
+typedef struct cism_params cism_params;
+typedef int32_t cism_param;
+enum {
+    CISM_PARAM_N_THREADS  = 0,  /* int, >= 1; 0 = default (physical cores, at most 8) */
+    CISM_PARAM_N_CTX      = 1,  /* int, session context length in tokens; 0 = min(model, 4096) */
+    CISM_PARAM_KV_TYPE    = 2,  /* int, CISM_DTYPE_F32 or CISM_DTYPE_F16 (default F16) */
+    CISM_PARAM_USE_MMAP   = 3,  /* int bool, default 1; 0 reads the file into memory */
+    CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
+    CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
+    CISM_PARAM_CHECK_WEIGHTS = 6 /* int bool, default 0: scan every weight for NaN/Inf at load */
+};
+CISM_API cism_status cism_params_create(cism_params **out);
+CISM_API void        cism_params_free(cism_params *params);
+CISM_API cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t value);
+CISM_API cism_status cism_params_get_int(const cism_params *params, cism_param key, int64_t *value);
+
+/* ---- data types (tensor and KV cache element types) ---------------------- */
+typedef int32_t cism_dtype;
+enum {
+    CISM_DTYPE_F32  = 0,
+    CISM_DTYPE_F16  = 1,
+    CISM_DTYPE_BF16 = 2
+};
+/* Static name ("f32", ...) or NULL for an unknown type. */
+CISM_API const char *cism_dtype_name(cism_dtype dtype);
+
+/* ---- models -------------------------------------------------------------- */
+typedef struct cism_model cism_model;
+
+/* Loads and validates a .cism file. params may be NULL (defaults). The file is
+   memory-mapped read-only unless CISM_PARAM_USE_MMAP is 0; weights are used in
+   place, never copied. */
+CISM_API cism_status cism_model_load(const char *path, const cism_params *params, cism_model **out);
+/* Releases the caller's reference; the model is destroyed once no session uses it. */
+CISM_API void        cism_model_free(cism_model *model);
+
+typedef int32_t cism_model_info;
+enum {
+    CISM_INFO_VOCAB_SIZE    = 0,
+    CISM_INFO_DIM           = 1,  /* hidden size */
+    CISM_INFO_N_LAYERS      = 2,
+    CISM_INFO_N_HEADS       = 3,
+    CISM_INFO_N_KV_HEADS    = 4,
+    CISM_INFO_HEAD_DIM      = 5,
+    CISM_INFO_FFN_DIM       = 6,
+    CISM_INFO_CONTEXT_LEN   = 7,  /* maximum positions the model was trained for */
+    CISM_INFO_BOS_ID        = 8,  /* -1 if none */
+    CISM_INFO_EOS_ID        = 9,  /* first end-of-sequence id, -1 if none */
+    CISM_INFO_N_EOS_IDS     = 10, /* number of end-of-generation ids (see cism_model_eos_ids) */
+    CISM_INFO_PAD_ID        = 11, /* -1 if none */
+    CISM_INFO_N_PARAMS      = 12, /* parameters in weight tensors */
+    CISM_INFO_WEIGHT_BYTES  = 13, /* bytes of tensor data */
+    CISM_INFO_FILE_BYTES    = 14,
+    CISM_INFO_TIED_EMBEDDINGS = 15,
+    CISM_INFO_WEIGHT_DTYPE  = 16  /* dtype of the largest matrices */
+};
+CISM_API cism_status cism_model_get_info(const cism_model *model, cism_model_info key, int64_t *value);
+/* "llama", "mistral", "qwen2", "qwen3"; borrowed from the model. */
+CISM_API const char *cism_model_architecture(const cism_model *model);
+/* Copies up to capacity end-of-generation ids; *n_ids receives the total. */
+CISM_API cism_status cism_model_eos_ids(const cism_model *model, int32_t *ids, int32_t capacity, int32_t *n_ids);
+
+/* Metadata key/values stored in the file (docs/FORMAT.md lists the keys). */
+typedef int32_t cism_meta_type;
+enum {
+    CISM_META_NONE   = 0,  /* key not present */
+    CISM_META_INT    = 1,  /* int64 */
+    CISM_META_FLOAT  = 2,  /* float64 */
+    CISM_META_STRING = 3,  /* UTF-8 bytes */
+    CISM_META_BYTES  = 4,  /* opaque bytes */
+    CISM_META_INT_ARRAY    = 5,  /* int64[] */
+    CISM_META_FLOAT_ARRAY  = 6,  /* float32[] */
+    CISM_META_STRING_ARRAY = 7   /* (uint32 length, bytes)[] */
+};
+CISM_API int32_t     cism_model_meta_count(const cism_model *model);
+/* Key of entry i (0 <= i < count), borrowed; NULL when out of range. */
+CISM_API const char *cism_model_meta_key(const cism_model *model, int32_t index);
+CISM_API cism_meta_type cism_model_meta_type(const cism_model *model, const char *key);
+CISM_API cism_status cism_model_meta_int(const cism_model *model, const char *key, int64_t *value);
+CISM_API cism_status cism_model_meta_float(const cism_model *model, const char *key, double *value);
+/* STRING and BYTES values: pointer borrowed from the model (not NUL-terminated). */
+CISM_API cism_status cism_model_meta_bytes(const cism_model *model, const char *key,
+                                           const void **data, int64_t *size);
+/* Array values: *count elements stored at *data (borrowed, *size bytes) in
+   the file's little-endian layout: INT_ARRAY int64[], FLOAT_ARRAY float32[],
+   STRING_ARRAY (uint32 length, bytes)[] (docs/FORMAT.md). */
+CISM_API cism_status cism_model_meta_array(const cism_model *model, const char *key,
+                                           const void **data, int64_t *count, int64_t *size);
+
+/* ---- sessions (one conversation: KV cache, scratch, logits) -------------- */
+typedef struct cism_session cism_session;
+
+/* params may be NULL. Reads N_THREADS, N_CTX, KV_TYPE, N_BATCH, LOGITS_ALL. */
+CISM_API cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out);
+CISM_API void        cism_session_free(cism_session *session);
+/* Forgets every evaluated token (the KV cache is emptied). */
+CISM_API cism_status cism_session_reset(cism_session *session);
+/* Keeps the first n_keep evaluated tokens and forgets the rest (0 <= n_keep <= n_past). */
+CISM_API cism_status cism_session_rewind(cism_session *session, int32_t n_keep);
+/* Evaluates n_tokens tokens after the ones already evaluated (prefill when
+   n_tokens > 1, a decode step when 1). On any error nothing is changed:
+   the session stays at its previous position. */
+CISM_API cism_status cism_session_eval(cism_session *session, const int32_t *tokens, int32_t n_tokens);
+/* Logits of row `index` of the last cism_session_eval call: index -1 (or the
+   last row) is always available; other rows only with CISM_PARAM_LOGITS_ALL.
+   The pointer is borrowed until the next eval/reset/rewind/free. */
+CISM_API cism_status cism_session_logits(cism_session *session, int32_t index, const float **logits, int32_t *n_vocab);
+CISM_API int32_t     cism_session_n_past(const cism_session *session);   /* tokens in the KV cache */
+CISM_API int32_t     cism_session_n_ctx(const cism_session *session);    /* its capacity */
+/* Asks a running eval/generate on this session to stop soon with
+   CISM_ERR_CANCELLED (tokens completed before the stop are kept).
+   Thread-safe. The request is cleared when the next eval/generate starts. */
+CISM_API void        cism_session_cancel(cism_session *session);
+
+/* ---- sampling ------------------------------------------------------------ */
+typedef struct cism_sampler cism_sampler;
+typedef int32_t cism_sampler_param;
+enum {
+    CISM_SAMPLER_TEMPERATURE      = 0, /* float, default 0 (0 = greedy) */
+    CISM_SAMPLER_TOP_K            = 1, /* int, default 0 (disabled) */
+    CISM_SAMPLER_TOP_P            = 2, /* float in (0,1], default 1 (disabled) */
+    CISM_SAMPLER_MIN_P            = 3, /* float in [0,1), default 0 (disabled) */
+    CISM_SAMPLER_REPEAT_PENALTY   = 4, /* float > 0, default 1 (disabled) */
+    CISM_SAMPLER_FREQUENCY_PENALTY= 5, /* float, default 0 */
+    CISM_SAMPLER_PRESENCE_PENALTY = 6, /* float, default 0 */
+    CISM_SAMPLER_PENALTY_LAST_N   = 7, /* int >= 0, tokens of history penalized, default 64 */
+    CISM_SAMPLER_SEED             = 8  /* int, default 0; same seed + same inputs = same tokens */
+};
+CISM_API cism_status cism_sampler_create(cism_sampler **out);
+CISM_API void        cism_sampler_free(cism_sampler *sampler);
+CISM_API cism_status cism_sampler_set_float(cism_sampler *sampler, cism_sampler_param key, double value);
+CISM_API cism_status cism_sampler_set_int(cism_sampler *sampler, cism_sampler_param key, int64_t value);
+/* Clears the penalty history and reseeds the random generator. */
+CISM_API cism_status cism_sampler_reset(cism_sampler *sampler);
+/* Adds a token to the penalty history (cism_generate does this itself; use it
+   for prompt tokens or when driving the loop by hand). */
+CISM_API cism_status cism_sampler_accept(cism_sampler *sampler, int32_t token);
+/* Picks a token from logits (not modified). Order: penalties, top-k, top-p,
+   min-p, temperature, draw. Deterministic for a given seed and history. */
+CISM_API cism_status cism_sampler_sample(cism_sampler *sampler, const float *logits, int32_t n_vocab, int32_t *token);
+
+/* ---- generation loop ----------------------------------------------------- */
+/* Called once per generated token; return 0 to continue, non-zero to stop. */
+typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
+enum { CISM_GENERATE_IGNORE_EOS = 1 };  /* flags */
+/* Evaluates the prompt (may be empty to continue from the current state),
+   then samples and evaluates up to max_tokens tokens, calling callback (may
+   be NULL) with each. Stops at an end-of-generation token (which is reported
+   to the callback but not evaluated) unless CISM_GENERATE_IGNORE_EOS, when the
+   callback returns non-zero (status CISM_OK), on cism_session_cancel
+   (CISM_ERR_CANCELLED) or when the context is full (CISM_ERR_CONTEXT_FULL).
+   *n_generated (may be NULL) receives the tokens passed to the callback. */
+CISM_API cism_status cism_generate(cism_session *session, cism_sampler *sampler,
+                                   const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                                   uint32_t flags, cism_token_callback callback, void *user_data,
+                                   int32_t *n_generated);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CISM_H */

@@ -1,0 +1,181 @@
+/* kernels_scalar.c - the scalar reference tier: plain C, no intrinsics.
+ * Every other tier is tested against these functions. Dot products keep 8
+ * partial sums in a fixed order so the compiler may vectorize them without
+ * reassociating (this file is built with -ffp-contract=off). */
+#include "kernels.h"
+
+#include <math.h>
+
+#define LANES 8
+#define CHUNK 256  /* elements of a converted weight row kept on the stack */
+
+static inline void dot_lanes(float acc[LANES], const float *a, const float *b, int64_t n) {
+    int64_t j;
+    for (j = 0; j + LANES <= n; j += LANES) {
+        int k;
+        for (k = 0; k < LANES; k++) acc[k] += a[j + k] * b[j + k];
+    }
+    for (; j < n; j++) acc[j % LANES] += a[j] * b[j];
+}
+
+static inline float lanes_sum(const float acc[LANES]) {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+    dot_lanes(acc, a, b, n);
+    return lanes_sum(acc);
+}
+
+/* ---- conversions ------------------------------------------------------------- */
+static void row_f32(const void *row, float *out, int64_t n) {
+    const float *r = (const float *)row;
+    int64_t i;
+    for (i = 0; i < n; i++) out[i] = r[i];
+}
+static void row_f16(const void *row, float *out, int64_t n) {
+    const uint16_t *r = (const uint16_t *)row;
+    int64_t i;
+    for (i = 0; i < n; i++) out[i] = cism__f16_to_f32(r[i]);
+}
+static void row_bf16(const void *row, float *out, int64_t n) {
+    const uint16_t *r = (const uint16_t *)row;
+    int64_t i;
+    for (i = 0; i < n; i++) out[i] = cism__bf16_to_f32(r[i]);
+}
+
+static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++) dst[i] = cism__f32_to_f16(src[i]);
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+static void matmul_f32(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                       float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    int64_t r, t;
+    for (r = r0; r < r1; r++) {
+        const float *wr = (const float *)((const uint8_t *)w + (uint64_t)r * row_bytes);
+        for (t = 0; t < nt; t++) y[t * ldy + r] = dot_f32(wr, x + t * ldx, cols);
+    }
+}
+
+/* Half-precision rows are widened CHUNK elements at a time; the partial sums
+   continue across chunks so the order matches matmul_f32. */
+static void matmul_half(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                        float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,
+                        void (*widen)(const void *, float *, int64_t)) {
+    float buf[CHUNK];
+    float acc[4][LANES];
+    int64_t r, t0;
+    for (r = r0; r < r1; r++) {
+        const uint16_t *wr = (const uint16_t *)((const uint8_t *)w + (uint64_t)r * row_bytes);
+        for (t0 = 0; t0 < nt; t0 += 4) {
+            int64_t tn = nt - t0 < 4 ? nt - t0 : 4, c0, t;
+            int k;
+            for (t = 0; t < tn; t++)
+                for (k = 0; k < LANES; k++) acc[t][k] = 0.0f;
+            for (c0 = 0; c0 < cols; c0 += CHUNK) {
+                int64_t cn = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+                widen(wr + c0, buf, cn);
+                for (t = 0; t < tn; t++) dot_lanes(acc[t], buf, x + (t0 + t) * ldx + c0, cn);
+            }
+            for (t = 0; t < tn; t++) y[(t0 + t) * ldy + r] = lanes_sum(acc[t]);
+        }
+    }
+}
+
+static void matmul_f16(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                       float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_half(w, row_bytes, cols, x, ldx, y, ldy, nt, r0, r1, row_f16);
+}
+static void matmul_bf16(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                        float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_half(w, row_bytes, cols, x, ldx, y, ldy, nt, r0, r1, row_bf16);
+}
+
+/* ---- attention ----------------------------------------------------------------- */
+static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv,
+                      int64_t head_dim, float scale, float *scores, float *out) {
+    float buf[CHUNK];
+    float mx = -INFINITY, sum = 0.0f, inv;
+    int64_t t, i;
+    for (t = 0; t < n_kv; t++) {
+        float s;
+        if (kv_dtype == CISM_DTYPE_F32) {
+            s = dot_f32(q, (const float *)k + t * head_dim, head_dim);
+        } else { /* head_dim <= 1024 is enforced at load; CHUNK-wise widen */
+            float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const uint16_t *kr = (const uint16_t *)k + t * head_dim;
+            int64_t c0;
+            for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
+                int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
+                row_f16(kr + c0, buf, cn);
+                dot_lanes(acc, q + c0, buf, cn);
+            }
+            s = lanes_sum(acc);
+        }
+        s *= scale;
+        scores[t] = s;
+        if (s > mx) mx = s;
+    }
+    for (t = 0; t < n_kv; t++) {
+        scores[t] = expf(scores[t] - mx);
+        sum += scores[t];
+    }
+    inv = 1.0f / sum;
+    for (i = 0; i < head_dim; i++) out[i] = 0.0f;
+    for (t = 0; t < n_kv; t++) {
+        float p = scores[t] * inv;
+        if (kv_dtype == CISM_DTYPE_F32) {
+            const float *vr = (const float *)v + t * head_dim;
+            for (i = 0; i < head_dim; i++) out[i] += p * vr[i];
+        } else {
+            const uint16_t *vr = (const uint16_t *)v + t * head_dim;
+            for (i = 0; i < head_dim; i++) out[i] += p * cism__f16_to_f32(vr[i]);
+        }
+    }
+}
+
+/* ---- elementwise ---------------------------------------------------------------- */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    double ss = 0.0;
+    float scale;
+    int64_t i;
+    for (i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (i = 0; i < n; i++) out[i] = w[i] * (x[i] * scale);
+}
+
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t, const float *sin_t) {
+    int64_t h, i, half = head_dim / 2;
+    for (h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cos_t[i] - b * sin_t[i];
+            v[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+    }
+}
+
+static const cism__kernels g_scalar = {
+    "scalar",
+    {matmul_f32, matmul_f16, matmul_bf16},
+    {row_f32, row_f16, row_bf16},
+    attention,
+    rmsnorm,
+    silu_mul,
+    rope,
+    f32_to_f16,
+};
+
+const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

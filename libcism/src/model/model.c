@@ -1,0 +1,517 @@
+/* model.c - turning a checked .cism file into a runnable model, and the
+ * model query API (info and metadata). */
+#include "model.h"
+#include "../core/error.h"
+#include "../core/params.h"
+#include "../kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIM 65536
+#define MAX_LAYERS 512
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 1024
+#define MAX_VOCAB (1 << 24)
+#define MAX_CTX (1 << 24)
+
+/* ---- metadata helpers ------------------------------------------------------- */
+static int64_t le_i64(const uint8_t *p) {
+    uint64_t v = 0;
+    int i;
+    for (i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static double le_f64(const uint8_t *p) {
+    uint64_t v = (uint64_t)le_i64(p);
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+}
+
+typedef struct loadctx {
+    const char *label;
+    const cism__file *f;
+} loadctx;
+
+/* Reads an INT key. Returns 1 found, 0 absent (def used), -1 wrong type (message set). */
+static int meta_int(loadctx *c, const char *key, int64_t def, int64_t *out) {
+    const cism__meta_entry *e = cism__file_meta(c->f, key);
+    *out = def;
+    if (!e) return 0;
+    if (e->type != CISM_META_INT) {
+        cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' must be an integer", c->label, key);
+        return -1;
+    }
+    *out = le_i64(e->payload);
+    return 1;
+}
+static int meta_float(loadctx *c, const char *key, double def, double *out) {
+    const cism__meta_entry *e = cism__file_meta(c->f, key);
+    *out = def;
+    if (!e) return 0;
+    if (e->type == CISM_META_INT) { *out = (double)le_i64(e->payload); return 1; }
+    if (e->type != CISM_META_FLOAT) {
+        cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' must be a number", c->label, key);
+        return -1;
+    }
+    *out = le_f64(e->payload);
+    if (!isfinite(*out)) {
+        cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' is not a finite number", c->label, key);
+        return -1;
+    }
+    return 1;
+}
+/* STRING into buf (NUL-terminated). */
+static int meta_str(loadctx *c, const char *key, const char *def, char *buf, size_t cap) {
+    const cism__meta_entry *e = cism__file_meta(c->f, key);
+    size_t n;
+    if (!e) {
+        snprintf(buf, cap, "%s", def ? def : "");
+        return 0;
+    }
+    if (e->type != CISM_META_STRING) {
+        cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' must be a string", c->label, key);
+        return -1;
+    }
+    n = e->count < cap - 1 ? (size_t)e->count : cap - 1;
+    memcpy(buf, e->payload, n);
+    buf[n] = 0;
+    return 1;
+}
+
+static cism_status require_int(loadctx *c, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    int r = meta_int(c, key, 0, out);
+    if (r < 0) return CISM_ERR_FORMAT;
+    if (r == 0) return cism__fail(CISM_ERR_FORMAT, "%s: required metadata '%s' is missing", c->label, key);
+    if (*out < lo || *out > hi)
+        return cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' = %lld is outside %lld..%lld", c->label, key,
+                          (long long)*out, (long long)lo, (long long)hi);
+    return CISM_OK;
+}
+
+/* ---- hyper-parameters ---------------------------------------------------------- */
+static cism_status read_hparams(loadctx *c, cism__hparams *hp, const char **arch_name) {
+    char arch[64], rope[64];
+    int64_t v;
+    cism_status st;
+    int r;
+    memset(hp, 0, sizeof(*hp));
+    r = meta_str(c, "general.architecture", NULL, arch, sizeof(arch));
+    if (r < 0) return CISM_ERR_FORMAT;
+    if (r == 0) return cism__fail(CISM_ERR_FORMAT, "%s: required metadata 'general.architecture' is missing", c->label);
+    if (strcmp(arch, "llama") == 0) { hp->arch = CISM__ARCH_LLAMA; *arch_name = "llama"; }
+    else if (strcmp(arch, "mistral") == 0) { hp->arch = CISM__ARCH_MISTRAL; *arch_name = "mistral"; }
+    else if (strcmp(arch, "qwen2") == 0) { hp->arch = CISM__ARCH_QWEN2; *arch_name = "qwen2"; }
+    else if (strcmp(arch, "qwen3") == 0) { hp->arch = CISM__ARCH_QWEN3; *arch_name = "qwen3"; }
+    else return cism__fail(CISM_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)", c->label, arch);
+
+    if ((st = require_int(c, "model.vocab_size", 1, MAX_VOCAB, &hp->vocab))) return st;
+    if ((st = require_int(c, "model.dim", 1, MAX_DIM, &hp->dim))) return st;
+    if ((st = require_int(c, "model.n_layers", 1, MAX_LAYERS, &hp->n_layers))) return st;
+    if ((st = require_int(c, "model.n_heads", 1, MAX_HEADS, &hp->n_heads))) return st;
+    if ((st = require_int(c, "model.n_kv_heads", 1, MAX_HEADS, &hp->n_kv_heads))) return st;
+    if ((st = require_int(c, "model.head_dim", 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
+    if ((st = require_int(c, "model.ffn_dim", 1, MAX_DIM * 4, &hp->ffn_dim))) return st;
+    if ((st = require_int(c, "model.context_length", 1, MAX_CTX, &hp->ctx_len))) return st;
+    if ((st = require_int(c, "model.tied_embeddings", 0, 1, &v))) return st;
+    hp->tied = (int)v;
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return cism__fail(CISM_ERR_FORMAT, "%s: n_heads (%lld) is not a multiple of n_kv_heads (%lld)", c->label,
+                          (long long)hp->n_heads, (long long)hp->n_kv_heads);
+    if (hp->head_dim % 2 != 0) return cism__fail(CISM_ERR_FORMAT, "%s: head_dim %lld is odd; RoPE needs pairs", c->label, (long long)hp->head_dim);
+    r = meta_float(c, "model.norm_eps", 0, &hp->norm_eps);
+    if (r < 0) return CISM_ERR_FORMAT;
+    if (r == 0) return cism__fail(CISM_ERR_FORMAT, "%s: required metadata 'model.norm_eps' is missing", c->label);
+    if (!(hp->norm_eps > 0 && hp->norm_eps < 1)) return cism__fail(CISM_ERR_FORMAT, "%s: model.norm_eps %g is outside (0, 1)", c->label, hp->norm_eps);
+    r = meta_float(c, "model.rope_theta", 0, &hp->rope_theta);
+    if (r < 0) return CISM_ERR_FORMAT;
+    if (r == 0) return cism__fail(CISM_ERR_FORMAT, "%s: required metadata 'model.rope_theta' is missing", c->label);
+    if (!(hp->rope_theta > 1)) return cism__fail(CISM_ERR_FORMAT, "%s: model.rope_theta %g must be > 1", c->label, hp->rope_theta);
+
+    if (meta_str(c, "model.rope_scaling.type", "none", rope, sizeof(rope)) < 0) return CISM_ERR_FORMAT;
+    if (meta_float(c, "model.rope_scaling.factor", 1.0, &hp->rope_factor) < 0) return CISM_ERR_FORMAT;
+    if (meta_float(c, "model.rope_scaling.low_freq_factor", 1.0, &hp->rope_low_freq) < 0) return CISM_ERR_FORMAT;
+    if (meta_float(c, "model.rope_scaling.high_freq_factor", 4.0, &hp->rope_high_freq) < 0) return CISM_ERR_FORMAT;
+    if (meta_int(c, "model.rope_scaling.original_context_length", 8192, &hp->rope_orig_ctx) < 0) return CISM_ERR_FORMAT;
+    if (strcmp(rope, "none") == 0) hp->rope_type = CISM__ROPE_NONE;
+    else if (strcmp(rope, "linear") == 0) hp->rope_type = CISM__ROPE_LINEAR;
+    else if (strcmp(rope, "llama3") == 0) hp->rope_type = CISM__ROPE_LLAMA3;
+    else return cism__fail(CISM_ERR_UNSUPPORTED, "%s: RoPE scaling type '%s' is not supported (supported: none, linear, llama3)", c->label, rope);
+    if (hp->rope_type != CISM__ROPE_NONE && !(hp->rope_factor >= 1.0 && hp->rope_factor <= 1024.0))
+        return cism__fail(CISM_ERR_FORMAT, "%s: model.rope_scaling.factor %g is outside 1..1024", c->label, hp->rope_factor);
+    if (hp->rope_type == CISM__ROPE_LLAMA3 &&
+        !(hp->rope_low_freq > 0 && hp->rope_high_freq > hp->rope_low_freq && hp->rope_orig_ctx > 0))
+        return cism__fail(CISM_ERR_FORMAT, "%s: llama3 RoPE scaling needs 0 < low_freq_factor < high_freq_factor and original_context_length > 0", c->label);
+
+    if (meta_int(c, "model.attn_qkv_bias", 0, &v) < 0) return CISM_ERR_FORMAT;
+    hp->qkv_bias = v != 0;
+    if (meta_int(c, "model.qk_norm", 0, &v) < 0) return CISM_ERR_FORMAT;
+    hp->qk_norm = v != 0;
+    if (meta_int(c, "model.sliding_window", 0, &hp->sliding_window) < 0) return CISM_ERR_FORMAT;
+    if (hp->sliding_window < 0) return cism__fail(CISM_ERR_FORMAT, "%s: model.sliding_window is negative", c->label);
+
+    /* family rules */
+    if (hp->qkv_bias && hp->arch != CISM__ARCH_QWEN2)
+        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: q/k/v projection biases are not supported for architecture '%s'", c->label, *arch_name);
+    if (!hp->qkv_bias && hp->arch == CISM__ARCH_QWEN2)
+        return cism__fail(CISM_ERR_FORMAT, "%s: qwen2 models need q/k/v biases (model.attn_qkv_bias = 1)", c->label);
+    if (hp->qk_norm && hp->arch != CISM__ARCH_QWEN3)
+        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: q/k normalization is not supported for architecture '%s'", c->label, *arch_name);
+    if (!hp->qk_norm && hp->arch == CISM__ARCH_QWEN3)
+        return cism__fail(CISM_ERR_FORMAT, "%s: qwen3 models need q/k normalization (model.qk_norm = 1)", c->label);
+    return CISM_OK;
+}
+
+/* ---- tensor binding --------------------------------------------------------------- */
+static cism_status bind_weight(loadctx *c, const char *name, int64_t rows, int64_t cols, cism__weight *w) {
+    cism__tensor_entry *t = cism__file_tensor(c->f, name);
+    if (!t) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is missing", c->label, name);
+    if (t->n_dims != 2 || t->dims[0] != rows || t->dims[1] != cols)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' should have shape [%lld, %lld] for these hyper-parameters", c->label,
+                          name, (long long)rows, (long long)cols);
+    t->used = 1;
+    w->data = t->data;
+    w->dtype = t->dtype;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = cism__row_bytes(t->dtype, cols);
+    return CISM_OK;
+}
+
+static cism_status bind_vector(loadctx *c, const char *name, int64_t n, const float **out) {
+    cism__tensor_entry *t = cism__file_tensor(c->f, name);
+    int64_t i;
+    const float *v;
+    if (!t) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is missing", c->label, name);
+    if (t->n_dims != 1 || t->dims[0] != n)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' should have shape [%lld]", c->label, name, (long long)n);
+    if (t->dtype != CISM_DTYPE_F32)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' must be f32 (norm weights and biases are never compressed)", c->label, name);
+    v = (const float *)(const void *)t->data;
+    for (i = 0; i < n; i++)
+        if (!isfinite(v[i])) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity at %lld", c->label, name, (long long)i);
+    t->used = 1;
+    *out = v;
+    return CISM_OK;
+}
+
+static cism_status check_weight_values(loadctx *c, const char *name, const cism__weight *w) {
+    const cism__kernels *k = cism__kernels_scalar();
+    float buf[1024];
+    int64_t r, c0, i;
+    for (r = 0; r < w->rows; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (uint64_t)r * w->row_bytes;
+        for (c0 = 0; c0 < w->cols; c0 += 1024) {
+            int64_t n = w->cols - c0 < 1024 ? w->cols - c0 : 1024;
+            if (w->dtype == CISM_DTYPE_F32) k->row_to_f32[w->dtype](row + c0 * 4, buf, n);
+            else if (w->dtype == CISM_DTYPE_F16 || w->dtype == CISM_DTYPE_BF16) k->row_to_f32[w->dtype](row + c0 * 2, buf, n);
+            else { /* block formats: whole row at once is done by quantized checks elsewhere */
+                return CISM_OK;
+            }
+            for (i = 0; i < n; i++)
+                if (!isfinite(buf[i]))
+                    return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity (row %lld, column %lld)", c->label,
+                                      name, (long long)r, (long long)(c0 + i));
+        }
+    }
+    return CISM_OK;
+}
+
+static void account(cism_model *m, const cism__weight *w) {
+    m->n_params += w->rows * w->cols;
+}
+
+static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
+    const cism__hparams *hp = &m->hp;
+    int64_t q_rows = hp->n_heads * hp->head_dim, kv_rows = hp->n_kv_heads * hp->head_dim, l;
+    uint32_t i;
+    char name[64];
+    cism_status st;
+    int64_t largest = 0;
+    m->layers = (cism__layer *)calloc((size_t)hp->n_layers, sizeof(cism__layer));
+    if (!m->layers) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
+    if ((st = bind_weight(c, "token_embd", hp->vocab, hp->dim, &m->tok_embd))) return st;
+    account(m, &m->tok_embd);
+    if (hp->tied) {
+        if (cism__file_tensor(c->f, "output"))
+            return cism__fail(CISM_ERR_FORMAT, "%s: tensor 'output' present but model.tied_embeddings = 1", c->label);
+        m->output = m->tok_embd;
+    } else {
+        if ((st = bind_weight(c, "output", hp->vocab, hp->dim, &m->output))) return st;
+        account(m, &m->output);
+    }
+    if ((st = bind_vector(c, "output_norm", hp->dim, &m->output_norm))) return st;
+    for (l = 0; l < hp->n_layers; l++) {
+        cism__layer *L = &m->layers[l];
+        struct { const char *suffix; int64_t rows, cols; cism__weight *w; } mats[7];
+        int k;
+        mats[0].suffix = "attn_q"; mats[0].rows = q_rows; mats[0].cols = hp->dim; mats[0].w = &L->wq;
+        mats[1].suffix = "attn_k"; mats[1].rows = kv_rows; mats[1].cols = hp->dim; mats[1].w = &L->wk;
+        mats[2].suffix = "attn_v"; mats[2].rows = kv_rows; mats[2].cols = hp->dim; mats[2].w = &L->wv;
+        mats[3].suffix = "attn_output"; mats[3].rows = hp->dim; mats[3].cols = q_rows; mats[3].w = &L->wo;
+        mats[4].suffix = "ffn_gate"; mats[4].rows = hp->ffn_dim; mats[4].cols = hp->dim; mats[4].w = &L->gate;
+        mats[5].suffix = "ffn_up"; mats[5].rows = hp->ffn_dim; mats[5].cols = hp->dim; mats[5].w = &L->up;
+        mats[6].suffix = "ffn_down"; mats[6].rows = hp->dim; mats[6].cols = hp->ffn_dim; mats[6].w = &L->down;
+        for (k = 0; k < 7; k++) {
+            snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, mats[k].suffix);
+            if ((st = bind_weight(c, name, mats[k].rows, mats[k].cols, mats[k].w))) return st;
+            if (check_values && (st = check_weight_values(c, name, mats[k].w))) return st;
+            account(m, mats[k].w);
+            if (mats[k].w->rows * mats[k].w->cols > largest) {
+                largest = mats[k].w->rows * mats[k].w->cols;
+                m->weight_dtype = mats[k].w->dtype;
+            }
+        }
+        snprintf(name, sizeof(name), "blk.%lld.attn_norm", (long long)l);
+        if ((st = bind_vector(c, name, hp->dim, &L->attn_norm))) return st;
+        snprintf(name, sizeof(name), "blk.%lld.ffn_norm", (long long)l);
+        if ((st = bind_vector(c, name, hp->dim, &L->ffn_norm))) return st;
+        if (hp->qkv_bias) {
+            snprintf(name, sizeof(name), "blk.%lld.attn_q_bias", (long long)l);
+            if ((st = bind_vector(c, name, q_rows, &L->q_bias))) return st;
+            snprintf(name, sizeof(name), "blk.%lld.attn_k_bias", (long long)l);
+            if ((st = bind_vector(c, name, kv_rows, &L->k_bias))) return st;
+            snprintf(name, sizeof(name), "blk.%lld.attn_v_bias", (long long)l);
+            if ((st = bind_vector(c, name, kv_rows, &L->v_bias))) return st;
+        }
+        if (hp->qk_norm) {
+            snprintf(name, sizeof(name), "blk.%lld.attn_q_norm", (long long)l);
+            if ((st = bind_vector(c, name, hp->head_dim, &L->q_norm))) return st;
+            snprintf(name, sizeof(name), "blk.%lld.attn_k_norm", (long long)l);
+            if ((st = bind_vector(c, name, hp->head_dim, &L->k_norm))) return st;
+        }
+    }
+    if (check_values) {
+        if ((st = check_weight_values(c, "token_embd", &m->tok_embd))) return st;
+        if (!hp->tied && (st = check_weight_values(c, "output", &m->output))) return st;
+    }
+    for (i = 0; i < c->f->n_tensors; i++) {
+        const cism__tensor_entry *t = &c->f->tensors[i];
+        if (!t->used)
+            return cism__fail(hp->qkv_bias || !strstr(t->name, "bias") ? CISM_ERR_FORMAT : CISM_ERR_UNSUPPORTED,
+                              "%s: unexpected tensor '%s' for architecture '%s'%s", c->label, t->name, m->arch_name,
+                              strstr(t->name, "bias") ? " (biases are not supported for this family)" : "");
+        m->weight_bytes += (int64_t)t->size;
+    }
+    return CISM_OK;
+}
+
+/* ---- RoPE frequencies (as Hugging Face computes them) --------------------------- */
+static cism_status rope_setup(cism_model *m) {
+    const cism__hparams *hp = &m->hp;
+    int64_t half = hp->head_dim / 2, i;
+    m->rope_inv_freq = (float *)malloc((size_t)half * sizeof(float));
+    if (!m->rope_inv_freq) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory");
+    for (i = 0; i < half; i++) {
+        double f = 1.0 / pow(hp->rope_theta, (double)(2 * i) / (double)hp->head_dim);
+        f = (double)(float)f;
+        if (hp->rope_type == CISM__ROPE_LINEAR) {
+            f /= hp->rope_factor;
+        } else if (hp->rope_type == CISM__ROPE_LLAMA3) {
+            const double pi = 3.14159265358979323846;
+            double low_wavelen = (double)hp->rope_orig_ctx / hp->rope_low_freq;
+            double high_wavelen = (double)hp->rope_orig_ctx / hp->rope_high_freq;
+            double wavelen = 2.0 * pi / f;
+            if (wavelen > low_wavelen) {
+                f = f / hp->rope_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = ((double)hp->rope_orig_ctx / wavelen - hp->rope_low_freq) /
+                                (hp->rope_high_freq - hp->rope_low_freq);
+                f = (1.0 - smooth) * f / hp->rope_factor + smooth * f;
+            }
+        }
+        m->rope_inv_freq[i] = (float)f;
+    }
+    return CISM_OK;
+}
+
+static cism_status read_tokens(loadctx *c, cism_model *m) {
+    const cism__meta_entry *e;
+    int64_t v;
+    if (meta_int(c, "tokenizer.bos_id", -1, &v) < 0) return CISM_ERR_FORMAT;
+    if (v < -1 || v >= m->hp.vocab) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.bos_id %lld is outside the vocabulary", c->label, (long long)v);
+    m->bos_id = (int32_t)v;
+    if (meta_int(c, "tokenizer.eos_id", -1, &v) < 0) return CISM_ERR_FORMAT;
+    if (v < -1 || v >= m->hp.vocab) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.eos_id %lld is outside the vocabulary", c->label, (long long)v);
+    m->eos_id = (int32_t)v;
+    if (meta_int(c, "tokenizer.pad_id", -1, &v) < 0) return CISM_ERR_FORMAT;
+    if (v < -1 || v >= m->hp.vocab) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.pad_id %lld is outside the vocabulary", c->label, (long long)v);
+    m->pad_id = (int32_t)v;
+    e = cism__file_meta(c->f, "tokenizer.eos_ids");
+    if (e) {
+        uint64_t i;
+        if (e->type != CISM_META_INT_ARRAY) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.eos_ids must be an integer array", c->label);
+        if (e->count > 1024) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.eos_ids has %llu entries (at most 1024)", c->label, (unsigned long long)e->count);
+        m->eos_ids = (int32_t *)malloc((size_t)(e->count ? e->count : 1) * sizeof(int32_t));
+        if (!m->eos_ids) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory");
+        for (i = 0; i < e->count; i++) {
+            int64_t id = le_i64(e->payload + 8 * i);
+            if (id < 0 || id >= m->hp.vocab) return cism__fail(CISM_ERR_FORMAT, "%s: tokenizer.eos_ids holds %lld, outside the vocabulary", c->label, (long long)id);
+            m->eos_ids[i] = (int32_t)id;
+        }
+        m->n_eos = (int32_t)e->count;
+    } else if (m->eos_id >= 0) {
+        m->eos_ids = (int32_t *)malloc(sizeof(int32_t));
+        if (!m->eos_ids) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory");
+        m->eos_ids[0] = m->eos_id;
+        m->n_eos = 1;
+    }
+    return CISM_OK;
+}
+
+static void model_destroy(cism_model *m) {
+    if (!m) return;
+    cism__file_close(&m->file);
+    free(m->layers);
+    free(m->rope_inv_freq);
+    free(m->eos_ids);
+    free(m);
+}
+
+void cism__model_retain(cism_model *model) { cism__atomic_add(&model->refs, 1); }
+
+void cism__model_release(cism_model *model) {
+    if (model && cism__atomic_add(&model->refs, -1) == 0) model_destroy(model);
+}
+
+cism_status cism_model_load(const char *path, const cism_params *params, cism_model **out) {
+    struct cism_params defaults;
+    cism_model *m;
+    cism_status st;
+    loadctx c;
+    cism__clear_error();
+    if (!out) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_load: path is NULL");
+    if (!params) {
+        cism__params_defaults(&defaults);
+        params = &defaults;
+    }
+    m = (cism_model *)calloc(1, sizeof(*m));
+    if (!m) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_model_load: out of memory");
+    m->refs = 1;
+    st = cism__file_open(&m->file, path, (int)params->use_mmap);
+    if (st) { model_destroy(m); return st; }
+    c.label = path;
+    c.f = &m->file;
+    if ((st = read_hparams(&c, &m->hp, &m->arch_name)) || (st = bind_model(&c, m, (int)params->check_weights)) ||
+        (st = read_tokens(&c, m)) || (st = rope_setup(m))) {
+        model_destroy(m);
+        return st;
+    }
+    cism__log(CISM_LOG_INFO, "loaded %s: %s, %lld layers, dim %lld, vocab %lld, %lld parameters, %s weights", path,
+              m->arch_name, (long long)m->hp.n_layers, (long long)m->hp.dim, (long long)m->hp.vocab,
+              (long long)m->n_params, cism_dtype_name(m->weight_dtype));
+    *out = m;
+    return CISM_OK;
+}
+
+void cism_model_free(cism_model *model) { cism__model_release(model); }
+
+/* ---- queries ------------------------------------------------------------------------ */
+cism_status cism_model_get_info(const cism_model *m, cism_model_info key, int64_t *value) {
+    cism__clear_error();
+    if (!m || !value) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_get_info: NULL argument");
+    switch (key) {
+    case CISM_INFO_VOCAB_SIZE: *value = m->hp.vocab; break;
+    case CISM_INFO_DIM: *value = m->hp.dim; break;
+    case CISM_INFO_N_LAYERS: *value = m->hp.n_layers; break;
+    case CISM_INFO_N_HEADS: *value = m->hp.n_heads; break;
+    case CISM_INFO_N_KV_HEADS: *value = m->hp.n_kv_heads; break;
+    case CISM_INFO_HEAD_DIM: *value = m->hp.head_dim; break;
+    case CISM_INFO_FFN_DIM: *value = m->hp.ffn_dim; break;
+    case CISM_INFO_CONTEXT_LEN: *value = m->hp.ctx_len; break;
+    case CISM_INFO_BOS_ID: *value = m->bos_id; break;
+    case CISM_INFO_EOS_ID: *value = m->eos_id; break;
+    case CISM_INFO_N_EOS_IDS: *value = m->n_eos; break;
+    case CISM_INFO_PAD_ID: *value = m->pad_id; break;
+    case CISM_INFO_N_PARAMS: *value = m->n_params; break;
+    case CISM_INFO_WEIGHT_BYTES: *value = m->weight_bytes; break;
+    case CISM_INFO_FILE_BYTES: *value = (int64_t)m->file.view.size; break;
+    case CISM_INFO_TIED_EMBEDDINGS: *value = m->hp.tied; break;
+    case CISM_INFO_WEIGHT_DTYPE: *value = m->weight_dtype; break;
+    default: return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_get_info: unknown key %d", (int)key);
+    }
+    return CISM_OK;
+}
+
+const char *cism_model_architecture(const cism_model *model) { return model ? model->arch_name : NULL; }
+
+cism_status cism_model_eos_ids(const cism_model *m, int32_t *ids, int32_t capacity, int32_t *n_ids) {
+    int32_t i;
+    cism__clear_error();
+    if (!m || !n_ids || capacity < 0 || (capacity > 0 && !ids)) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_eos_ids: bad argument");
+    for (i = 0; i < m->n_eos && i < capacity; i++) ids[i] = m->eos_ids[i];
+    *n_ids = m->n_eos;
+    return CISM_OK;
+}
+
+int32_t cism_model_meta_count(const cism_model *m) { return m ? (int32_t)m->file.n_meta : 0; }
+
+const char *cism_model_meta_key(const cism_model *m, int32_t index) {
+    if (!m || index < 0 || (uint32_t)index >= m->file.n_meta) return NULL;
+    return m->file.meta[index].key;
+}
+
+cism_meta_type cism_model_meta_type(const cism_model *m, const char *key) {
+    const cism__meta_entry *e;
+    if (!m || !key) return CISM_META_NONE;
+    e = cism__file_meta(&m->file, key);
+    return e ? e->type : CISM_META_NONE;
+}
+
+static cism_status find_meta(const cism_model *m, const char *key, int want1, int want2, const cism__meta_entry **out) {
+    const cism__meta_entry *e;
+    cism__clear_error();
+    if (!m || !key) return cism__fail(CISM_ERR_INVALID_ARG, "metadata lookup: NULL argument");
+    e = cism__file_meta(&m->file, key);
+    if (!e) return cism__fail(CISM_ERR_INVALID_ARG, "metadata key '%s' is not in this model", key);
+    if (e->type != want1 && e->type != want2) return cism__fail(CISM_ERR_INVALID_ARG, "metadata '%s' has another type (%d)", key, (int)e->type);
+    *out = e;
+    return CISM_OK;
+}
+
+cism_status cism_model_meta_int(const cism_model *m, const char *key, int64_t *value) {
+    const cism__meta_entry *e = NULL;
+    cism_status st = find_meta(m, key, CISM_META_INT, CISM_META_INT, &e);
+    if (st) return st;
+    if (!value) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_meta_int: value is NULL");
+    *value = le_i64(e->payload);
+    return CISM_OK;
+}
+
+cism_status cism_model_meta_float(const cism_model *m, const char *key, double *value) {
+    const cism__meta_entry *e = NULL;
+    cism_status st = find_meta(m, key, CISM_META_FLOAT, CISM_META_INT, &e);
+    if (st) return st;
+    if (!value) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_meta_float: value is NULL");
+    *value = e->type == CISM_META_INT ? (double)le_i64(e->payload) : le_f64(e->payload);
+    return CISM_OK;
+}
+
+cism_status cism_model_meta_bytes(const cism_model *m, const char *key, const void **data, int64_t *size) {
+    const cism__meta_entry *e = NULL;
+    cism_status st = find_meta(m, key, CISM_META_STRING, CISM_META_BYTES, &e);
+    if (st) return st;
+    if (!data || !size) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_meta_bytes: NULL output");
+    *data = e->payload;
+    *size = (int64_t)e->count;
+    return CISM_OK;
+}
+
+cism_status cism_model_meta_array(const cism_model *m, const char *key, const void **data, int64_t *count, int64_t *size) {
+    const cism__meta_entry *e;
+    cism__clear_error();
+    if (!m || !key || !data || !count || !size) return cism__fail(CISM_ERR_INVALID_ARG, "cism_model_meta_array: NULL argument");
+    e = cism__file_meta(&m->file, key);
+    if (!e) return cism__fail(CISM_ERR_INVALID_ARG, "metadata key '%s' is not in this model", key);
+    if (e->type != CISM_META_INT_ARRAY && e->type != CISM_META_FLOAT_ARRAY && e->type != CISM_META_STRING_ARRAY)
+        return cism__fail(CISM_ERR_INVALID_ARG, "metadata '%s' is not an array", key);
+    *data = e->payload;
+    *count = (int64_t)e->count;
+    *size = (int64_t)e->payload_size;
+    return CISM_OK;
+}

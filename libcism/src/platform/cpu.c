@@ -1,0 +1,139 @@
+/* cpu.c - CPU feature detection. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1   /* getauxval */
+#endif
+#include "cpu.h"
+#include "platform.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define CISM__X86 1
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+static void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+    int v[4];
+    __cpuidex(v, (int)leaf, (int)sub);
+    r[0] = (unsigned)v[0]; r[1] = (unsigned)v[1]; r[2] = (unsigned)v[2]; r[3] = (unsigned)v[3];
+}
+static unsigned long long xgetbv0(void) { return _xgetbv(0); }
+#else
+static void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+    __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+static unsigned long long xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+#endif
+
+static void detect(cism__cpu *c) {
+    unsigned r[4], max_leaf, ext_max;
+    int os_avx = 0, os_avx512 = 0;
+    cpuid(0, 0, r);
+    max_leaf = r[0];
+    cpuid(1, 0, r);
+    c->sse42 = (r[2] >> 20) & 1;
+    c->fma = (r[2] >> 12) & 1;
+    c->f16c = (r[2] >> 29) & 1;
+    if ((r[2] >> 27) & 1) { /* OSXSAVE: the OS saves the registers we are about to check */
+        unsigned long long xcr0 = xgetbv0();
+        os_avx = (xcr0 & 0x6) == 0x6;
+        os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
+    }
+    c->avx = os_avx && ((r[2] >> 28) & 1);
+    if (!c->avx) c->fma = c->f16c = 0;
+    if (max_leaf >= 7) {
+        cpuid(7, 0, r);
+        c->avx2 = c->avx && ((r[1] >> 5) & 1);
+        c->avx512f = os_avx512 && ((r[1] >> 16) & 1);
+        c->avx512dq = c->avx512f && ((r[1] >> 17) & 1);
+        c->avx512bw = c->avx512f && ((r[1] >> 30) & 1);
+        c->avx512vl = c->avx512f && ((r[1] >> 31) & 1);
+        c->avx512vnni = c->avx512f && ((r[2] >> 11) & 1);
+        cpuid(7, 1, r);
+        c->avxvnni = c->avx2 && ((r[0] >> 4) & 1);
+        c->avx512bf16 = c->avx512f && ((r[0] >> 5) & 1);
+    }
+    cpuid(0x80000000u, 0, r);
+    ext_max = r[0];
+    if (ext_max >= 0x80000004u) {
+        unsigned i;
+        char *p = c->name;
+        for (i = 0; i < 3; i++) {
+            cpuid(0x80000002u + i, 0, r);
+            memcpy(p + 16 * i, r, 16);
+        }
+        c->name[48] = 0;
+    }
+}
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#ifndef HWCAP_FPHP
+#define HWCAP_FPHP (1 << 9)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+static void detect(cism__cpu *c) {
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    c->neon = (hw & HWCAP_ASIMD) != 0;
+    c->fp16 = (hw & HWCAP_FPHP) != 0;
+    c->dotprod = (hw & HWCAP_ASIMDDP) != 0;
+    c->i8mm = (hw2 & HWCAP2_I8MM) != 0;
+    snprintf(c->name, sizeof(c->name), "ARM64");
+}
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+static int sysctl_flag(const char *name) {
+    int v = 0;
+    size_t n = sizeof(v);
+    return sysctlbyname(name, &v, &n, NULL, 0) == 0 && v != 0;
+}
+static void detect(cism__cpu *c) {
+    size_t n = sizeof(c->name) - 1;
+    c->neon = 1;
+    c->fp16 = sysctl_flag("hw.optional.arm.FEAT_FP16");
+    c->dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
+    c->i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
+    if (sysctlbyname("machdep.cpu.brand_string", c->name, &n, NULL, 0) != 0) snprintf(c->name, sizeof(c->name), "Apple ARM64");
+}
+#else
+static void detect(cism__cpu *c) {
+    c->neon = 1; /* baseline of ARM64 */
+    snprintf(c->name, sizeof(c->name), "ARM64");
+}
+#endif
+#else
+static void detect(cism__cpu *c) { snprintf(c->name, sizeof(c->name), "unknown CPU"); }
+#endif
+
+static cism__cpu g_cpu;
+static cism__once g_once = CISM__ONCE_INIT;
+
+static void init(void) {
+    char *p, *q;
+    detect(&g_cpu);
+    g_cpu.n_cpus = cism__cpu_count();
+    /* trim the brand string */
+    p = g_cpu.name;
+    while (*p == ' ') p++;
+    memmove(g_cpu.name, p, strlen(p) + 1);
+    q = g_cpu.name + strlen(g_cpu.name);
+    while (q > g_cpu.name && q[-1] == ' ') *--q = 0;
+    if (!g_cpu.name[0]) snprintf(g_cpu.name, sizeof(g_cpu.name), "unknown CPU");
+}
+
+const cism__cpu *cism__cpu_get(void) {
+    cism__call_once(&g_once, init);
+    return &g_cpu;
+}

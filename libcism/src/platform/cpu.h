@@ -1,0 +1,17 @@
+/* cpu.h - what the CPU can do, read once (CPUID/XGETBV on x86, HWCAP or
+ * sysctl on ARM64). Built with baseline flags. */
+#ifndef CISM_CPU_H
+#define CISM_CPU_H
+
+typedef struct cism__cpu {
+    char name[64];
+    int n_cpus;
+    /* x86-64 */
+    int sse42, avx, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avxvnni;
+    /* ARM64 */
+    int neon, dotprod, i8mm, fp16;
+} cism__cpu;
+
+const cism__cpu *cism__cpu_get(void);
+
+#endif

@@ -1,0 +1,80 @@
+/* platform.h - the thin layer between libcism and the operating system:
+ * file mapping, threads, atomics, thread-local storage, time, CPU count.
+ * POSIX (Linux, Android, Apple) in platform_posix.c, Windows in platform_win32.c. */
+#ifndef CISM_PLATFORM_H
+#define CISM_PLATFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- read-only file view ------------------------------------------------- */
+typedef struct cism__file_view {
+    const uint8_t *data;
+    uint64_t size;
+    int mapped;      /* 1: mmap/MapViewOfFile, 0: heap copy */
+    void *handle;    /* platform bookkeeping */
+} cism__file_view;
+
+/* Returns 0 on success; on failure fills errbuf with the OS reason. */
+int  cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen);
+void cism__file_view_close(cism__file_view *view);
+/* Best-effort hint that the whole view will be read soon. */
+void cism__file_view_prefetch(const cism__file_view *view);
+/* 1 if a regular file exists at path. */
+int  cism__file_exists(const char *path);
+
+/* ---- threads ------------------------------------------------------------- */
+typedef struct cism__thread cism__thread;
+typedef void (*cism__thread_fn)(void *arg);
+cism__thread *cism__thread_start(cism__thread_fn fn, void *arg);  /* NULL on failure */
+void cism__thread_join(cism__thread *t);
+
+typedef struct cism__mutex cism__mutex;
+typedef struct cism__cond cism__cond;
+cism__mutex *cism__mutex_create(void);
+void cism__mutex_destroy(cism__mutex *m);
+void cism__mutex_lock(cism__mutex *m);
+void cism__mutex_unlock(cism__mutex *m);
+cism__cond *cism__cond_create(void);
+void cism__cond_destroy(cism__cond *c);
+void cism__cond_wait(cism__cond *c, cism__mutex *m);
+void cism__cond_broadcast(cism__cond *c);
+
+/* Calls fn exactly once across all threads. */
+typedef struct cism__once { volatile int32_t state; } cism__once;
+#define CISM__ONCE_INIT {0}
+void cism__call_once(cism__once *once, void (*fn)(void));
+
+/* Thread-local pointer slot, created once. */
+typedef struct cism__tls cism__tls;
+cism__tls *cism__tls_create(void);
+void *cism__tls_get(cism__tls *key);
+int   cism__tls_set(cism__tls *key, void *value);
+
+void cism__cpu_relax(void);   /* pause/yield hint inside spin loops */
+void cism__thread_yield(void);
+
+/* ---- atomics (sequentially consistent) ------------------------------------ */
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#define cism__atomic_load(p)        _InterlockedOr((volatile long *)(p), 0)
+#define cism__atomic_store(p, v)    _InterlockedExchange((volatile long *)(p), (long)(v))
+#define cism__atomic_add(p, v)      (_InterlockedExchangeAdd((volatile long *)(p), (long)(v)) + (long)(v))
+#define cism__atomic_cas(p, e, d)   (_InterlockedCompareExchange((volatile long *)(p), (long)(d), (long)(e)) == (long)(e))
+#else
+#define cism__atomic_load(p)        __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define cism__atomic_store(p, v)    __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define cism__atomic_add(p, v)      __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define cism__atomic_cas(p, e, d)   cism__atomic_cas_i32((p), (e), (d))
+static inline int cism__atomic_cas_i32(volatile int32_t *p, int32_t expected, int32_t desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+#endif
+
+/* ---- system ---------------------------------------------------------------- */
+int    cism__cpu_count(void);         /* logical CPUs online, >= 1 */
+double cism__time_seconds(void);      /* monotonic */
+/* Bytes of this process resident in RAM, or -1 when unknown. */
+int64_t cism__resident_bytes(void);
+
+#endif

@@ -1,0 +1,222 @@
+/* platform_posix.c - Linux, Android, macOS/iOS. */
+#if !defined(_WIN32)
+
+#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
+#undef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#if defined(__APPLE__) && !defined(_DARWIN_C_SOURCE)
+#define _DARWIN_C_SOURCE 1
+#endif
+
+#include "platform.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- file view ------------------------------------------------------------- */
+int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen) {
+    struct stat st;
+    int fd;
+    memset(view, 0, sizeof(*view));
+    fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        snprintf(errbuf, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        snprintf(errbuf, errlen, "cannot stat '%s': %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(errbuf, errlen, "'%s' is not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    view->size = (uint64_t)st.st_size;
+    if (view->size == 0) {
+        snprintf(errbuf, errlen, "'%s' is empty", path);
+        close(fd);
+        return -1;
+    }
+    if ((uint64_t)(size_t)view->size != view->size) {
+        snprintf(errbuf, errlen, "'%s' is too large for this address space", path);
+        close(fd);
+        return -1;
+    }
+    if (use_mmap) {
+        void *p = mmap(NULL, (size_t)view->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+            view->data = (const uint8_t *)p;
+            view->mapped = 1;
+            close(fd);
+            return 0;
+        }
+        /* fall through to reading */
+    }
+    {
+        uint8_t *buf = (uint8_t *)malloc((size_t)view->size);
+        uint64_t done = 0;
+        if (!buf) {
+            snprintf(errbuf, errlen, "out of memory reading '%s' (%llu bytes)", path,
+                     (unsigned long long)view->size);
+            close(fd);
+            return -1;
+        }
+        while (done < view->size) {
+            ssize_t n = read(fd, buf + done, (size_t)(view->size - done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                snprintf(errbuf, errlen, "cannot read '%s': %s", path, n < 0 ? strerror(errno) : "unexpected end of file");
+                free(buf);
+                close(fd);
+                return -1;
+            }
+            done += (uint64_t)n;
+        }
+        view->data = buf;
+        view->mapped = 0;
+    }
+    close(fd);
+    return 0;
+}
+
+void cism__file_view_close(cism__file_view *view) {
+    if (!view || !view->data) return;
+    if (view->mapped) munmap((void *)view->data, (size_t)view->size);
+    else free((void *)view->data);
+    memset(view, 0, sizeof(*view));
+}
+
+void cism__file_view_prefetch(const cism__file_view *view) {
+#if defined(POSIX_MADV_WILLNEED)
+    if (view && view->mapped) posix_madvise((void *)view->data, (size_t)view->size, POSIX_MADV_WILLNEED);
+#else
+    (void)view;
+#endif
+}
+
+int cism__file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* ---- threads --------------------------------------------------------------- */
+struct cism__thread { pthread_t tid; cism__thread_fn fn; void *arg; };
+
+static void *thread_trampoline(void *p) {
+    cism__thread *t = (cism__thread *)p;
+    t->fn(t->arg);
+    return NULL;
+}
+
+cism__thread *cism__thread_start(cism__thread_fn fn, void *arg) {
+    cism__thread *t = (cism__thread *)calloc(1, sizeof(*t));
+    if (!t) return NULL;
+    t->fn = fn;
+    t->arg = arg;
+    if (pthread_create(&t->tid, NULL, thread_trampoline, t) != 0) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void cism__thread_join(cism__thread *t) {
+    if (!t) return;
+    pthread_join(t->tid, NULL);
+    free(t);
+}
+
+struct cism__mutex { pthread_mutex_t m; };
+struct cism__cond { pthread_cond_t c; };
+
+cism__mutex *cism__mutex_create(void) {
+    cism__mutex *m = (cism__mutex *)malloc(sizeof(*m));
+    if (m && pthread_mutex_init(&m->m, NULL) != 0) { free(m); m = NULL; }
+    return m;
+}
+void cism__mutex_destroy(cism__mutex *m) { if (m) { pthread_mutex_destroy(&m->m); free(m); } }
+void cism__mutex_lock(cism__mutex *m) { pthread_mutex_lock(&m->m); }
+void cism__mutex_unlock(cism__mutex *m) { pthread_mutex_unlock(&m->m); }
+
+cism__cond *cism__cond_create(void) {
+    cism__cond *c = (cism__cond *)malloc(sizeof(*c));
+    if (c && pthread_cond_init(&c->c, NULL) != 0) { free(c); c = NULL; }
+    return c;
+}
+void cism__cond_destroy(cism__cond *c) { if (c) { pthread_cond_destroy(&c->c); free(c); } }
+void cism__cond_wait(cism__cond *c, cism__mutex *m) { pthread_cond_wait(&c->c, &m->m); }
+void cism__cond_broadcast(cism__cond *c) { pthread_cond_broadcast(&c->c); }
+
+void cism__call_once(cism__once *once, void (*fn)(void)) {
+    /* 0 = not started, 1 = running, 2 = done */
+    if (cism__atomic_load(&once->state) == 2) return;
+    if (cism__atomic_cas(&once->state, 0, 1)) {
+        fn();
+        cism__atomic_store(&once->state, 2);
+        return;
+    }
+    while (cism__atomic_load(&once->state) != 2) sched_yield();
+}
+
+struct cism__tls { pthread_key_t key; };
+
+cism__tls *cism__tls_create(void) {
+    cism__tls *k = (cism__tls *)malloc(sizeof(*k));
+    if (k && pthread_key_create(&k->key, free) != 0) { free(k); k = NULL; }
+    return k;
+}
+void *cism__tls_get(cism__tls *k) { return k ? pthread_getspecific(k->key) : NULL; }
+int cism__tls_set(cism__tls *k, void *value) { return k ? pthread_setspecific(k->key, value) : -1; }
+
+void cism__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("pause");
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void cism__thread_yield(void) { sched_yield(); }
+
+/* ---- system ---------------------------------------------------------------- */
+int cism__cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}
+
+double cism__time_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int64_t cism__resident_bytes(void) {
+#if defined(__linux__)
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long pages_total = 0, pages_res = 0;
+    int ok;
+    if (!f) return -1;
+    ok = fscanf(f, "%lld %lld", &pages_total, &pages_res) == 2;
+    fclose(f);
+    if (!ok) return -1;
+    return (int64_t)pages_res * (int64_t)sysconf(_SC_PAGESIZE);
+#else
+    return -1;
+#endif
+}
+
+#else
+typedef int cism__platform_posix_unused;
+#endif
