@@ -1,0 +1,606 @@
+"""Converting checkpoints to .cism: Hugging Face folders and llama2.c `.bin` files.
+
+Everything that is not supported is refused here, with a message naming it,
+before any output is written. The output is written to `<out>.partial` and
+renamed when complete; an existing output is never replaced unless
+`overwrite=True`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import format as fmt
+from .safetensors import bf16_to_f32, f32_to_bf16, open_checkpoint
+
+SUPPORTED = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
+
+
+class ConversionError(ValueError):
+    """The checkpoint cannot be converted; the message says why."""
+
+
+@dataclass
+class Report:
+    path: str
+    architecture: str
+    n_params: int = 0
+    bytes_written: int = 0
+    tensors: Dict[str, str] = field(default_factory=dict)  # name -> dtype name
+    seconds: float = 0.0
+
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.bytes_written / max(self.n_params, 1)
+
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def _progress_stderr(done: int, total: int, name: str) -> None:
+    if total <= 0:
+        return
+    width = 30
+    fill = int(width * done / total)
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {100 * done // total:3d}%  {name[:40]:<40}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------
+# hyper-parameters
+
+def _rope_settings(cfg: Dict[str, Any]) -> Tuple[float, Dict[str, Any]]:
+    """(rope_theta, metadata) from either the old (`rope_theta` + `rope_scaling`) or the
+    transformers-5 (`rope_parameters`) config layout."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    if params and not isinstance(params, dict):
+        raise ConversionError("rope_parameters must be an object")
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    src = dict(scaling)
+    for k, v in params.items():
+        src.setdefault(k, v)
+    rtype = src.get("rope_type", src.get("type", "default")) or "default"
+    meta: Dict[str, Any] = {}
+    if rtype == "default":
+        pass
+    elif rtype == "linear":
+        meta["model.rope_scaling.type"] = "linear"
+        meta["model.rope_scaling.factor"] = float(src["factor"])
+    elif rtype == "llama3":
+        meta["model.rope_scaling.type"] = "llama3"
+        meta["model.rope_scaling.factor"] = float(src["factor"])
+        meta["model.rope_scaling.low_freq_factor"] = float(src.get("low_freq_factor", 1.0))
+        meta["model.rope_scaling.high_freq_factor"] = float(src.get("high_freq_factor", 4.0))
+        meta["model.rope_scaling.original_context_length"] = int(src.get("original_max_position_embeddings", 8192))
+    else:
+        raise ConversionError(f"RoPE scaling type {rtype!r} is not supported (supported: default, linear, llama3)")
+    if float(src.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ConversionError("partial rotary embeddings (partial_rotary_factor != 1) are not supported")
+    return float(theta), meta
+
+
+def hparams_from_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    archs = cfg.get("architectures") or []
+    if len(archs) != 1:
+        raise ConversionError(f"config.json must name exactly one architecture (found {archs})")
+    arch_cls = archs[0]
+    if arch_cls not in SUPPORTED:
+        raise ConversionError(f"architecture {arch_cls!r} is not supported "
+                              f"(supported: {', '.join(sorted(SUPPORTED))})")
+    arch = SUPPORTED[arch_cls]
+    for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "n_routed_experts"):
+        if cfg.get(key):
+            raise ConversionError(f"mixture-of-experts models ({key}={cfg[key]}) are not supported")
+    act = cfg.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ConversionError(f"activation {act!r} is not supported (only SwiGLU with silu)")
+    if cfg.get("mlp_bias"):
+        raise ConversionError("MLP biases (mlp_bias=true) are not supported")
+    if arch in ("llama", "mistral", "qwen3") and cfg.get("attention_bias"):
+        raise ConversionError(f"attention biases (attention_bias=true) are not supported for {arch_cls}")
+    dim = int(cfg["hidden_size"])
+    n_heads = int(cfg["num_attention_heads"])
+    n_kv = int(cfg.get("num_key_value_heads") or n_heads)
+    head_dim = int(cfg.get("head_dim") or dim // n_heads)
+    ctx = int(cfg.get("max_position_embeddings", 2048))
+    theta, rope_meta = _rope_settings(cfg)
+    meta: Dict[str, Any] = {
+        "general.architecture": arch,
+        "model.vocab_size": int(cfg["vocab_size"]),
+        "model.dim": dim,
+        "model.n_layers": int(cfg["num_hidden_layers"]),
+        "model.n_heads": n_heads,
+        "model.n_kv_heads": n_kv,
+        "model.head_dim": head_dim,
+        "model.ffn_dim": int(cfg["intermediate_size"]),
+        "model.context_length": ctx,
+        "model.norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "model.rope_theta": theta,
+        "model.tied_embeddings": int(bool(cfg.get("tie_word_embeddings", False))),
+    }
+    meta.update(rope_meta)
+    if arch == "qwen2":
+        meta["model.attn_qkv_bias"] = 1
+    if arch == "qwen3":
+        meta["model.qk_norm"] = 1
+    # sliding window: only a limit, never computed; sessions above it are refused
+    window = cfg.get("sliding_window")
+    uses_window = arch == "mistral" or cfg.get("use_sliding_window", False)
+    if uses_window and window and int(window) < ctx:
+        meta["model.sliding_window"] = int(window)
+    if n_heads % n_kv:
+        raise ConversionError(f"num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
+    return meta
+
+
+# ---------------------------------------------------------------------------
+# tensor name mapping
+
+_LAYER_MAP = {
+    "input_layernorm.weight": "attn_norm",
+    "self_attn.q_proj.weight": "attn_q",
+    "self_attn.k_proj.weight": "attn_k",
+    "self_attn.v_proj.weight": "attn_v",
+    "self_attn.o_proj.weight": "attn_output",
+    "self_attn.q_proj.bias": "attn_q_bias",
+    "self_attn.k_proj.bias": "attn_k_bias",
+    "self_attn.v_proj.bias": "attn_v_bias",
+    "self_attn.q_norm.weight": "attn_q_norm",
+    "self_attn.k_norm.weight": "attn_k_norm",
+    "post_attention_layernorm.weight": "ffn_norm",
+    "mlp.gate_proj.weight": "ffn_gate",
+    "mlp.up_proj.weight": "ffn_up",
+    "mlp.down_proj.weight": "ffn_down",
+}
+_TOP_MAP = {"model.embed_tokens.weight": "token_embd", "model.norm.weight": "output_norm", "lm_head.weight": "output"}
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+
+def map_name(hf: str) -> Optional[str]:
+    """The .cism name of an HF tensor, None for tensors that are dropped, or raises."""
+    if hf in _TOP_MAP:
+        return _TOP_MAP[hf]
+    if hf.endswith("rotary_emb.inv_freq"):
+        return None
+    m = _LAYER_RE.match(hf)
+    if m and m.group(2) in _LAYER_MAP:
+        return f"blk.{m.group(1)}.{_LAYER_MAP[m.group(2)]}"
+    raise ConversionError(f"tensor {hf!r} is not part of a supported model (unknown name)")
+
+
+def expected_tensors(meta: Dict[str, Any]) -> Dict[str, Tuple[int, ...]]:
+    """Every tensor a model with these hyper-parameters has, with its shape."""
+    d, f, hd = meta["model.dim"], meta["model.ffn_dim"], meta["model.head_dim"]
+    q, kv, v = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd, meta["model.vocab_size"]
+    out: Dict[str, Tuple[int, ...]] = {"token_embd": (v, d), "output_norm": (d,)}
+    if not meta["model.tied_embeddings"]:
+        out["output"] = (v, d)
+    for i in range(meta["model.n_layers"]):
+        p = f"blk.{i}."
+        out.update({p + "attn_norm": (d,), p + "attn_q": (q, d), p + "attn_k": (kv, d), p + "attn_v": (kv, d),
+                    p + "attn_output": (d, q), p + "ffn_norm": (d,), p + "ffn_gate": (f, d), p + "ffn_up": (f, d),
+                    p + "ffn_down": (d, f)})
+        if meta.get("model.attn_qkv_bias"):
+            out.update({p + "attn_q_bias": (q,), p + "attn_k_bias": (kv,), p + "attn_v_bias": (kv,)})
+        if meta.get("model.qk_norm"):
+            out.update({p + "attn_q_norm": (hd,), p + "attn_k_norm": (hd,)})
+    return out
+
+
+# ---------------------------------------------------------------------------
+# writing
+
+def _matrix_bytes(arr: np.ndarray, dtype: int) -> np.ndarray:
+    if dtype == fmt.DTYPE_F32:
+        return np.ascontiguousarray(arr, dtype="<f4")
+    if dtype == fmt.DTYPE_F16:
+        return np.ascontiguousarray(arr, dtype="<f2")
+    if dtype == fmt.DTYPE_BF16:
+        return f32_to_bf16(np.asarray(arr, dtype=np.float32))
+    raise ConversionError(f"unknown dtype {dtype}")
+
+
+def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable[[str], np.ndarray],
+                dtype_for: Callable[[str], int], overwrite: bool = False,
+                progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None
+                ) -> Report:
+    """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
+    arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
+    (used to keep bf16/f16 sources bit-exact)."""
+    t0 = time.time()
+    shapes = expected_tensors(meta)
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
+    w = fmt.Writer(meta)
+    report = Report(out, meta["general.architecture"])
+    for name in order:
+        shape = shapes[name]
+        dt = fmt.DTYPE_F32 if len(shape) == 1 else dtype_for(name)
+        itemsize = 4 if dt == fmt.DTYPE_F32 else 2
+        w.add(name, dt, shape, int(np.prod(shape)) * itemsize)
+        report.tensors[name] = fmt.DTYPE_NAMES[dt]
+        if len(shape) == 2:
+            report.n_params += int(np.prod(shape))
+    total = sum(t.nbytes for t in w.tensors)
+    done = 0
+    with w.open(out, overwrite=overwrite) as f:
+        for spec in w.tensors:
+            raw = raw_for(spec.name) if raw_for else None
+            if raw is not None and raw.nbytes == spec.nbytes:
+                f.write_tensor(spec.name, raw)
+            else:
+                arr = load(spec.name)
+                if tuple(arr.shape) != spec.shape:
+                    raise ConversionError(f"tensor {spec.name}: shape {tuple(arr.shape)}, expected {spec.shape}")
+                if len(spec.shape) == 1 and not np.all(np.isfinite(arr)):
+                    raise ConversionError(f"tensor {spec.name} holds NaN or infinity")
+                f.write_tensor(spec.name, _matrix_bytes(arr, spec.dtype))
+            done += spec.nbytes
+            if progress:
+                progress(done, total, spec.name)
+    report.bytes_written = total
+    report.seconds = time.time() - t0
+    return report
+
+
+# ---------------------------------------------------------------------------
+# tokenizer metadata
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _as_id_list(v: Any) -> List[int]:
+    if v is None:
+        return []
+    if isinstance(v, list):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def tokenizer_meta_hf(folder: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+    meta: Dict[str, Any] = {}
+    gen = _read_json(os.path.join(folder, "generation_config.json")) or {}
+    tok_cfg = _read_json(os.path.join(folder, "tokenizer_config.json"))
+    bos = cfg.get("bos_token_id", gen.get("bos_token_id"))
+    eos = _as_id_list(cfg.get("eos_token_id"))
+    for e in _as_id_list(gen.get("eos_token_id")):
+        if e not in eos:
+            eos.append(e)
+    pad = cfg.get("pad_token_id", gen.get("pad_token_id"))
+    if isinstance(bos, list):
+        bos = bos[0] if bos else None
+    if bos is not None:
+        meta["tokenizer.bos_id"] = int(bos)
+    if eos:
+        meta["tokenizer.eos_id"] = eos[0]
+        meta["tokenizer.eos_ids"] = np.asarray(eos, dtype=np.int64)
+    if pad is not None and not isinstance(pad, list):
+        meta["tokenizer.pad_id"] = int(pad)
+    tj = os.path.join(folder, "tokenizer.json")
+    if os.path.exists(tj):
+        with open(tj, "rb") as f:
+            meta["tokenizer.hf_json"] = fmt.Bytes(f.read())
+    if tok_cfg is not None:
+        with open(os.path.join(folder, "tokenizer_config.json"), "rb") as f:
+            meta["tokenizer.hf_config_json"] = fmt.Bytes(f.read())
+        tmpl = tok_cfg.get("chat_template")
+        if isinstance(tmpl, list):  # named templates: take the default one
+            named = {t.get("name"): t.get("template") for t in tmpl if isinstance(t, dict)}
+            tmpl = named.get("default") or next(iter(named.values()), None)
+        if isinstance(tmpl, str):
+            meta["tokenizer.chat_template"] = tmpl
+        if "add_bos_token" in tok_cfg:
+            meta["tokenizer.add_bos"] = int(bool(tok_cfg["add_bos_token"]))
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if "tokenizer.chat_template" not in meta and os.path.exists(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            meta["tokenizer.chat_template"] = f.read()
+    return meta
+
+
+# ---------------------------------------------------------------------------
+# Hugging Face folders
+
+def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = False,
+               progress: Optional[ProgressFn] = None) -> Report:
+    cfg = _read_json(os.path.join(folder, "config.json"))
+    if cfg is None:
+        raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
+    meta = hparams_from_config(cfg)
+    tensors = open_checkpoint(folder)
+    mapping: Dict[str, str] = {}
+    for hf in tensors:
+        name = map_name(hf)
+        if name is not None:
+            mapping[name] = hf
+    expected = expected_tensors(meta)
+    if meta["model.tied_embeddings"]:
+        mapping.pop("output", None)  # a saved copy of the tied head is redundant
+    missing = [n for n in expected if n not in mapping]
+    extra = [mapping[n] for n in mapping if n not in expected]
+    if extra:
+        bias = [e for e in extra if e.endswith(".bias")]
+        raise ConversionError(f"unexpected tensors for {meta['general.architecture']}: {extra[:5]}"
+                              + (" (biases are not supported for this family)" if bias else ""))
+    if missing:
+        raise ConversionError(f"missing tensors: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    for name, shape in expected.items():
+        got = tensors[mapping[name]].info(mapping[name])[1]
+        if tuple(got) != shape:
+            raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies {shape}")
+    src_dtypes = {tensors[mapping[n]].info(mapping[n])[0] for n, s in expected.items() if len(s) == 2}
+    if dtype == "auto":
+        target = {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(sorted(src_dtypes)[0] if len(src_dtypes) == 1 else "F32", "f32")
+    elif dtype in DTYPES:
+        target = dtype
+    else:
+        raise ConversionError(f"unknown dtype {dtype!r} (f32, f16, bf16 or auto)")
+    meta.update(tokenizer_meta_hf(folder, cfg))
+    meta["general.name"] = cfg.get("_name_or_path") or os.path.basename(os.path.abspath(folder))
+    meta["general.source"] = "hf:" + os.path.basename(os.path.abspath(folder))
+    meta["general.converter"] = "cism.convert " + _version()
+
+    def load(name: str) -> np.ndarray:
+        arr, dt = tensors[mapping[name]].get(mapping[name])
+        if dt == "BF16":
+            return bf16_to_f32(arr)
+        return arr.astype(np.float32)
+
+    def raw_for(name: str) -> Optional[np.ndarray]:
+        arr, dt = tensors[mapping[name]].get(mapping[name])
+        if arr.ndim == 2 and dt == "BF16" and target == "bf16":
+            return arr
+        if arr.ndim == 2 and dt == "F16" and target == "f16":
+            return arr
+        return None
+
+    order = list(expected)
+    return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for)
+
+
+def _version() -> str:
+    try:
+        from . import __version__
+        return __version__
+    except ImportError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------
+# llama2.c checkpoints
+
+def _read_llama2c(path: str) -> Tuple[Dict[str, int], Dict[str, np.ndarray], bool]:
+    """Returns (config, tensors by llama2.c name, shared classifier)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(256)
+    if len(head) < 28:
+        raise ConversionError(f"{path}: too short for a llama2.c checkpoint")
+    (magic,) = struct.unpack_from("<I", head, 0)
+    if magic == 0x616B3432:  # "ak42": version 1 or 2
+        (version,) = struct.unpack_from("<i", head, 4)
+        if version != 1:
+            raise ConversionError(f"{path}: llama2.c checkpoint version {version} is not supported "
+                                  "(version 0 and 1 are; version 2 is llama2.c's own int8 export)")
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq = struct.unpack_from("<7i", head, 8)
+        shared = bool(head[36])
+        offset = 256
+        legacy = False
+    else:
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq = struct.unpack_from("<7i", head, 0)
+        shared = vocab > 0
+        vocab = abs(vocab)
+        offset = 28
+        legacy = True
+    cfg = dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
+               vocab_size=vocab, seq_len=seq)
+    for k, v in cfg.items():
+        if not 0 < v <= (1 << 24):
+            raise ConversionError(f"{path}: header field {k}={v} is not plausible (not a llama2.c checkpoint?)")
+    if dim % n_heads or n_heads % n_kv or (dim // n_heads) % 2:
+        raise ConversionError(f"{path}: inconsistent header (dim {dim}, heads {n_heads}, kv heads {n_kv})")
+    hs = dim // n_heads
+    kv_dim = n_kv * hs
+    L = n_layers
+    shapes = [("token_embedding_table", (vocab, dim))]
+    if legacy:
+        shapes += [("rms_att_weight", (L, dim)), ("wq", (L, dim, dim)), ("wk", (L, kv_dim, dim)),
+                   ("wv", (L, kv_dim, dim)), ("wo", (L, dim, dim)), ("rms_ffn_weight", (L, dim)),
+                   ("w1", (L, hidden, dim)), ("w2", (L, dim, hidden)), ("w3", (L, hidden, dim)),
+                   ("rms_final_weight", (dim,)), ("freq_cis_real", (seq * hs // 2,)),
+                   ("freq_cis_imag", (seq * hs // 2,))]
+    else:
+        shapes = [("rms_att_weight", (L, dim)), ("rms_ffn_weight", (L, dim)), ("rms_final_weight", (dim,)),
+                  ("token_embedding_table", (vocab, dim)), ("wq", (L, dim, dim)), ("wk", (L, kv_dim, dim)),
+                  ("wv", (L, kv_dim, dim)), ("wo", (L, dim, dim)), ("w1", (L, hidden, dim)),
+                  ("w2", (L, dim, hidden)), ("w3", (L, hidden, dim))]
+    if not shared:
+        shapes.append(("wcls", (vocab, dim)))
+    need = offset + 4 * sum(int(np.prod(s)) for _, s in shapes)
+    if size < need:
+        raise ConversionError(f"{path}: file has {size} bytes, its header implies {need} (truncated?)")
+    if size > need:
+        raise ConversionError(f"{path}: file has {size - need} bytes more than its header implies "
+                              "(not a supported llama2.c checkpoint)")
+    data = np.memmap(path, dtype="<f4", mode="r", offset=offset)
+    out: Dict[str, np.ndarray] = {}
+    pos = 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = np.asarray(data[pos:pos + n]).reshape(shape)
+        pos += n
+    return cfg, out, shared
+
+
+def _permute_rope(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Interleaved RoPE pairs (llama2.c/Meta) -> rotate-half order (Hugging Face)."""
+    rows, cols = w.shape
+    hs = rows // n_heads
+    return w.reshape(n_heads, hs // 2, 2, cols).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def read_llama2c_vocab(path: str, vocab_size: int) -> Tuple[List[bytes], np.ndarray]:
+    """llama2.c tokenizer.bin: pieces (bytes, as stored) and scores."""
+    pieces: List[bytes] = []
+    scores = np.zeros(vocab_size, dtype=np.float32)
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 4:
+        raise ConversionError(f"{path}: too short for a llama2.c tokenizer")
+    p = 4
+    for i in range(vocab_size):
+        if p + 8 > len(blob):
+            raise ConversionError(f"{path}: holds fewer than the model's {vocab_size} tokens (truncated, or another vocabulary)")
+        score, ln = struct.unpack_from("<fi", blob, p)
+        p += 8
+        if ln < 0 or p + ln > len(blob):
+            raise ConversionError(f"{path}: token {i} has an impossible length {ln}")
+        pieces.append(blob[p:p + ln])
+        p += ln
+        scores[i] = score
+    if p != len(blob):
+        raise ConversionError(f"{path}: {len(blob) - p} bytes left after {vocab_size} tokens (vocabulary does not match the model)")
+    return pieces, scores
+
+
+def llama2c_tokenizer_json(pieces: List[bytes], scores: np.ndarray) -> Dict[str, Any]:
+    """A Hugging Face tokenizer.json equivalent to a llama2.c (sentencepiece BPE,
+    byte-fallback) vocabulary, with the same normalizer as sentencepiece's
+    defaults for llama2.c's tokenizers (dummy prefix, extra whitespace removed)."""
+    specials = {0: "<unk>", 1: "<s>", 2: "</s>"}
+    vocab: Dict[str, int] = {}
+    for i, raw in enumerate(pieces):
+        if i in specials:
+            tok = specials[i]
+        else:
+            tok = raw.decode("utf-8", errors="surrogateescape").replace(" ", "\u2581")
+        if tok in vocab:
+            raise ConversionError(f"duplicate piece {tok!r} in the vocabulary")
+        vocab[tok] = i
+    # merges: every split of a multi-character piece into two pieces, ordered by the
+    # merged piece's score (sentencepiece merge priority), then by split position
+    merges = []
+    for tok, i in vocab.items():
+        if i in specials or re.fullmatch(r"<0x[0-9A-F]{2}>", tok) or len(tok) < 2:
+            continue
+        for k in range(1, len(tok)):
+            a, b = tok[:k], tok[k:]
+            if a in vocab and b in vocab:
+                merges.append((-float(scores[i]), i, k, a, b))
+    merges.sort()
+    byte_fallback = all(f"<0x{b:02X}>" in vocab for b in range(256))
+    decoders: List[Dict[str, Any]] = [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}]
+    if byte_fallback:
+        decoders.append({"type": "ByteFallback"})
+    decoders += [{"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True} for i, c in specials.items()],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Replace", "pattern": {"Regex": "\\A +| +\\z"}, "content": ""},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": byte_fallback, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[m[3], m[4]] for m in merges]},
+    }
+
+
+def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype: str = "f32",
+                    overwrite: bool = False, progress: Optional[ProgressFn] = None) -> Report:
+    cfg, t, shared = _read_llama2c(path)
+    hs = cfg["dim"] // cfg["n_heads"]
+    meta: Dict[str, Any] = {
+        "general.architecture": "llama",
+        "model.vocab_size": cfg["vocab_size"],
+        "model.dim": cfg["dim"],
+        "model.n_layers": cfg["n_layers"],
+        "model.n_heads": cfg["n_heads"],
+        "model.n_kv_heads": cfg["n_kv_heads"],
+        "model.head_dim": hs,
+        "model.ffn_dim": cfg["hidden_dim"],
+        "model.context_length": cfg["seq_len"],
+        "model.norm_eps": 1e-5,
+        "model.rope_theta": 10000.0,
+        "model.tied_embeddings": int(shared),
+        "general.name": os.path.splitext(os.path.basename(path))[0],
+        "general.source": "llama2c:" + os.path.basename(path),
+        "general.converter": "cism.convert " + _version(),
+        "tokenizer.bos_id": 1,
+        "tokenizer.eos_id": 2,
+        # llama2.c's run.c stops when the model produces BOS again
+        "tokenizer.eos_ids": np.asarray([2, 1], dtype=np.int64),
+        "tokenizer.add_bos": 1,
+    }
+    if tokenizer:
+        pieces, scores = read_llama2c_vocab(tokenizer, cfg["vocab_size"])
+        meta["tokenizer.hf_json"] = fmt.Bytes(json.dumps(llama2c_tokenizer_json(pieces, scores),
+                                                        ensure_ascii=False).encode("utf-8"))
+        meta["tokenizer.llama2c_vocab"] = fmt.Bytes(open(tokenizer, "rb").read())
+    if dtype not in DTYPES:
+        raise ConversionError(f"unknown dtype {dtype!r} (f32, f16 or bf16)")
+
+    def load(name: str) -> np.ndarray:
+        if name == "token_embd":
+            return t["token_embedding_table"]
+        if name == "output":
+            return t["wcls"]
+        if name == "output_norm":
+            return t["rms_final_weight"]
+        layer, what = int(name.split(".")[1]), name.split(".")[2]
+        if what == "attn_q":
+            return _permute_rope(t["wq"][layer], cfg["n_heads"])
+        if what == "attn_k":
+            return _permute_rope(t["wk"][layer], cfg["n_kv_heads"])
+        src = {"attn_norm": "rms_att_weight", "attn_v": "wv", "attn_output": "wo", "ffn_norm": "rms_ffn_weight",
+               "ffn_gate": "w1", "ffn_down": "w2", "ffn_up": "w3"}[what]
+        return t[src][layer]
+
+    order = list(expected_tensors(meta))
+    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress)
+
+
+def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
+            overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr) -> Report:
+    """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism)."""
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
+    if os.path.isdir(src):
+        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress)
+    if os.path.isfile(src):
+        return convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
+                               overwrite=overwrite, progress=progress)
+    raise FileNotFoundError(f"{src}: no such file or folder")

@@ -1,0 +1,298 @@
+"""Reading and writing `.cism` files (docs/FORMAT.md) in pure Python.
+
+The writer streams tensors to disk one at a time, so converting a model never
+needs more memory than its largest tensor. The reader is for inspection and
+tests; the C library has its own, stricter loader.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+MAGIC = b"CISM\r\n\x1a\n"
+VERSION = 1
+ALIGN = 64
+HEADER_SIZE = 64
+
+META_INT, META_FLOAT, META_STRING, META_BYTES = 1, 2, 3, 4
+META_INT_ARRAY, META_FLOAT_ARRAY, META_STRING_ARRAY = 5, 6, 7
+
+# dtype numbers; quantized formats are registered by cism.quant
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_NAMES = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16"}
+
+
+class FormatError(ValueError):
+    """A .cism file that does not follow docs/FORMAT.md."""
+
+
+@dataclass
+class Bytes:
+    """Marks a metadata value as opaque BYTES (a `bytes` value defaults to BYTES too)."""
+    data: bytes
+
+
+def _encode_meta(key: str, value: Any) -> bytes:
+    kb = key.encode("ascii")
+    out = [struct.pack("<I", len(kb)), kb]
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, (int, np.integer)):
+        out += [struct.pack("<Iq", META_INT, int(value))]
+    elif isinstance(value, (float, np.floating)):
+        out += [struct.pack("<Id", META_FLOAT, float(value))]
+    elif isinstance(value, str):
+        b = value.encode("utf-8")
+        out += [struct.pack("<IQ", META_STRING, len(b)), b]
+    elif isinstance(value, (bytes, bytearray, Bytes)):
+        b = bytes(value.data if isinstance(value, Bytes) else value)
+        out += [struct.pack("<IQ", META_BYTES, len(b)), b]
+    elif isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        a = np.ascontiguousarray(value, dtype="<f4")
+        out += [struct.pack("<IQ", META_FLOAT_ARRAY, a.size), a.tobytes()]
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+        a = np.ascontiguousarray(value, dtype="<i8")
+        out += [struct.pack("<IQ", META_INT_ARRAY, a.size), a.tobytes()]
+    elif isinstance(value, (list, tuple)):
+        if all(isinstance(v, (bytes, str)) for v in value):
+            parts = [struct.pack("<IQ", META_STRING_ARRAY, len(value))]
+            for v in value:
+                b = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+                parts += [struct.pack("<I", len(b)), b]
+            out += parts
+        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+            a = np.asarray(value, dtype="<i8")
+            out += [struct.pack("<IQ", META_INT_ARRAY, a.size), a.tobytes()]
+        elif all(isinstance(v, (int, float, np.number)) for v in value):
+            a = np.asarray(value, dtype="<f4")
+            out += [struct.pack("<IQ", META_FLOAT_ARRAY, a.size), a.tobytes()]
+        else:
+            raise TypeError(f"metadata {key!r}: a list must hold only strings, only ints or only numbers")
+    else:
+        raise TypeError(f"metadata {key!r}: unsupported value type {type(value).__name__}")
+    return b"".join(out)
+
+
+def _check_key(key: str) -> None:
+    if not key or len(key) > 256 or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789_." for c in key):
+        raise ValueError(f"invalid metadata key {key!r} (1..256 chars of [a-z0-9_.])")
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    dtype: int
+    shape: Tuple[int, ...]
+    nbytes: int
+    offset: int = 0
+
+
+class Writer:
+    """Writes a .cism file.
+
+    Usage::
+
+        w = Writer(metadata)
+        w.add("token_embd", DTYPE_F32, (vocab, dim), nbytes)   # declare every tensor first
+        ...
+        with w.open(path) as f:                                  # then stream the data in order
+            f.write_tensor("token_embd", array_or_bytes)
+
+    The output goes to `path + ".partial"` and is renamed into place only when
+    complete, so an interrupted conversion never leaves a broken file behind.
+    """
+
+    def __init__(self, metadata: Dict[str, Any]):
+        for k in metadata:
+            _check_key(k)
+        self.metadata = dict(metadata)
+        self.tensors: List[TensorSpec] = []
+        self._names: Dict[str, TensorSpec] = {}
+
+    def add(self, name: str, dtype: int, shape: Sequence[int], nbytes: int) -> None:
+        if name in self._names:
+            raise ValueError(f"tensor {name!r} declared twice")
+        if not 1 <= len(shape) <= 4 or any(int(d) <= 0 for d in shape):
+            raise ValueError(f"tensor {name!r}: bad shape {tuple(shape)}")
+        spec = TensorSpec(name, int(dtype), tuple(int(d) for d in shape), int(nbytes))
+        self.tensors.append(spec)
+        self._names[name] = spec
+
+    def _layout(self) -> Tuple[bytes, bytes, int]:
+        meta = struct.pack("<I", len(self.metadata)) + b"".join(_encode_meta(k, v) for k, v in self.metadata.items())
+        off = 0
+        for t in self.tensors:
+            t.offset = off
+            off += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        data_size = self.tensors[-1].offset + self.tensors[-1].nbytes if self.tensors else 0
+        parts = [struct.pack("<I", len(self.tensors))]
+        for t in self.tensors:
+            nb = t.name.encode("ascii")
+            parts.append(struct.pack("<I", len(nb)) + nb + struct.pack("<II", t.dtype, len(t.shape)))
+            parts.append(struct.pack(f"<{len(t.shape)}Q", *t.shape) + struct.pack("<QQ", t.offset, t.nbytes))
+        return meta, b"".join(parts), data_size
+
+    def open(self, path: str, overwrite: bool = False) -> "_OpenWriter":
+        if os.path.exists(path) and not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True (--force) to replace it")
+        return _OpenWriter(self, path)
+
+
+class _OpenWriter:
+    def __init__(self, w: Writer, path: str):
+        self.w = w
+        self.path = path
+        self.tmp = path + ".partial"
+        meta, tdir, data_size = w._layout()
+        meta_off = HEADER_SIZE
+        tens_off = meta_off + len(meta)
+        data_off = (tens_off + len(tdir) + ALIGN - 1) // ALIGN * ALIGN
+        header = MAGIC + struct.pack("<II6Q", VERSION, 0, meta_off, len(meta), tens_off, len(tdir), data_off, data_size)
+        assert len(header) == HEADER_SIZE
+        self.f = open(self.tmp, "wb")
+        self.f.write(header + meta + tdir)
+        self.f.write(b"\0" * (data_off - self.f.tell()))
+        self.data_off = data_off
+        self.next = 0
+
+    def write_tensor(self, name: str, data: Any) -> None:
+        spec = self.w.tensors[self.next]
+        if spec.name != name:
+            raise ValueError(f"tensors must be written in declaration order: expected {spec.name!r}, got {name!r}")
+        if isinstance(data, np.ndarray):
+            if data.dtype.byteorder == ">":
+                data = data.astype(data.dtype.newbyteorder("<"))
+            buf = memoryview(np.ascontiguousarray(data)).cast("B")
+        else:
+            buf = memoryview(data).cast("B")
+        if buf.nbytes != spec.nbytes:
+            raise ValueError(f"tensor {name!r}: {buf.nbytes} bytes given, {spec.nbytes} declared")
+        pos = self.data_off + spec.offset
+        if self.f.tell() < pos:
+            self.f.write(b"\0" * (pos - self.f.tell()))
+        self.f.write(buf)
+        self.next += 1
+
+    def __enter__(self) -> "_OpenWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.f.close()
+        if exc_type is None and self.next != len(self.w.tensors):
+            os.unlink(self.tmp)
+            raise ValueError(f"only {self.next} of {len(self.w.tensors)} tensors were written")
+        if exc_type is not None:
+            os.unlink(self.tmp)
+            return
+        os.replace(self.tmp, self.path)
+
+
+# ---------------------------------------------------------------------------
+# reading (inspection and tests)
+
+@dataclass
+class TensorInfo:
+    name: str
+    dtype: int
+    shape: Tuple[int, ...]
+    offset: int  # absolute
+    nbytes: int
+
+
+class CismFile:
+    """A parsed .cism file: `metadata` dict and `tensors` dict of TensorInfo."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE or head[:8] != MAGIC:
+                raise FormatError(f"{path}: not a .cism file")
+            version, flags, meta_off, meta_size, tens_off, tens_size, data_off, data_size = struct.unpack(
+                "<II6Q", head[8:])
+            if version != VERSION:
+                raise FormatError(f"{path}: version {version} is not supported")
+            self.header = dict(version=version, flags=flags, meta_offset=meta_off, meta_size=meta_size,
+                               tensors_offset=tens_off, tensors_size=tens_size, data_offset=data_off,
+                               data_size=data_size)
+            f.seek(meta_off)
+            meta = f.read(meta_size)
+            f.seek(tens_off)
+            tdir = f.read(tens_size)
+        self.metadata = _parse_meta(meta)
+        self.tensors: Dict[str, TensorInfo] = {}
+        (n,) = struct.unpack_from("<I", tdir, 0)
+        p = 4
+        for _ in range(n):
+            (ln,) = struct.unpack_from("<I", tdir, p)
+            p += 4
+            name = tdir[p:p + ln].decode("ascii")
+            p += ln
+            dtype, nd = struct.unpack_from("<II", tdir, p)
+            p += 8
+            shape = struct.unpack_from(f"<{nd}Q", tdir, p)
+            p += 8 * nd
+            off, nb = struct.unpack_from("<QQ", tdir, p)
+            p += 16
+            self.tensors[name] = TensorInfo(name, dtype, tuple(shape), data_off + off, nb)
+
+    def raw(self, name: str) -> bytes:
+        t = self.tensors[name]
+        with open(self.path, "rb") as f:
+            f.seek(t.offset)
+            return f.read(t.nbytes)
+
+    def array(self, name: str) -> np.ndarray:
+        """A float/half tensor as a numpy array of its shape (quantized tensors: raw uint8 rows)."""
+        t = self.tensors[name]
+        raw = self.raw(name)
+        if t.dtype == DTYPE_F32:
+            return np.frombuffer(raw, "<f4").reshape(t.shape)
+        if t.dtype == DTYPE_F16:
+            return np.frombuffer(raw, "<f2").reshape(t.shape)
+        if t.dtype == DTYPE_BF16:
+            u = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+            return u.view(np.float32).reshape(t.shape)
+        rows = int(np.prod(t.shape[:-1]))
+        return np.frombuffer(raw, np.uint8).reshape(rows, -1)
+
+
+def _parse_meta(buf: bytes) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    (n,) = struct.unpack_from("<I", buf, 0)
+    p = 4
+    for _ in range(n):
+        (kl,) = struct.unpack_from("<I", buf, p)
+        p += 4
+        key = buf[p:p + kl].decode("ascii")
+        p += kl
+        (typ,) = struct.unpack_from("<I", buf, p)
+        p += 4
+        if typ == META_INT:
+            (v,) = struct.unpack_from("<q", buf, p); p += 8
+        elif typ == META_FLOAT:
+            (v,) = struct.unpack_from("<d", buf, p); p += 8
+        elif typ in (META_STRING, META_BYTES):
+            (ln,) = struct.unpack_from("<Q", buf, p); p += 8
+            v = buf[p:p + ln]; p += ln
+            v = v.decode("utf-8") if typ == META_STRING else bytes(v)
+        elif typ == META_INT_ARRAY:
+            (ln,) = struct.unpack_from("<Q", buf, p); p += 8
+            v = np.frombuffer(buf, "<i8", ln, p).copy(); p += 8 * ln
+        elif typ == META_FLOAT_ARRAY:
+            (ln,) = struct.unpack_from("<Q", buf, p); p += 8
+            v = np.frombuffer(buf, "<f4", ln, p).copy(); p += 4 * ln
+        elif typ == META_STRING_ARRAY:
+            (ln,) = struct.unpack_from("<Q", buf, p); p += 8
+            v = []
+            for _ in range(ln):
+                (sl,) = struct.unpack_from("<I", buf, p); p += 4
+                v.append(bytes(buf[p:p + sl])); p += sl
+        else:
+            raise FormatError(f"metadata {key!r}: unknown type {typ}")
+        out[key] = v
+    return out
