@@ -1,0 +1,57 @@
+/* generate.c - the smallest complete libcism program: load a .cism model,
+ * evaluate a prompt of token ids and stream greedy (or sampled) token ids.
+ *
+ *   ./generate model.cism [n_tokens] [temperature] [seed]
+ *
+ * Tokens are printed as ids; a prompt of just the BOS token is used. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cism.h"
+
+static int32_t on_token(void *user_data, int32_t token) {
+    (void)user_data;
+    printf("%d ", (int)token);
+    fflush(stdout);
+    return 0; /* non-zero would stop generation */
+}
+
+int main(int argc, char **argv) {
+    cism_model *model = NULL;
+    cism_session *session = NULL;
+    cism_sampler *sampler = NULL;
+    cism_params *params = NULL;
+    int64_t bos = -1;
+    int32_t prompt[1], n_out = 0;
+    int n = argc > 2 ? atoi(argv[2]) : 32;
+    double temperature = argc > 3 ? atof(argv[3]) : 0.0;
+    int64_t seed = argc > 4 ? atoll(argv[4]) : 42;
+    cism_status st;
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s model.cism [n_tokens] [temperature] [seed]\n", argv[0]);
+        return 2;
+    }
+    if ((st = cism_params_create(&params)) ||
+        (st = cism_params_set_int(params, CISM_PARAM_N_THREADS, 1)) ||
+        (st = cism_model_load(argv[1], params, &model)) ||
+        (st = cism_session_create(model, params, &session)) ||
+        (st = cism_sampler_create(&sampler)) ||
+        (st = cism_sampler_set_float(sampler, CISM_SAMPLER_TEMPERATURE, temperature)) ||
+        (st = cism_sampler_set_int(sampler, CISM_SAMPLER_SEED, seed)) ||
+        (st = cism_model_get_info(model, CISM_INFO_BOS_ID, &bos))) {
+        fprintf(stderr, "error: %s: %s\n", cism_status_str(st), cism_last_error());
+        goto out;
+    }
+    prompt[0] = bos >= 0 ? (int32_t)bos : 0;
+    st = cism_generate(session, sampler, prompt, 1, n, 0, on_token, NULL, &n_out);
+    printf("\n");
+    if (st) fprintf(stderr, "error: %s: %s\n", cism_status_str(st), cism_last_error());
+    else fprintf(stderr, "%d tokens\n", (int)n_out);
+out:
+    cism_sampler_free(sampler);
+    cism_session_free(session);
+    cism_model_free(model);
+    cism_params_free(params);
+    return st ? 1 : 0;
+}
