@@ -1,0 +1,280 @@
+"""The low-level binding: loads libcism and declares every function of cism.h.
+
+Every public C function has `argtypes` and `restype` set here, in header
+order, with its C prototype as a comment (tests/python/test_lib_decls.py
+parses cism.h and fails when one is missing or disagrees). Nothing else in the
+package calls `ctypes.CDLL`; everything goes through `lib`.
+
+Library discovery, first hit wins:
+  1. the CISM_LIB environment variable (a path to the shared library);
+  2. next to this file, and every folder of the package's `__path__` (this
+     covers scikit-build-core editable installs, where the library lives in
+     site-packages while the sources stay in the checkout).
+On failure the error lists every path tried. The library's ABI version is
+checked as soon as it is loaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int32, c_int64, c_uint32, c_void_p)
+from typing import List
+
+ABI_VERSION = 1  # CISM_ABI_VERSION this binding was written for
+
+# ---- enums of cism.h (pinned values) ----------------------------------------
+# status
+OK = 0
+ERR_INVALID_ARG = 1
+ERR_IO = 2
+ERR_FORMAT = 3
+ERR_UNSUPPORTED = 4
+ERR_OUT_OF_MEMORY = 5
+ERR_CONTEXT_FULL = 6
+ERR_TOKEN_RANGE = 7
+ERR_BUFFER_SMALL = 8
+ERR_CANCELLED = 9
+ERR_STATE = 10
+ERR_EXISTS = 11
+ERR_INTERNAL = 12
+# log levels
+LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2, 3
+# cism_param
+PARAM_N_THREADS = 0
+PARAM_N_CTX = 1
+PARAM_KV_TYPE = 2
+PARAM_USE_MMAP = 3
+PARAM_N_BATCH = 4
+PARAM_LOGITS_ALL = 5
+PARAM_CHECK_WEIGHTS = 6
+# cism_dtype
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+# cism_model_info
+INFO_VOCAB_SIZE = 0
+INFO_DIM = 1
+INFO_N_LAYERS = 2
+INFO_N_HEADS = 3
+INFO_N_KV_HEADS = 4
+INFO_HEAD_DIM = 5
+INFO_FFN_DIM = 6
+INFO_CONTEXT_LEN = 7
+INFO_BOS_ID = 8
+INFO_EOS_ID = 9
+INFO_N_EOS_IDS = 10
+INFO_PAD_ID = 11
+INFO_N_PARAMS = 12
+INFO_WEIGHT_BYTES = 13
+INFO_FILE_BYTES = 14
+INFO_TIED_EMBEDDINGS = 15
+INFO_WEIGHT_DTYPE = 16
+# cism_meta_type
+META_NONE = 0
+META_INT = 1
+META_FLOAT = 2
+META_STRING = 3
+META_BYTES = 4
+META_INT_ARRAY = 5
+META_FLOAT_ARRAY = 6
+META_STRING_ARRAY = 7
+# cism_sampler_param
+SAMPLER_TEMPERATURE = 0
+SAMPLER_TOP_K = 1
+SAMPLER_TOP_P = 2
+SAMPLER_MIN_P = 3
+SAMPLER_REPEAT_PENALTY = 4
+SAMPLER_FREQUENCY_PENALTY = 5
+SAMPLER_PRESENCE_PENALTY = 6
+SAMPLER_PENALTY_LAST_N = 7
+SAMPLER_SEED = 8
+# cism_generate flags
+GENERATE_IGNORE_EOS = 1
+
+# ---- opaque handles and callback types --------------------------------------
+cism_params_p = c_void_p
+cism_model_p = c_void_p
+cism_session_p = c_void_p
+cism_sampler_p = c_void_p
+# typedef void (*cism_log_callback)(void *user_data, int32_t level, const char *message);
+cism_log_callback = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
+# typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
+cism_token_callback = CFUNCTYPE(c_int32, c_void_p, c_int32)
+
+
+# ---- loading -----------------------------------------------------------------
+def _lib_name() -> str:
+    if sys.platform == "win32":
+        return "cism.dll"
+    if sys.platform == "darwin":
+        return "libcism.dylib"
+    return "libcism.so"
+
+
+def _candidates() -> List[str]:
+    env = os.environ.get("CISM_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here]
+    pkg = sys.modules.get(__package__ or "cism")
+    for d in getattr(pkg, "__path__", []) or []:
+        d = os.path.abspath(d)
+        if d not in dirs:
+            dirs.append(d)
+    return [os.path.join(d, _lib_name()) for d in dirs]
+
+
+def _load() -> ctypes.CDLL:
+    tried = []
+    for path in _candidates():
+        if not os.path.exists(path):
+            tried.append(f"{path} (absent)")
+            continue
+        if sys.platform == "win32":
+            os.add_dll_directory(os.path.dirname(path))  # type: ignore[attr-defined]
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+    raise OSError("cannot load the libcism shared library; tried:\n  " + "\n  ".join(tried) +
+                  "\nInstall the package with `pip install ./bindings_py`, or set CISM_LIB to the library's path.")
+
+
+lib = _load()
+
+# name -> (restype, argtypes), in header order; read by the declaration test
+DECLARED: "dict[str, tuple]" = {}
+
+
+def _fn(name: str, restype, *argtypes) -> None:
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    DECLARED[name] = (restype, tuple(argtypes))
+
+
+# ---- version -------------------------------------------------------------------
+# int32_t cism_version_number(void);
+_fn("cism_version_number", c_int32)
+# const char *cism_version_string(void);
+_fn("cism_version_string", c_char_p)
+# int32_t cism_abi_version(void);
+_fn("cism_abi_version", c_int32)
+# const char *cism_build_info(void);
+_fn("cism_build_info", c_char_p)
+# const char *cism_system_info(void);
+_fn("cism_system_info", c_char_p)
+
+# ---- status and errors ---------------------------------------------------------
+# const char *cism_status_str(cism_status status);
+_fn("cism_status_str", c_char_p, c_int32)
+# const char *cism_last_error(void);
+_fn("cism_last_error", c_char_p)
+
+# ---- logging -------------------------------------------------------------------
+# void cism_set_log_callback(cism_log_callback callback, void *user_data, int32_t min_level);
+_fn("cism_set_log_callback", None, cism_log_callback, c_void_p, c_int32)
+
+# ---- parameters ----------------------------------------------------------------
+# cism_status cism_params_create(cism_params **out);
+_fn("cism_params_create", c_int32, POINTER(cism_params_p))
+# void cism_params_free(cism_params *params);
+_fn("cism_params_free", None, cism_params_p)
+# cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t value);
+_fn("cism_params_set_int", c_int32, cism_params_p, c_int32, c_int64)
+# cism_status cism_params_get_int(const cism_params *params, cism_param key, int64_t *value);
+_fn("cism_params_get_int", c_int32, cism_params_p, c_int32, POINTER(c_int64))
+
+# ---- data types ----------------------------------------------------------------
+# const char *cism_dtype_name(cism_dtype dtype);
+_fn("cism_dtype_name", c_char_p, c_int32)
+
+# ---- models --------------------------------------------------------------------
+# cism_status cism_model_load(const char *path, const cism_params *params, cism_model **out);
+_fn("cism_model_load", c_int32, c_char_p, cism_params_p, POINTER(cism_model_p))
+# void cism_model_free(cism_model *model);
+_fn("cism_model_free", None, cism_model_p)
+# cism_status cism_model_get_info(const cism_model *model, cism_model_info key, int64_t *value);
+_fn("cism_model_get_info", c_int32, cism_model_p, c_int32, POINTER(c_int64))
+# const char *cism_model_architecture(const cism_model *model);
+_fn("cism_model_architecture", c_char_p, cism_model_p)
+# cism_status cism_model_eos_ids(const cism_model *model, int32_t *ids, int32_t capacity, int32_t *n_ids);
+_fn("cism_model_eos_ids", c_int32, cism_model_p, POINTER(c_int32), c_int32, POINTER(c_int32))
+# int32_t cism_model_meta_count(const cism_model *model);
+_fn("cism_model_meta_count", c_int32, cism_model_p)
+# const char *cism_model_meta_key(const cism_model *model, int32_t index);
+_fn("cism_model_meta_key", c_char_p, cism_model_p, c_int32)
+# cism_meta_type cism_model_meta_type(const cism_model *model, const char *key);
+_fn("cism_model_meta_type", c_int32, cism_model_p, c_char_p)
+# cism_status cism_model_meta_int(const cism_model *model, const char *key, int64_t *value);
+_fn("cism_model_meta_int", c_int32, cism_model_p, c_char_p, POINTER(c_int64))
+# cism_status cism_model_meta_float(const cism_model *model, const char *key, double *value);
+_fn("cism_model_meta_float", c_int32, cism_model_p, c_char_p, POINTER(c_double))
+# cism_status cism_model_meta_bytes(const cism_model *model, const char *key, const void **data, int64_t *size);
+_fn("cism_model_meta_bytes", c_int32, cism_model_p, c_char_p, POINTER(c_void_p), POINTER(c_int64))
+# cism_status cism_model_meta_array(const cism_model *model, const char *key, const void **data,
+#                                   int64_t *count, int64_t *size);
+_fn("cism_model_meta_array", c_int32, cism_model_p, c_char_p, POINTER(c_void_p), POINTER(c_int64), POINTER(c_int64))
+
+# ---- sessions ------------------------------------------------------------------
+# cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out);
+_fn("cism_session_create", c_int32, cism_model_p, cism_params_p, POINTER(cism_session_p))
+# void cism_session_free(cism_session *session);
+_fn("cism_session_free", None, cism_session_p)
+# cism_status cism_session_reset(cism_session *session);
+_fn("cism_session_reset", c_int32, cism_session_p)
+# cism_status cism_session_rewind(cism_session *session, int32_t n_keep);
+_fn("cism_session_rewind", c_int32, cism_session_p, c_int32)
+# cism_status cism_session_eval(cism_session *session, const int32_t *tokens, int32_t n_tokens);
+_fn("cism_session_eval", c_int32, cism_session_p, POINTER(c_int32), c_int32)
+# cism_status cism_session_logits(cism_session *session, int32_t index, const float **logits, int32_t *n_vocab);
+_fn("cism_session_logits", c_int32, cism_session_p, c_int32, POINTER(POINTER(c_float)), POINTER(c_int32))
+# int32_t cism_session_n_past(const cism_session *session);
+_fn("cism_session_n_past", c_int32, cism_session_p)
+# int32_t cism_session_n_ctx(const cism_session *session);
+_fn("cism_session_n_ctx", c_int32, cism_session_p)
+# void cism_session_cancel(cism_session *session);
+_fn("cism_session_cancel", None, cism_session_p)
+
+# ---- sampling ------------------------------------------------------------------
+# cism_status cism_sampler_create(cism_sampler **out);
+_fn("cism_sampler_create", c_int32, POINTER(cism_sampler_p))
+# void cism_sampler_free(cism_sampler *sampler);
+_fn("cism_sampler_free", None, cism_sampler_p)
+# cism_status cism_sampler_set_float(cism_sampler *sampler, cism_sampler_param key, double value);
+_fn("cism_sampler_set_float", c_int32, cism_sampler_p, c_int32, c_double)
+# cism_status cism_sampler_set_int(cism_sampler *sampler, cism_sampler_param key, int64_t value);
+_fn("cism_sampler_set_int", c_int32, cism_sampler_p, c_int32, c_int64)
+# cism_status cism_sampler_reset(cism_sampler *sampler);
+_fn("cism_sampler_reset", c_int32, cism_sampler_p)
+# cism_status cism_sampler_accept(cism_sampler *sampler, int32_t token);
+_fn("cism_sampler_accept", c_int32, cism_sampler_p, c_int32)
+# cism_status cism_sampler_sample(cism_sampler *sampler, const float *logits, int32_t n_vocab, int32_t *token);
+_fn("cism_sampler_sample", c_int32, cism_sampler_p, POINTER(c_float), c_int32, POINTER(c_int32))
+
+# ---- generation loop -----------------------------------------------------------
+# cism_status cism_generate(cism_session *session, cism_sampler *sampler,
+#                           const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+#                           uint32_t flags, cism_token_callback callback, void *user_data,
+#                           int32_t *n_generated);
+_fn("cism_generate", c_int32, cism_session_p, cism_sampler_p, POINTER(c_int32), c_int32, c_int32, c_uint32,
+    cism_token_callback, c_void_p, POINTER(c_int32))
+
+
+def _check_abi() -> None:
+    abi = lib.cism_abi_version()
+    if abi != ABI_VERSION:
+        raise ImportError(f"libcism ABI version {abi} does not match this binding's {ABI_VERSION} "
+                          f"({getattr(lib, '_name', '?')}); reinstall the package so both come from one build")
+
+
+_check_abi()
+
+
+def last_error() -> str:
+    """The calling thread's last libcism error message."""
+    return (lib.cism_last_error() or b"").decode("utf-8", "replace")
+
+
+def status_str(status: int) -> str:
+    return (lib.cism_status_str(status) or b"").decode("utf-8", "replace")

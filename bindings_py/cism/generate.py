@@ -1,0 +1,179 @@
+"""Streaming generation: the sample/evaluate loop, driven from Python so it
+can be a plain iterator (stop with `break`, cancel from another thread).
+
+The loop is the same as cism_generate's: evaluate the prompt, then per step
+sample from the last logits, accept the token into the sampler's history,
+stop at an end-of-generation id (not evaluated) unless ignore_eos, otherwise
+evaluate the token so the session can continue from it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Union
+
+from .errors import CancelledError, ContextFullError
+from .sampler import PARAMS as SAMPLER_PARAMS, Sampler
+from .session import as_token_array
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Generation:
+    """An iterator over generated text pieces (or token ids with text=False).
+
+    Keyword arguments:
+      sampler      a cism.Sampler to use (its history and seed state carry on);
+                   otherwise one is made from the sampling parameters
+                   (temperature, top_k, top_p, min_p, repeat_penalty,
+                   frequency_penalty, presence_penalty, penalty_last_n, seed)
+      ignore_eos   keep going past end-of-generation tokens
+      stop         strings that end generation (not included in the output)
+      add_bos      prepend BOS to a text prompt (default: the tokenizer's rule,
+                   and only when the session is empty)
+
+    After iteration: `tokens` (generated ids), `prompt_tokens`, `text` (the
+    text yielded so far) and `stop_reason`: "eos", "length", "stop",
+    "cancelled" or None while running. Running out of context raises
+    ContextFullError after the last piece.
+    """
+
+    def __init__(self, session: "Session", prompt: Union[str, Sequence[int]], max_tokens: int = 128, *,
+                 text: bool = True, sampler: Optional[Sampler] = None, ignore_eos: bool = False,
+                 stop: Optional[Sequence[str]] = None, add_bos: Optional[bool] = None,
+                 close_session: bool = False, **sampling):
+        unknown = [k for k in sampling if k not in SAMPLER_PARAMS]
+        if unknown:
+            raise TypeError(f"unknown argument(s) {', '.join(unknown)}")
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens {max_tokens} is negative")
+        self.session = session
+        self.max_tokens = int(max_tokens)
+        self.ignore_eos = ignore_eos
+        self.stop = [s for s in (stop or []) if s]
+        self.text_mode = text
+        self.tokens: List[int] = []
+        self.text = ""
+        self.stop_reason: Optional[str] = None
+        self._close_session = close_session
+        self._tokenizer = session.model.tokenizer if (text or isinstance(prompt, str)) else None
+        if isinstance(prompt, str):
+            if add_bos is None:
+                add_bos = self._tokenizer.add_bos and session.n_past == 0
+            ids = self._tokenizer.encode(prompt, add_bos=add_bos)
+        else:
+            ids = as_token_array(prompt, session.vocab_size).tolist()
+        if not ids and session.n_past == 0:
+            raise ValueError("empty prompt: give some text or token ids (the model adds no BOS here)")
+        self.prompt_tokens: List[int] = list(ids)
+        self._own_sampler = sampler is None
+        self.sampler = sampler if sampler is not None else Sampler(**sampling)
+        if sampler is not None and sampling:
+            sampler.set(**sampling)
+        self._eos = set() if ignore_eos else set(session.model.eos_ids)
+        self._it = self._run()
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stops early and releases what the generation owns."""
+        self._it.close()
+
+    def __enter__(self) -> "Generation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- the loop ----
+    def _run(self) -> Iterator:
+        s = self.session
+        dec = None
+        held = ""
+        try:
+            with s._lock:
+                s._cancel.clear()
+                if self.prompt_tokens:
+                    s._eval_locked(as_token_array(self.prompt_tokens, s.vocab_size))
+                    for t in self.prompt_tokens:
+                        self.sampler.accept(t)
+            if self.text_mode:
+                dec = self._tokenizer.incremental_decoder(self.prompt_tokens)
+            pending_error: Optional[BaseException] = None
+            while True:
+                if len(self.tokens) >= self.max_tokens:
+                    self.stop_reason = "length"
+                    break
+                if s._cancel.is_set():
+                    self.stop_reason = "cancelled"
+                    break
+                with s._lock:
+                    ptr, n = s._logits_ptr(-1)
+                    tok = self.sampler.sample_ptr(ptr, n)
+                    self.sampler.accept(tok)
+                    self.tokens.append(tok)
+                    if tok in self._eos:
+                        self.stop_reason = "eos"
+                        break
+                    if s.n_past >= s.n_ctx:
+                        pending_error = ContextFullError(
+                            f"context full after {len(self.tokens)} generated tokens ({s.n_ctx} positions)")
+                    else:
+                        try:
+                            s._eval_locked(as_token_array([tok]))
+                        except CancelledError:
+                            self.stop_reason = "cancelled"
+                if not self.text_mode:
+                    yield tok
+                else:
+                    held += dec.push(tok)
+                    out, held, hit = self._split_stop(held, final=False)
+                    if out:
+                        self.text += out
+                        yield out
+                    if hit:
+                        self.stop_reason = "stop"
+                        return
+                if pending_error is not None:
+                    break
+                if self.stop_reason == "cancelled":
+                    break
+            if self.text_mode:
+                held += dec.flush()
+                out, held, hit = self._split_stop(held, final=True)
+                if hit:
+                    self.stop_reason = "stop"
+                if out:
+                    self.text += out
+                    yield out
+            if pending_error is not None:
+                raise pending_error
+        finally:
+            if self._own_sampler:
+                self.sampler.close()
+            if self._close_session:
+                s.close()
+
+    def _split_stop(self, buf: str, final: bool):
+        """(text to emit, text to hold back, stop string found)."""
+        if not self.stop:
+            return buf, "", False
+        cut = min((i for i in (buf.find(x) for x in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            return buf[:cut], "", True
+        if final:
+            return buf, "", False
+        keep = 0  # longest tail of buf that starts some stop string
+        for x in self.stop:
+            for k in range(min(len(x) - 1, len(buf)), keep, -1):
+                if buf.endswith(x[:k]):
+                    keep = k
+                    break
+        return buf[:len(buf) - keep], buf[len(buf) - keep:], False
+
+
+def run_in_session(session: "Session", prompt, max_tokens: int, **kwargs) -> Generation:
+    return Generation(session, prompt, max_tokens, text=True, **kwargs)

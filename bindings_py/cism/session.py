@@ -1,0 +1,240 @@
+"""Session: one conversation on a model (KV cache, scratch buffers, logits)."""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _lib
+from .errors import StateError, TokenRangeError, check
+from .params import Params
+
+if TYPE_CHECKING:
+    from .model import Model
+    from .sampler import Sampler
+
+Tokens = Union[Sequence[int], np.ndarray, int]
+
+
+def _free_session(handle: int) -> None:
+    _lib.lib.cism_session_free(handle)
+
+
+def as_token_array(tokens: Tokens, vocab_size: Optional[int] = None) -> np.ndarray:
+    """tokens as a contiguous int32 array; refuses what int32 cannot hold
+    (instead of letting it wrap around) and non-integers."""
+    a = np.asarray(tokens)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D sequence of ints (got shape {a.shape})")
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if a.dtype.kind not in "iu":
+        if a.dtype == object and all(isinstance(t, (int, np.integer)) for t in a.tolist()):
+            a = np.array([int(t) for t in a.tolist()], dtype=object)
+        else:
+            raise TypeError(f"token ids must be integers (got {a.dtype})")
+    lo, hi = int(min(a.tolist())), int(max(a.tolist()))
+    limit = vocab_size if vocab_size is not None else 2 ** 31
+    if lo < 0 or hi >= limit:
+        bad = lo if lo < 0 else hi
+        raise TokenRangeError(f"token {bad} is outside the vocabulary (0..{limit - 1})")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class _LogitsBuffer:
+    """Exposes borrowed logits memory to numpy and keeps the session alive."""
+
+    def __init__(self, session: "Session", address: int, shape):
+        self.session = session
+        self.__array_interface__ = {"shape": tuple(shape), "typestr": "<f4", "data": (address, True), "version": 3}
+
+
+class Session:
+    """A conversation: evaluates tokens, exposes logits, generates.
+
+    Parameters: n_ctx (0 = min(model context, 4096)), n_threads (0 = library
+    default), kv_type ("f16" or "f32"), n_batch (tokens per internal step),
+    logits_all (keep the logits of every evaluated position, for perplexity).
+
+    A session is used by one thread at a time (calls are serialized by a
+    lock); cancel() may be called from any thread.
+    """
+
+    def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
+                 n_batch: Optional[int] = None, logits_all: bool = False):
+        self.model = model
+        h = _lib.cism_session_p()
+        with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
+                    logits_all=int(logits_all)) as p:
+            check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
+        self._handle: Optional[int] = h.value
+        self._finalizer = weakref.finalize(self, _free_session, h.value)
+        self._lock = threading.RLock()
+        self.vocab_size = model.vocab_size
+        self.logits_all = bool(logits_all)
+        self.n_rows = 0          # logits rows available from the last eval
+        self._cancel = threading.Event()
+
+    # ---- lifetime ----
+    def _h(self) -> int:
+        if not self._handle:
+            raise StateError("the session is closed")
+        return self._handle
+
+    @property
+    def handle(self) -> int:
+        return self._h()
+
+    def close(self) -> None:
+        with self._lock:
+            self._handle = None
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._handle
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<cism.Session (closed)>"
+        return f"<cism.Session n_past={self.n_past} n_ctx={self.n_ctx}>"
+
+    # ---- state ----
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        return int(_lib.lib.cism_session_n_past(self._h()))
+
+    @property
+    def n_ctx(self) -> int:
+        """Capacity of the KV cache in tokens."""
+        return int(_lib.lib.cism_session_n_ctx(self._h()))
+
+    def reset(self) -> None:
+        """Forgets every evaluated token."""
+        with self._lock:
+            check(_lib.lib.cism_session_reset(self._h()))
+            self.n_rows = 0
+
+    def rewind(self, n_keep: int) -> None:
+        """Keeps the first n_keep evaluated tokens and forgets the rest."""
+        with self._lock:
+            check(_lib.lib.cism_session_rewind(self._h(), int(n_keep)))
+            self.n_rows = 0
+
+    def cancel(self) -> None:
+        """Stops a running eval (CancelledError) or generation (ends it) soon.
+        Thread-safe. Cleared when the next eval or generation starts."""
+        self._cancel.set()
+        h = self._handle
+        if h:
+            _lib.lib.cism_session_cancel(h)
+
+    # ---- evaluation ----
+    def eval(self, tokens: Tokens) -> None:
+        """Evaluates tokens after those already in the cache. On error the
+        session is unchanged (a cancelled multi-chunk prefill keeps the chunks
+        completed before the stop)."""
+        a = as_token_array(tokens, self.vocab_size)
+        with self._lock:
+            self._cancel.clear()
+            self._eval_locked(a)
+
+    def _eval_locked(self, a: np.ndarray) -> None:
+        self.n_rows = 0
+        check(_lib.lib.cism_session_eval(self._h(), a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(a.size)))
+        self.n_rows = int(a.size) if self.logits_all else 1
+
+    def _logits_ptr(self, index: int):
+        ptr = ctypes.POINTER(ctypes.c_float)()
+        n = ctypes.c_int32()
+        check(_lib.lib.cism_session_logits(self._h(), int(index), ctypes.byref(ptr), ctypes.byref(n)))
+        return ptr, n.value
+
+    def logits(self, index: int = -1) -> np.ndarray:
+        """A copy of the logits of row `index` of the last eval (-1 = last).
+        Rows other than the last need logits_all=True."""
+        return self.logits_view(index).copy()
+
+    def logits_view(self, index: int = -1) -> np.ndarray:
+        """A read-only view of the logits without copying. It is valid only
+        until the next eval/reset/rewind/generate on this session (it then
+        shows other numbers); it keeps the session alive."""
+        with self._lock:
+            ptr, n = self._logits_ptr(index)
+            address = ctypes.cast(ptr, ctypes.c_void_p).value
+        return np.asarray(_LogitsBuffer(self, address, (n,)))
+
+    def all_logits(self) -> np.ndarray:
+        """A copy of every row of the last eval, shape [n_tokens, vocab]
+        (needs logits_all=True)."""
+        if not self.logits_all:
+            raise StateError("all_logits() needs a session created with logits_all=True")
+        with self._lock:
+            if self.n_rows == 0:
+                raise StateError("no logits: nothing has been evaluated since the last reset")
+            ptr, n = self._logits_ptr(0)
+            address = ctypes.cast(ptr, ctypes.c_void_p).value
+            return np.asarray(_LogitsBuffer(self, address, (self.n_rows, n))).copy()
+
+    # ---- generation ----
+    def generate(self, prompt: Union[str, Tokens], max_tokens: int = 128, **kwargs):
+        """Streams text pieces continuing `prompt` (text, or token ids) from the
+        session's current state. See cism.generate.Generation for the keyword
+        arguments (sampling parameters, sampler=, ignore_eos=, stop=, add_bos=)."""
+        from .generate import run_in_session
+        return run_in_session(self, prompt, max_tokens, **kwargs)
+
+    def generate_tokens(self, prompt: Tokens, max_tokens: int = 128, **kwargs):
+        """Like generate, but yields token ids (no tokenizer needed)."""
+        from .generate import Generation
+        return Generation(self, prompt, max_tokens, text=False, **kwargs)
+
+    def generate_ids(self, prompt: Tokens, max_tokens: int, sampler: "Sampler", *, ignore_eos: bool = False,
+                     callback: Optional[Callable[[int], Optional[bool]]] = None) -> List[int]:
+        """Runs the whole loop in C (cism_generate) and returns the generated ids.
+        `callback(token)` is called for each; returning True stops. Raises
+        CancelledError / ContextFullError like the C function (the ids produced
+        so far are in the exception's `tokens` attribute)."""
+        a = as_token_array(prompt, self.vocab_size)
+        out: List[int] = []
+        error: List[BaseException] = []
+
+        def on_token(_user, token):
+            out.append(token)
+            if callback is None:
+                return 0
+            try:
+                return 1 if callback(token) else 0
+            except BaseException as e:  # never let an exception cross the C frames
+                error.append(e)
+                return 1
+
+        cb = _lib.cism_token_callback(on_token)
+        n = ctypes.c_int32()
+        with self._lock:
+            self._cancel.clear()
+            self.n_rows = 0
+            st = _lib.lib.cism_generate(self._h(), sampler.handle, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                        int(a.size), int(max_tokens), _lib.GENERATE_IGNORE_EOS if ignore_eos else 0,
+                                        cb, None, ctypes.byref(n))
+            self.n_rows = 1 if self.n_past > 0 else 0
+        if error:
+            raise error[0]
+        try:
+            check(st)
+        except Exception as e:
+            e.tokens = out  # type: ignore[attr-defined]
+            raise
+        return out
