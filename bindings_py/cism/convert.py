@@ -61,6 +61,27 @@ def _progress_stderr(done: int, total: int, name: str) -> None:
     sys.stderr.flush()
 
 
+class _ProgressLines:
+    """Progress for logs (stderr is not a terminal): one line per 25%."""
+
+    def __init__(self) -> None:
+        self.step = -1
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        if total <= 0:
+            return
+        step = 4 * done // total
+        if step != self.step:
+            self.step = step
+            sys.stderr.write(f"{100 * done // total:3d}% ({name})\n")
+            sys.stderr.flush()
+
+
+def progress_printer() -> ProgressFn:
+    """A progress callback for stderr: a bar on a terminal, a few lines otherwise."""
+    return _progress_stderr if sys.stderr.isatty() else _ProgressLines()
+
+
 # ---------------------------------------------------------------------------
 # hyper-parameters
 

@@ -177,6 +177,30 @@ class _OpenWriter:
         self.f.write(buf)
         self.next += 1
 
+    def write_tensor_parts(self, name: str, parts: Iterable[Any]) -> None:
+        """Like write_tensor, with the data given as consecutive pieces (arrays or
+        bytes), so a large tensor never has to be in memory at once."""
+        spec = self.w.tensors[self.next]
+        if spec.name != name:
+            raise ValueError(f"tensors must be written in declaration order: expected {spec.name!r}, got {name!r}")
+        pos = self.data_off + spec.offset
+        if self.f.tell() < pos:
+            self.f.write(b"\0" * (pos - self.f.tell()))
+        written = 0
+        for part in parts:
+            if isinstance(part, np.ndarray):
+                part = np.ascontiguousarray(part)
+                if part.dtype.byteorder == ">":
+                    part = part.astype(part.dtype.newbyteorder("<"))
+            buf = memoryview(part).cast("B")
+            written += buf.nbytes
+            if written > spec.nbytes:
+                raise ValueError(f"tensor {name!r}: more than the {spec.nbytes} declared bytes given")
+            self.f.write(buf)
+        if written != spec.nbytes:
+            raise ValueError(f"tensor {name!r}: {written} bytes given, {spec.nbytes} declared")
+        self.next += 1
+
     def __enter__(self) -> "_OpenWriter":
         return self
 

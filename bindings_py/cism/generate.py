@@ -61,7 +61,7 @@ class Generation:
                 add_bos = self._tokenizer.add_bos and session.n_past == 0
             ids = self._tokenizer.encode(prompt, add_bos=add_bos)
         else:
-            ids = as_token_array(prompt, session.vocab_size).tolist()
+            ids = as_token_array(prompt).tolist()
         if not ids and session.n_past == 0:
             raise ValueError("empty prompt: give some text or token ids (the model adds no BOS here)")
         self.prompt_tokens: List[int] = list(ids)
@@ -97,7 +97,7 @@ class Generation:
             with s._lock:
                 s._cancel.clear()
                 if self.prompt_tokens:
-                    s._eval_locked(as_token_array(self.prompt_tokens, s.vocab_size))
+                    s._eval_locked(as_token_array(self.prompt_tokens))
                     for t in self.prompt_tokens:
                         self.sampler.accept(t)
             if self.text_mode:

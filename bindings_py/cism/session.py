@@ -23,9 +23,10 @@ def _free_session(handle: int) -> None:
     _lib.lib.cism_session_free(handle)
 
 
-def as_token_array(tokens: Tokens, vocab_size: Optional[int] = None) -> np.ndarray:
-    """tokens as a contiguous int32 array; refuses what int32 cannot hold
-    (instead of letting it wrap around) and non-integers."""
+def as_token_array(tokens: Tokens) -> np.ndarray:
+    """tokens as a contiguous int32 array. Values int32 cannot hold are refused
+    here (instead of wrapping around); the vocabulary range is checked by the
+    library, whose message names the token and its index."""
     a = np.asarray(tokens)
     if a.ndim == 0:
         a = a.reshape(1)
@@ -34,15 +35,13 @@ def as_token_array(tokens: Tokens, vocab_size: Optional[int] = None) -> np.ndarr
     if a.size == 0:
         return np.zeros(0, dtype=np.int32)
     if a.dtype.kind not in "iu":
-        if a.dtype == object and all(isinstance(t, (int, np.integer)) for t in a.tolist()):
-            a = np.array([int(t) for t in a.tolist()], dtype=object)
-        else:
+        if a.dtype != object or not all(isinstance(t, (int, np.integer)) for t in a.tolist()):
             raise TypeError(f"token ids must be integers (got {a.dtype})")
-    lo, hi = int(min(a.tolist())), int(max(a.tolist()))
-    limit = vocab_size if vocab_size is not None else 2 ** 31
-    if lo < 0 or hi >= limit:
-        bad = lo if lo < 0 else hi
-        raise TokenRangeError(f"token {bad} is outside the vocabulary (0..{limit - 1})")
+    if a.dtype != np.int32:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < -2 ** 31 or hi >= 2 ** 31:
+            bad = lo if lo < -2 ** 31 else hi
+            raise TokenRangeError(f"token {bad} is outside the vocabulary (it does not even fit in int32)")
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -146,7 +145,7 @@ class Session:
         """Evaluates tokens after those already in the cache. On error the
         session is unchanged (a cancelled multi-chunk prefill keeps the chunks
         completed before the stop)."""
-        a = as_token_array(tokens, self.vocab_size)
+        a = as_token_array(tokens)
         with self._lock:
             self._cancel.clear()
             self._eval_locked(a)
@@ -207,7 +206,7 @@ class Session:
         `callback(token)` is called for each; returning True stops. Raises
         CancelledError / ContextFullError like the C function (the ids produced
         so far are in the exception's `tokens` attribute)."""
-        a = as_token_array(prompt, self.vocab_size)
+        a = as_token_array(prompt)
         out: List[int] = []
         error: List[BaseException] = []
 

@@ -1,0 +1,176 @@
+"""`cism bench`: prefill and decode speed of a model.
+
+Prefill: evaluate n_prompt random token ids in one call on an empty session.
+Decode: from a one-token context, generate n_gen tokens greedily with
+cism_generate (end-of-sequence ignored), i.e. n_gen single-token steps plus
+sampling. Each test runs `reps` times after one warm-up; the median is
+reported, with the spread. Models: a .cism file, or a synthetic preset
+(cism.synthetic) generated once into the cache folder.
+
+Pieces are separate functions (measure_prefill, measure_decode, bench_model,
+format_table) so other reports (bandwidth, a comparison with another engine)
+can reuse them.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from . import _lib
+from .errors import check
+
+
+@dataclass
+class TestResult:
+    test: str                  # "prefill" or "decode"
+    n_tokens: int
+    seconds: List[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_tokens / self.median
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 * self.median / self.n_tokens
+
+    def spread(self) -> float:
+        """(max - min) / median of the tokens/s over the repetitions."""
+        if len(self.seconds) < 2:
+            return 0.0
+        tps = [self.n_tokens / s for s in self.seconds]
+        return (max(tps) - min(tps)) / self.tokens_per_second
+
+
+@dataclass
+class BenchReport:
+    model: str
+    description: str
+    threads: int
+    kv_type: str
+    results: List[TestResult]
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        for r, dr in zip(self.results, d["results"]):
+            dr.update(median_s=r.median, tokens_per_second=r.tokens_per_second, ms_per_token=r.ms_per_token)
+        return json.dumps(d, indent=1)
+
+
+def _random_tokens(vocab: int, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, vocab, n, dtype=np.int32)
+
+
+def measure_prefill(session, tokens: np.ndarray) -> float:
+    """Seconds to evaluate `tokens` on an emptied session."""
+    session.reset()
+    t0 = time.perf_counter()
+    session.eval(tokens)
+    return time.perf_counter() - t0
+
+
+def measure_decode(session, sampler, first_token: int, n_gen: int) -> float:
+    """Seconds for n_gen greedy decode steps after a one-token context."""
+    session.reset()
+    session.eval([first_token])
+    n = ctypes.c_int32()
+    t0 = time.perf_counter()
+    st = _lib.lib.cism_generate(session.handle, sampler.handle, None, 0, n_gen, _lib.GENERATE_IGNORE_EOS,
+                                _lib.cism_token_callback(), None, ctypes.byref(n))
+    dt = time.perf_counter() - t0
+    check(st)
+    if n.value != n_gen:
+        raise RuntimeError(f"decode produced {n.value} tokens, expected {n_gen}")
+    return dt
+
+
+def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, reps: int = 3,
+                kv_type: str = "f16", n_batch: Optional[int] = None, seed: int = 0) -> List[TestResult]:
+    """Runs the prefill and decode tests on a loaded cism.Model."""
+    from .sampler import Sampler
+    from .session import Session
+    n_ctx = min(max(n_prompt, n_gen + 1, 16), model.context_length)
+    if n_prompt > n_ctx or n_gen + 1 > n_ctx:
+        raise ValueError(f"the model has {model.context_length} positions; -p {n_prompt} / -n {n_gen} do not fit")
+    tokens = _random_tokens(model.vocab_size, max(n_prompt, 1), seed)
+    results = []
+    with Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, n_batch=n_batch) as s, Sampler() as smp:
+        # warm-up: pages the weights in and starts the threads
+        s.eval(tokens[:min(len(tokens), 8)])
+        if n_prompt > 0:
+            r = TestResult("prefill", n_prompt)
+            for _ in range(reps):
+                r.seconds.append(measure_prefill(s, tokens[:n_prompt]))
+            results.append(r)
+        if n_gen > 0:
+            r = TestResult("decode", n_gen)
+            for _ in range(reps):
+                r.seconds.append(measure_decode(s, smp, int(tokens[0]), n_gen))
+            results.append(r)
+    return results
+
+
+def format_table(report: BenchReport) -> str:
+    lines = [f"model:   {report.description}",
+             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}",
+             f"{'test':<8} {'tokens':>7} {'tokens/s':>10} {'ms/token':>10} {'reps':>5} {'spread':>7}"]
+    for r in report.results:
+        lines.append(f"{r.test:<8} {r.n_tokens:>7} {r.tokens_per_second:>10.2f} {r.ms_per_token:>10.3f} "
+                     f"{len(r.seconds):>5} {100 * r.spread():>6.1f}%")
+    return "\n".join(lines)
+
+
+def describe(model, label: str) -> str:
+    return (f"{label} ({model.architecture}, {model.n_params / 1e6:.1f}M parameters, {model.weight_dtype}, "
+            f"{model.weight_bytes / 1e6:.0f} MB of weights)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .synthetic import PRESETS
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", choices=sorted(PRESETS), help="a synthetic model of this shape (random weights)")
+    src.add_argument("--model", "-m", help="a .cism file")
+    p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"], help="weights of a synthetic model (default f32)")
+    p.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prefill test length (default 512; 0 skips)")
+    p.add_argument("-n", "--gen-tokens", type=int, default=128, help="decode test length (default 128; 0 skips)")
+    p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
+    p.add_argument("-r", "--reps", type=int, default=3, help="repetitions of each test; the median is shown (default 3)")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "f32"], help="KV cache type (default f16)")
+    p.add_argument("-b", "--batch", type=int, default=None, help="tokens per internal prefill step (default: library's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt tokens")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import system_info
+    from .model import Model
+    if args.reps < 1:
+        raise ValueError("--reps must be at least 1")
+    if args.preset:
+        from .synthetic import get_synthetic
+        path = get_synthetic(args.preset, args.dtype, args.seed)
+        label = f"synthetic {args.preset}"
+    else:
+        path = args.model
+        label = args.model
+    with Model(path) as model:
+        results = bench_model(model, args.prompt_tokens, args.gen_tokens, args.threads, args.reps, args.kv_type,
+                              args.batch, args.seed)
+        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results)
+    if args.json:
+        print(report.to_json())
+    else:
+        print(f"system:  {system_info()}")
+        print(format_table(report))
+    return 0

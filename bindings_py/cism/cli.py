@@ -1,0 +1,242 @@
+"""The `cism` command line: convert, generate, chat, info, bench.
+
+    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16] [--tokenizer tok.bin] [--force]
+    cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
+    cism chat -m MODEL.cism
+    cism info [-m MODEL.cism]
+    cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
+
+Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional
+
+from . import __version__
+
+
+def _add_session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", required=True, help="a .cism model file")
+    p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
+    p.add_argument("-c", "--ctx", type=int, default=0, help="context length (default: min(model, 4096))")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "f32"], help="KV cache type (default f16)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, temperature: float) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", "--temp", type=float, default=temperature,
+                   help=f"0 = greedy (default {temperature})")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best one (0 = off)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for recent tokens (1 = off)")
+    g.add_argument("--repeat-last-n", type=int, default=64, help="tokens the penalty looks back over (default 64)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+
+def _sampling(args: argparse.Namespace) -> dict:
+    return dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                repeat_penalty=args.repeat_penalty, penalty_last_n=args.repeat_last_n, seed=args.seed)
+
+
+# ---- convert -------------------------------------------------------------------
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert
+    rep = convert(args.src, args.output, dtype=args.dtype, tokenizer=args.tokenizer, overwrite=args.force,
+                  progress=None if args.quiet else _progress())
+    from .model import Model
+    with Model(rep.path) as m:  # the C loader checks what was written
+        arch = m.architecture
+        has_tok = "tokenizer.hf_json" in m.metadata
+    print(f"wrote {rep.path}: {arch}, {rep.n_params / 1e6:.2f}M parameters, {rep.bytes_written / 1e6:.1f} MB "
+          f"({rep.bits_per_weight():.1f} bits/weight), {rep.seconds:.1f} s"
+          + ("" if has_tok else "; no tokenizer (text input needs --tokenizer for llama2.c files)"), file=sys.stderr)
+    return 0
+
+
+def _progress():
+    from .convert import progress_printer
+    return progress_printer()
+
+
+# ---- generate ------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .model import Model
+    prompt = args.prompt
+    if args.file:
+        with open(args.file, encoding="utf-8") as f:
+            prompt = f.read()
+    if prompt is None:
+        prompt = ""
+    with Model(args.model) as model:
+        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s:
+            gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, **_sampling(args))
+            out = sys.stdout
+            if not args.no_echo:
+                out.write(prompt)
+                out.flush()
+            for piece in gen:
+                out.write(piece)
+                out.flush()
+            out.write("\n")
+            out.flush()
+            if args.verbose:
+                print(f"[{len(gen.prompt_tokens)} prompt tokens, {len(gen.tokens)} generated, "
+                      f"stop: {gen.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+# ---- chat ------------------------------------------------------------------------
+def cmd_chat(args: argparse.Namespace) -> int:
+    """A plain REPL: each turn is sent as "User: ...\\nAssistant:" and the reply
+    ends at an end-of-generation token or at the next "User:" line."""
+    from .errors import ContextFullError
+    from .model import Model
+    from .sampler import Sampler
+    interactive = sys.stdin.isatty()
+    with Model(args.model) as model:
+        tok = model.tokenizer
+        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s, \
+                Sampler(**_sampling(args)) as sampler:
+            if interactive:
+                print(f"chatting with {args.model} ({model.architecture}); empty line or Ctrl-D ends", file=sys.stderr)
+            first = True
+            while True:
+                if interactive:
+                    sys.stderr.write("> ")
+                    sys.stderr.flush()
+                line = sys.stdin.readline()
+                if not line or not line.strip():
+                    break
+                turn = ("" if first else "\n") + f"User: {line.strip()}\nAssistant:"
+                if first and args.system:
+                    turn = args.system.strip() + "\n" + turn
+                ids = tok.encode(turn, add_bos=tok.add_bos and s.n_past == 0)
+                if s.n_past + len(ids) + 8 > s.n_ctx:
+                    print("[context full: starting over]", file=sys.stderr)
+                    s.reset()
+                    sampler.reset()
+                    ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
+                first = False
+                try:
+                    gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"])
+                    for piece in gen:
+                        sys.stdout.write(piece)
+                        sys.stdout.flush()
+                except ContextFullError:
+                    print("\n[context full: starting over]", file=sys.stderr)
+                    s.reset()
+                    sampler.reset()
+                    first = True
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+    return 0
+
+
+# ---- info ------------------------------------------------------------------------
+def cmd_info(args: argparse.Namespace) -> int:
+    from . import build_info, library_version, system_info
+    print(f"cism {__version__} (libcism {library_version()})")
+    print(f"system: {system_info()}")
+    print(f"build:  {build_info()}")
+    if args.model:
+        from .model import Model
+        with Model(args.model) as m:
+            print(f"\nmodel: {args.model}")
+            for k, v in m.hparams().items():
+                print(f"  {k:<16} {v}")
+            print("metadata:")
+            for k, v in m.metadata.summary().items():
+                print(f"  {k:<40} {v}")
+    return 0
+
+
+# ---- bench -----------------------------------------------------------------------
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show the library's log messages and statistics")
+    p = argparse.ArgumentParser(prog="cism", description="Run small language models on the CPU with libcism.",
+                                parents=[common])
+    p.add_argument("--version", action="version", version=f"cism {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("convert", parents=[common], help="convert a Hugging Face folder or llama2.c .bin to .cism")
+    c.add_argument("src", help="a Hugging Face model folder (config.json + *.safetensors) or a llama2.c .bin file")
+    c.add_argument("-o", "--output", required=True, help="the .cism file to write (never overwritten without --force)")
+    c.add_argument("--dtype", default="auto", choices=["auto", "f32", "f16", "bf16"],
+                   help="weight type (default auto: the checkpoint's own; f32 for llama2.c)")
+    c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
+    c.add_argument("--force", action="store_true", help="replace an existing output file")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    c.set_defaults(func=cmd_convert)
+
+    g = sub.add_parser("generate", parents=[common], help="continue a prompt, streaming the text to stdout")
+    _add_session_args(g)
+    g.add_argument("-p", "--prompt", help="the prompt text (default: empty, i.e. just BOS)")
+    g.add_argument("-f", "--file", help="read the prompt from this file")
+    g.add_argument("-n", "--n-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    g.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
+    g.add_argument("--no-echo", action="store_true", help="print only the generated text, not the prompt")
+    _add_sampling_args(g, temperature=0.0)
+    g.set_defaults(func=cmd_generate)
+
+    ch = sub.add_parser("chat", parents=[common], help="interactive chat (plain 'User:/Assistant:' turns)")
+    _add_session_args(ch)
+    ch.add_argument("-n", "--n-tokens", type=int, default=256, help="tokens per reply at most (default 256)")
+    ch.add_argument("--system", help="text put before the first turn")
+    _add_sampling_args(ch, temperature=0.7)
+    ch.set_defaults(func=cmd_chat)
+
+    i = sub.add_parser("info", parents=[common], help="library, CPU and (with -m) model information")
+    i.add_argument("-m", "--model", help="a .cism model file")
+    i.set_defaults(func=cmd_info)
+
+    b = sub.add_parser("bench", parents=[common], help="prefill and decode speed (tokens/s)")
+    from .bench import add_arguments
+    add_arguments(b)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.verbose = getattr(args, "verbose", False)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="cism: %(message)s")
+        from .log import set_log_level
+        set_log_level(logging.INFO)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("\ncism: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (OSError, ValueError, RuntimeError, MemoryError) as e:
+        # CismError subclasses, ConversionError, FileExistsError, TokenizerError, ...
+        print(f"cism: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        from .errors import CismError
+        if isinstance(e, CismError):
+            print(f"cism: error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
