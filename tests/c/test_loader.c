@@ -205,6 +205,18 @@ int main(void) {
         CHECK_OK(cism_params_create(&p));
         CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_CTX, 32));
         CHECK_OK(cism_session_create(m, p, &s));
+        if (s) {
+            /* logits rows are those of the last eval: without LOGITS_ALL only its last row */
+            int32_t toks[3] = {1, 2, 3}, nv = 0;
+            const float *lg = NULL, *last = NULL;
+            CHECK_OK(cism_session_eval(s, toks, 3));
+            CHECK_OK(cism_session_logits(s, -1, &last, &nv));
+            CHECK_OK(cism_session_logits(s, 2, &lg, &nv));
+            CHECK(lg == last && nv == 32);
+            CHECK(cism_session_logits(s, 0, &lg, &nv) == CISM_ERR_STATE && strstr(cism_last_error(), "LOGITS_ALL"));
+            CHECK(cism_session_logits(s, 3, &lg, &nv) == CISM_ERR_INVALID_ARG);
+            CHECK(cism_session_logits(s, -2, &lg, &nv) == CISM_ERR_INVALID_ARG);
+        }
         cism_session_free(s);
         cism_params_free(p);
         cism_model_free(m);

@@ -169,6 +169,7 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         s->n_past += (int32_t)nt;
     }
     s->logit_rows = s->logits_all ? n_tokens : 1;
+    s->last_n = n_tokens;
     return CISM_OK;
 }
 
@@ -178,14 +179,16 @@ cism_status cism_session_logits(cism_session *s, int32_t index, const float **lo
     if (!s || !logits) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_logits: NULL argument");
     if (s->logit_rows == 0) return cism__fail(CISM_ERR_STATE, "no logits: nothing has been evaluated since the last reset");
     vocab = s->model->hp.vocab;
-    if (index == -1 || index == s->logit_rows - 1) {
+    /* rows are numbered by the tokens of the last eval; without LOGITS_ALL only
+       the last one (stored as the single row) is kept */
+    if (index == -1 || index == s->last_n - 1) {
         *logits = s->logits + (int64_t)(s->logit_rows - 1) * vocab;
-    } else if (index >= 0 && index < s->logit_rows) {
-        *logits = s->logits + (int64_t)index * vocab;
+    } else if (index < 0 || index >= s->last_n) {
+        return cism__fail(CISM_ERR_INVALID_ARG, "logits row %d is outside 0..%d", (int)index, (int)s->last_n - 1);
     } else if (!s->logits_all) {
         return cism__fail(CISM_ERR_STATE, "logits of row %d are not kept; set CISM_PARAM_LOGITS_ALL to keep every row", (int)index);
     } else {
-        return cism__fail(CISM_ERR_INVALID_ARG, "logits row %d is outside 0..%d", (int)index, (int)s->logit_rows - 1);
+        *logits = s->logits + (int64_t)index * vocab;
     }
     if (n_vocab) *n_vocab = (int32_t)vocab;
     return CISM_OK;

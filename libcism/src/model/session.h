@@ -36,6 +36,7 @@ struct cism_session {
     float *logits;   /* [logit_rows][vocab] */
     int64_t logits_cap;   /* rows allocated */
     int32_t logit_rows;   /* rows valid after the last eval */
+    int32_t last_n;       /* tokens of the last eval (its rows are 0..last_n-1) */
 };
 
 /* cism_session_eval without clearing a pending cancel request. */
