@@ -124,7 +124,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 first = False
                 try:
                     gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"])
+                    started = False
                     for piece in gen:
+                        if not started:  # the reply follows "Assistant:" with a space
+                            piece = piece.lstrip()
+                            started = bool(piece)
                         sys.stdout.write(piece)
                         sys.stdout.flush()
                 except ContextFullError:
