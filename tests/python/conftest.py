@@ -59,8 +59,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     tr = terminalreporter
     tr.section("fp32 parity against Hugging Face transformers (eager, fp32)")
-    tr.write_line(f"{'case':<34} {'arch':<8} {'weights':<8} {'max |logit err|':>16}  greedy 32")
+    tr.write_line(f"{'case':<42} {'arch':<8} {'weights':<8} {'max |logit err|':>16}  greedy 32")
     for case, arch, dtype, err, greedy in PARITY:
-        tr.write_line(f"{case:<34} {arch:<8} {dtype:<8} {err:>16.3e}  {greedy}")
+        tr.write_line(f"{case:<42} {arch:<8} {dtype:<8} {err:>16.3e}  {greedy}")
     worst = max(p[3] for p in PARITY)
     tr.write_line(f"worst: {worst:.3e} (limit 1e-4)")
