@@ -112,3 +112,16 @@ def test_abi_checked_and_versions_agree():
     assert _lib.lib.cism_abi_version() == abi
     assert cism.library_version() == ver
     assert cism.__version__ == ver
+
+
+def test_missing_library_lists_every_path_tried(tmp_path):
+    import subprocess
+    import sys
+    env = dict(__import__("os").environ, CISM_LIB=str(tmp_path / "libnothing.so"))
+    p = subprocess.run([sys.executable, "-c", "import cism; cism.Model"], capture_output=True, text=True, env=env)
+    assert p.returncode != 0
+    assert "cannot load the libcism shared library; tried:" in p.stderr and str(tmp_path / "libnothing.so") in p.stderr
+    # the converter needs no library
+    p = subprocess.run([sys.executable, "-c", "import cism.convert, cism.format"], capture_output=True, text=True,
+                       env=env)
+    assert p.returncode == 0, p.stderr
