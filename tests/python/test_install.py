@@ -49,7 +49,7 @@ def test_installed_cli_runs(fresh_install):
     assert p.stdout.startswith("cism ")
 
 
-def test_installed_cli_converts_and_generates(fresh_install, shared_models):
+def test_installed_cli_converts_and_generates(shared_models, fresh_install):
     venv, env, tmp = fresh_install
     cism = str(venv / "bin" / "cism")
     out = str(tmp / "stories260K.cism")
