@@ -18,7 +18,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import chat_format
 from . import format as fmt
+from .tokenizer_meta import TokenizerUnsupported, compact_tokenizer
 from .safetensors import bf16_to_f32, f32_to_bf16, open_checkpoint
 
 SUPPORTED = {
@@ -320,7 +322,9 @@ def tokenizer_meta_hf(folder: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     tj = os.path.join(folder, "tokenizer.json")
     if os.path.exists(tj):
         with open(tj, "rb") as f:
-            meta["tokenizer.hf_json"] = fmt.Bytes(f.read())
+            raw = f.read()
+        meta["tokenizer.hf_json"] = fmt.Bytes(raw)
+        meta.update(_c_tokenizer(json.loads(raw.decode("utf-8")), tj))
     if tok_cfg is not None:
         with open(os.path.join(folder, "tokenizer_config.json"), "rb") as f:
             meta["tokenizer.hf_config_json"] = fmt.Bytes(f.read())
@@ -336,7 +340,45 @@ def tokenizer_meta_hf(folder: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     if "tokenizer.chat_template" not in meta and os.path.exists(jinja):
         with open(jinja, encoding="utf-8") as f:
             meta["tokenizer.chat_template"] = f.read()
+    if "tokenizer.chat_template" in meta and "tokenizer.tokens" in meta:
+        meta.update(chat_format_meta(meta["tokenizer.chat_template"], meta, tok_cfg or {}))
     return meta
+
+
+def _c_tokenizer(tj: Dict[str, Any], path: str) -> Dict[str, Any]:
+    """The compact tokenizer keys the C library reads; refuses what it cannot reproduce."""
+    try:
+        return compact_tokenizer(tj)
+    except TokenizerUnsupported as e:
+        raise ConversionError(f"{path}: the C tokenizer cannot reproduce this tokenizer exactly ({e})") from None
+
+
+def _token_text(v: Any) -> Optional[str]:
+    if isinstance(v, dict):
+        v = v.get("content")
+    return v if isinstance(v, str) else None
+
+
+def chat_format_meta(template: str, meta: Dict[str, Any], tok_cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """tokenizer.chat_format (and its default system prompt) when the Jinja template
+    renders exactly like one of the formats the C library knows."""
+    tokens = meta["tokenizer.tokens"]
+
+    def text_of(key: str, cfg_key: str, default: str) -> str:
+        t = _token_text(tok_cfg.get(cfg_key))
+        if t is not None:
+            return t
+        i = meta.get(key, -1)
+        return tokens[i].decode("utf-8") if 0 <= i < len(tokens) else default
+
+    found = chat_format.detect(template, text_of("tokenizer.bos_id", "bos_token", "<s>"),
+                               text_of("tokenizer.eos_id", "eos_token", "</s>"))
+    if not found:
+        return {}
+    out: Dict[str, Any] = {"tokenizer.chat_format": found[0]}
+    if found[1] is not None:
+        out["tokenizer.chat_default_system"] = found[1]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -588,8 +630,9 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
     }
     if tokenizer:
         pieces, scores = read_llama2c_vocab(tokenizer, cfg["vocab_size"])
-        meta["tokenizer.hf_json"] = fmt.Bytes(json.dumps(llama2c_tokenizer_json(pieces, scores),
-                                                        ensure_ascii=False).encode("utf-8"))
+        tj = llama2c_tokenizer_json(pieces, scores)
+        meta["tokenizer.hf_json"] = fmt.Bytes(json.dumps(tj, ensure_ascii=False).encode("utf-8"))
+        meta.update(_c_tokenizer(tj, tokenizer))
         meta["tokenizer.llama2c_vocab"] = fmt.Bytes(open(tokenizer, "rb").read())
     if dtype not in DTYPES:
         raise ConversionError(f"unknown dtype {dtype!r} (f32, f16 or bf16)")

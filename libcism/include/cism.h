@@ -262,6 +262,97 @@ CISM_API cism_status cism_generate(cism_session *session, cism_sampler *sampler,
                                    uint32_t flags, cism_token_callback callback, void *user_data,
                                    int32_t *n_generated);
 
+/* ==== tokenizer: text in, text out (docs/FORMAT.md "Tokenizer") ============
+ * Token-for-token identical to Hugging Face `tokenizers` for the tokenizers
+ * `cism convert` accepts (byte-level BPE of GPT-2 / SmolLM2 / Qwen2 / Llama-3,
+ * SentencePiece-style BPE with byte fallback of Llama-2 / TinyLlama /
+ * Mistral, llama2.c vocabularies). Thread safety: the tokenizer belongs to the
+ * model and is read-only, so every function taking a const cism_model * may
+ * be called from any number of threads at once; a cism_detokenizer is used by
+ * one thread at a time. Text is UTF-8 given as pointer + length (no NUL
+ * needed); outputs go to caller buffers, and when a buffer is too small the
+ * call fails with CISM_ERR_BUFFER_SMALL and reports the needed size. */
+
+/* 1 if the model file carries a tokenizer, else 0. */
+CISM_API int32_t cism_model_has_tokenizer(const cism_model *model);
+
+enum {
+    CISM_TOKENIZE_ADD_SPECIAL   = 1,  /* add what the tokenizer adds around a text (e.g. BOS), like HF add_special_tokens */
+    CISM_TOKENIZE_PARSE_SPECIAL = 2   /* special tokens written in the text become their ids (HF's default); without
+                                         it they are tokenized as plain text (HF encode_special_tokens = True) */
+};
+/* Text -> token ids. Invalid UTF-8 is refused (CISM_ERR_INVALID_ARG naming the
+   byte offset). *n_tokens receives the count; with capacity too small (0 and
+   tokens NULL to ask) the call fails with CISM_ERR_BUFFER_SMALL. */
+CISM_API cism_status cism_tokenize(const cism_model *model, const char *text, size_t text_len, uint32_t flags,
+                                   int32_t *tokens, int32_t capacity, int32_t *n_tokens);
+
+enum { CISM_DETOKENIZE_SKIP_SPECIAL = 1 };  /* leave special tokens out (HF skip_special_tokens) */
+/* Token ids -> text, as HF decode (invalid byte sequences become U+FFFD).
+   *text_len receives the length; CISM_ERR_BUFFER_SMALL when it exceeds capacity. */
+CISM_API cism_status cism_detokenize(const cism_model *model, const int32_t *tokens, int32_t n_tokens, uint32_t flags,
+                                     char *text, size_t capacity, size_t *text_len);
+
+/* The vocabulary string of a token as stored (e.g. "Ġthe", "▁the", "<0x0A>",
+   "<|im_end|>"); borrowed from the model, not NUL-terminated. */
+CISM_API cism_status cism_token_to_piece(const cism_model *model, int32_t token, const char **piece, size_t *piece_len);
+/* The token whose vocabulary string is piece (added tokens first). */
+CISM_API cism_status cism_token_from_piece(const cism_model *model, const char *piece, size_t piece_len, int32_t *token);
+enum {
+    CISM_TOKEN_NORMAL  = 1,  /* in the BPE vocabulary */
+    CISM_TOKEN_ADDED   = 2,  /* an added token (matched whole in text) */
+    CISM_TOKEN_SPECIAL = 4,  /* special (control) token: skipped by CISM_DETOKENIZE_SKIP_SPECIAL */
+    CISM_TOKEN_BYTE    = 8   /* a byte-fallback token <0xXX> */
+};
+CISM_API cism_status cism_token_flags(const cism_model *model, int32_t token, uint32_t *flags);
+
+/* Streaming detokenizer: push generated tokens one at a time and get the text
+   they complete. Text is emitted as soon as it is complete UTF-8: a character
+   split across tokens is held back until its last byte arrives, and nothing
+   is lost across token boundaries. The concatenated output equals
+   cism_detokenize of the same tokens, except that a byte-fallback run holding
+   invalid UTF-8 keeps the valid characters it had already emitted. */
+typedef struct cism_detokenizer cism_detokenizer;
+/* flags: CISM_DETOKENIZE_SKIP_SPECIAL. Keeps the model alive until freed. */
+CISM_API cism_status cism_detokenizer_create(cism_model *model, uint32_t flags, cism_detokenizer **out);
+CISM_API void        cism_detokenizer_free(cism_detokenizer *detok);
+/* *text (borrowed, valid until the next call on detok) receives the newly
+   completed text, possibly empty. */
+CISM_API cism_status cism_detokenizer_push(cism_detokenizer *detok, int32_t token, const char **text, size_t *text_len);
+/* Ends the stream: returns what is held back (an incomplete character becomes
+   U+FFFD) and starts a new stream. */
+CISM_API cism_status cism_detokenizer_flush(cism_detokenizer *detok, const char **text, size_t *text_len);
+/* Drops what is held back and starts a new stream. */
+CISM_API cism_status cism_detokenizer_reset(cism_detokenizer *detok);
+
+/* Chat formats. The converter names the model's format after checking its
+   Jinja template against these (docs/FORMAT.md). */
+typedef int32_t cism_chat_format;
+enum {
+    CISM_CHAT_MODEL   = 0,  /* the model's own format (tokenizer.chat_format) */
+    CISM_CHAT_CHATML  = 1,  /* <|im_start|>role\n...<|im_end|>\n : Qwen2/2.5, SmolLM2 (with their default system prompt) */
+    CISM_CHAT_LLAMA3  = 2,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    CISM_CHAT_LLAMA2  = 3,  /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s> */
+    CISM_CHAT_MISTRAL = 4,  /* <s>[INST] ... [/INST]...</s> */
+    CISM_CHAT_ZEPHYR  = 5   /* <|user|>\n...</s>\n : Zephyr, TinyLlama-Chat */
+};
+/* "chatml", "llama3", ...; static; NULL for CISM_CHAT_MODEL or an unknown value. */
+CISM_API const char *cism_chat_format_name(cism_chat_format format);
+/* The model's chat format; CISM_ERR_UNSUPPORTED when the file names none. */
+CISM_API cism_status cism_model_chat_format(const cism_model *model, cism_chat_format *format);
+/* Renders n_messages (role, content) pairs (roles "system", "user",
+   "assistant") as the prompt text, ending with the assistant's header when
+   add_generation_prompt is non-zero. The text writes special tokens out:
+   tokenize it with CISM_TOKENIZE_PARSE_SPECIAL and without ADD_SPECIAL (the
+   formats include BOS where the model expects it). model may be NULL with an
+   explicit format (BOS/EOS then default to <s> and </s>). Llama-2 and Mistral
+   need alternating user/assistant turns after an optional system message. */
+CISM_API cism_status cism_chat_apply(const cism_model *model, cism_chat_format format,
+                                     const char *const *roles, const size_t *role_lens,
+                                     const char *const *contents, const size_t *content_lens,
+                                     int32_t n_messages, int32_t add_generation_prompt,
+                                     char *text, size_t capacity, size_t *text_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 #include "../core/error.h"
 #include "../core/params.h"
 #include "../kernels/kernels.h"
+#include "../tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -368,6 +369,7 @@ static void model_destroy(cism_model *m) {
     free(m->layers);
     free(m->rope_inv_freq);
     free(m->eos_ids);
+    cism__tokenizer_free(m->tokenizer);
     free(m);
 }
 
@@ -398,7 +400,8 @@ cism_status cism_model_load(const char *path, const cism_params *params, cism_mo
     c.label = path;
     c.f = &m->file;
     if ((st = read_hparams(&c, &m->hp, &m->arch_name)) || (st = bind_model(&c, m, (int)params->check_weights)) ||
-        (st = read_tokens(&c, m)) || (st = rope_setup(m))) {
+        (st = read_tokens(&c, m)) || (st = rope_setup(m)) ||
+        (st = cism__tokenizer_load(&m->file, path, m->hp.vocab, m->bos_id, m->eos_id, &m->tokenizer))) {
         model_destroy(m);
         return st;
     }

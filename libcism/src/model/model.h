@@ -47,6 +47,7 @@ struct cism_model {
     int32_t *eos_ids;
     int64_t n_params, weight_bytes;
     int32_t weight_dtype;
+    struct cism__tokenizer *tokenizer;   /* NULL when the file carries none */
 };
 
 void cism__model_retain(cism_model *model);
