@@ -7,7 +7,7 @@ import unicodedata
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>",
             "<|start_header_id|>", "<s>", "</s>", "<unk>", "<0x0A>", "<tool_call>", "[MASK]", "<|im_start|>x",
-            "<repo_name>", "<|reserved_special_token_5|>", "word"]
+            "<repo_name>", "<|reserved_special_token_5|>", "qqword", " qqword ", "aqqword"]
 FRAGMENTS = [
     "Hello", "world", " the", "The", "don't", "I'm", "we'll", "they're", "you've", "she'd", "it's", "IT'S", "WE'LL",
     "'S", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'Re", "'lL", "'ſ", "'x", "''s", "'", "\"quoted\"",

@@ -79,7 +79,7 @@ base = 151646
 extra = [("<tool_call>", dict(special=False, normalized=False)),
          ("K\u0301ey", dict(special=False, normalized=True)),          # matched after NFC, as "Ḱey"
          ("[MASK]", dict(special=True, normalized=False, lstrip=True, rstrip=True)),
-         ("word", dict(special=False, normalized=False, single_word=True)),
+         ("qqword", dict(special=False, normalized=False, single_word=True)),
          ("<|im_start|>x", dict(special=True, normalized=False))]      # longest match wins
 for k, (content, opts) in enumerate(extra):
     d = dict(id=base + k, content=content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=False)

@@ -284,11 +284,12 @@ static int drain(cism_detokenizer *d, int final) {
     memmove(d->pending.p, d->pending.p + used, d->pending.n - used);
     d->pending.n -= used;
     if (!d->emitted && d->out.n > at) {
+        /* Strip acts once, on the first character of the whole text */
+        d->emitted = 1;
         if (has_step(t, CISM__DEC_STRIP_LEADING_SPACE) && d->out.p[at] == ' ') {
             memmove(d->out.p + at, d->out.p + at + 1, d->out.n - at - 1);
             d->out.n--;
         }
-        d->emitted = d->out.n > at || d->emitted;
     }
     return 0;
 }
