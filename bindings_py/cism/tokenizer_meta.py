@@ -242,6 +242,9 @@ def compact_tokenizer(tj: Dict[str, Any]) -> Dict[str, Any]:
     unk = model.get("unk_token")
     if unk is not None and unk not in vocab:
         raise TokenizerUnsupported(f"unk_token {unk!r} is not in the vocabulary")
+    norm = normalizer_steps(tj.get("normalizer"))
+    if any(f & TOK_NORMALIZED for f in flags) and any(step != "nfc" for step in norm):
+        raise TokenizerUnsupported("added tokens with normalized=true under a normalizer other than NFC")
     prefix, suffix = template_ids(tj.get("post_processor"))
     for i in prefix + suffix:
         if not 0 <= i < n:
@@ -251,7 +254,7 @@ def compact_tokenizer(tj: Dict[str, Any]) -> Dict[str, Any]:
         "tokenizer.tokens": tokens,
         "tokenizer.token_flags": bytes(flags),
         "tokenizer.merges": merges,
-        "tokenizer.normalizer": normalizer_steps(tj.get("normalizer")),
+        "tokenizer.normalizer": norm,
         "tokenizer.pre_tokenizer": pre_tokenizer_steps(tj.get("pre_tokenizer")),
         "tokenizer.decoder": decoder_steps(tj.get("decoder")),
         "tokenizer.unk_id": vocab[unk] if unk is not None else -1,

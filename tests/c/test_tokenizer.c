@@ -131,6 +131,17 @@ static void run_tokenizer(const char *name, const text *texts, uint32_t n_texts,
     free(cases);
 }
 
+/* name is an item of the comma-separated list */
+static int listed(const char *list, const char *name) {
+    size_t n = strlen(name);
+    const char *p = list;
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+        p += n;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     unsigned char *corpus;
     size_t size, pos = 4;
@@ -151,7 +162,7 @@ int main(int argc, char **argv) {
         pos += 4 + texts[i].n;
     }
     for (k = 0; k < sizeof(NAMES) / sizeof(NAMES[0]); k++)
-        if (!only || strstr(only, NAMES[k])) run_tokenizer(NAMES[k], texts, n, &cases, &n_ids);
+        if (!only || listed(only, NAMES[k])) run_tokenizer(NAMES[k], texts, n, &cases, &n_ids);
     printf("total: %ld cases, %ld ids compared\n", cases, n_ids);
     free(texts);
     free(corpus);

@@ -25,12 +25,9 @@ static int32_t child(const cism__matcher *m, int32_t node, uint8_t byte) {
 }
 
 void cism__matcher_free(cism__matcher *m) {
-    int32_t i;
     free(m->node_token);
     free(m->edge_key);
     free(m->edge_child);
-    for (i = 0; i < m->n_owned; i++) free(m->owned[i]);
-    free(m->owned);
     memset(m, 0, sizeof(*m));
 }
 
@@ -61,12 +58,10 @@ int cism__matcher_build(cism__matcher *m, const cism__tokenizer *t, int normaliz
     int32_t id, max_nodes = 1;
     uint32_t size = 16;
     size_t total = 0;
-    cism__buf nb;
     memset(m, 0, sizeof(*m));
-    memset(&nb, 0, sizeof(nb));
     for (id = 0; id < t->n_tokens; id++)
         if ((t->flags[id] & CISM__TOK_ADDED) && !!(t->flags[id] & CISM__TOK_NORMALIZED) == normalized)
-            total += (size_t)t->tok_len[id] + (normalized ? 16 + t->tok_len[id] * 3 : 0);
+            total += (size_t)t->tok_len[id];
     if (total == 0) return 0;
     if (total > (1u << 26)) return -1;
     max_nodes = (int32_t)total + 1;
@@ -82,17 +77,11 @@ int cism__matcher_build(cism__matcher *m, const cism__tokenizer *t, int normaliz
         const uint8_t *p = t->tok[id];
         size_t n = t->tok_len[id];
         if (!(t->flags[id] & CISM__TOK_ADDED) || !!(t->flags[id] & CISM__TOK_NORMALIZED) != normalized) continue;
-        if (normalized) {
-            /* HF matches normalized tokens by their normalized form */
-            if (cism__normalize(t, p, n, &nb)) { free(nb.p); return -1; }
-            p = nb.p;
-            n = nb.n;
-        }
+        /* normalized tokens: their text was normalized at load */
         if (n == 0) continue;  /* would match everywhere; HF never matches it */
         m->first[p[0]] = 1;
-        if (insert(m, p, n, id, max_nodes)) { free(nb.p); return -1; }
+        if (insert(m, p, n, id, max_nodes)) return -1;
     }
-    free(nb.p);
     return 0;
 }
 

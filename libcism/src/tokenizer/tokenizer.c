@@ -107,6 +107,7 @@ void cism__tokenizer_free(cism__tokenizer *t) {
     if (!t) return;
     free(t->tok);
     free(t->tok_len);
+    free(t->owned_text);
     free(t->vhash);
     free(t->mkey);
     free(t->mrank);
@@ -116,6 +117,31 @@ void cism__tokenizer_free(cism__tokenizer *t) {
     cism__matcher_free(&t->raw);
     cism__matcher_free(&t->normalized);
     free(t);
+}
+
+/* HF keeps a normalized added token by its normalized text: it is matched
+   in normalized text and decodes to it */
+static cism_status normalize_added(cism__tokenizer *t, const char *label) {
+    cism__buf all = {NULL, 0, 0}, one = {NULL, 0, 0};
+    size_t *at;
+    int32_t id;
+    at = (size_t *)calloc((size_t)t->n_tokens, sizeof(size_t));
+    if (!at) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
+    for (id = 0; id < t->n_tokens; id++) {
+        if ((t->flags[id] & (CISM__TOK_ADDED | CISM__TOK_NORMALIZED)) != (CISM__TOK_ADDED | CISM__TOK_NORMALIZED)) continue;
+        if (cism__normalize(t, t->tok[id], t->tok_len[id], &one) || (at[id] = all.n, cism__buf_put(&all, one.p, one.n))) {
+            free(at); free(all.p); free(one.p);
+            return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
+        }
+        t->tok_len[id] = (uint32_t)one.n;
+    }
+    for (id = 0; id < t->n_tokens; id++)
+        if ((t->flags[id] & (CISM__TOK_ADDED | CISM__TOK_NORMALIZED)) == (CISM__TOK_ADDED | CISM__TOK_NORMALIZED))
+            t->tok[id] = all.p + at[id];
+    t->owned_text = all.p;
+    free(at);
+    free(one.p);
+    return CISM_OK;
 }
 
 #define FAIL(...) do { st = cism__fail(__VA_ARGS__); goto fail; } while (0)
@@ -220,6 +246,7 @@ cism_status cism__tokenizer_load(const cism__file *f, const char *label, int64_t
     if (bad || (e && cism__utf8_validate(e->payload, (size_t)e->count) != e->count))
         FAIL(CISM_ERR_FORMAT, "%s: tokenizer.chat_default_system must be a UTF-8 string", label);
     if (e) { t->chat_system = (const char *)e->payload; t->chat_system_len = (size_t)e->count; }
+    if ((st = normalize_added(t, label))) goto fail;
     if (cism__matcher_build(&t->raw, t, 0) || cism__matcher_build(&t->normalized, t, 1))
         FAIL(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory building the added-token matcher", label);
     t->has_normalized_added = t->normalized.n_nodes > 0;
@@ -370,6 +397,7 @@ cism_status cism_token_flags(const cism_model *model, int32_t token, uint32_t *f
     const cism__tokenizer *t;
     uint8_t f;
     cism_status st;
+    int b;
     cism__clear_error();
     if ((st = check_token(model, token, "cism_token_flags"))) return st;
     if (!flags) return cism__fail(CISM_ERR_INVALID_ARG, "cism_token_flags: flags is NULL");
@@ -377,7 +405,7 @@ cism_status cism_token_flags(const cism_model *model, int32_t token, uint32_t *f
     f = t->flags[token];
     *flags = (f & CISM__TOK_NORMAL ? CISM_TOKEN_NORMAL : 0u) | (f & CISM__TOK_ADDED ? CISM_TOKEN_ADDED : 0u) |
              (f & CISM__TOK_SPECIAL ? CISM_TOKEN_SPECIAL : 0u);
-    for (st = 0; st < 256; st++)
-        if (t->fallback_token[st] == token) *flags |= CISM_TOKEN_BYTE;
+    for (b = 0; b < 256; b++)
+        if (t->fallback_token[b] == token) *flags |= CISM_TOKEN_BYTE;
     return CISM_OK;
 }

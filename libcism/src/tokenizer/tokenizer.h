@@ -53,8 +53,6 @@ typedef struct cism__matcher {
     int32_t *edge_child;
     uint32_t edge_mask;
     uint8_t first[256];
-    uint8_t **owned;           /* normalized contents we allocated */
-    int32_t n_owned;
 } cism__matcher;
 
 typedef struct cism__tokenizer {
@@ -62,6 +60,7 @@ typedef struct cism__tokenizer {
     const uint8_t **tok;       /* token strings (into the file, or `owned`) */
     uint32_t *tok_len;
     const uint8_t *flags;
+    uint8_t *owned_text;       /* normalized contents of normalized added tokens */
     /* vocabulary hash (model vocabulary only): open addressing, ids */
     int32_t *vhash;
     uint32_t vmask;
