@@ -108,9 +108,11 @@ def detect(template: Optional[str], bos: str = "<s>", eos: str = "</s>") -> Opti
             try:
                 want = jinja_render(template, msgs, gen, bos, eos)
             except Exception:
-                if name in ("llama2", "mistral") or msgs[0]["role"] != "system":
+                # Mistral's templates refuse system messages; our rendering of them is an extension
+                if not (name == "mistral" and msgs[0]["role"] == "system"):
                     ok = False
-                continue   # templates that refuse system messages: our extension is accepted
+                    break
+                continue
             try:
                 got = render(name, msgs, gen, bos, eos, default_system if name == "chatml" else None)
             except ValueError:

@@ -102,6 +102,32 @@ v = copy.deepcopy(tok["smollm"])
 v["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = False
 tok["smollm-digits"] = v
 
+# chat templates carried by some of the test models: (template file, bos id, eos id)
+CHAT = {
+    "qwen2": (None, -1, 151645),
+    "smollm": ("smollm2.jinja", -1, 2),
+    "llama3": ("llama3.jinja", 128000, 128009),
+    "llama2": ("llama2.jinja", 1, 2),
+    "llama2-metaspace": ("zephyr.jinja", 1, 2),
+    "llama2-metaspace-split": ("mistral.jinja", 1, 2),
+}
+CHAT_PROBES = [
+    ([("user", "Hello!")], 1),
+    ([("system", "You are a pirate."), ("user", " Tell me a joke.\n")], 1),
+    ([("user", "Hi"), ("assistant", "Hello, how can I help?"), ("user", "Say \u00e9t\u00e9 \U0001F600")], 1),
+    ([("system", "Be brief."), ("user", "Hi"), ("assistant", " Ahoy "), ("user", "Bye")], 1),
+]
+
+
+def chat_template(name):
+    f, bos, eos = CHAT[name]
+    if f is None:
+        return load_json(os.path.join(T, "qwen2", "tokenizer_config.json"))["chat_template"], bos, eos
+    with open(os.path.join(here, "chat_templates", f), encoding="utf-8") as fh:
+        return fh.read(), bos, eos
+
+
+chat_records = []
 only = os.environ.get("CISM_TOK_ONLY")
 texts = build_corpus(models)
 with open(os.path.join(out, "corpus.bin"), "wb") as f:
@@ -124,6 +150,23 @@ for name, tj in tok.items():
         "model.context_length": 64, "model.norm_eps": 1e-5, "model.rope_theta": 10000.0, "model.tied_embeddings": 1,
         "general.name": f"tokenizer test model ({name})",
     })
+    if name in CHAT:
+        from cism import chat_format as cfm
+        template, bos, eos = chat_template(name)
+        if bos >= 0:
+            meta["tokenizer.bos_id"] = bos
+        meta["tokenizer.eos_id"] = eos
+        meta["tokenizer.chat_template"] = template
+        meta.update(cv.chat_format_meta(template, meta, {}))
+        bos_s = meta["tokenizer.tokens"][bos].decode() if bos >= 0 else ""
+        eos_s = meta["tokenizer.tokens"][eos].decode()
+        for msgs, gen in CHAT_PROBES:
+            m = [{"role": r, "content": c} for r, c in msgs]
+            try:
+                want = cfm.jinja_render(template, m, bool(gen), bos_s, eos_s)
+            except Exception:   # Mistral refuses a system message: check our documented extension
+                want = cfm.render(meta["tokenizer.chat_format"], m, bool(gen), bos_s or "<s>", eos_s)
+            chat_records.append((name, meta.get("tokenizer.chat_format", ""), msgs, gen, want))
     cv.write_model(os.path.join(out, name + ".cism"), meta, list(cv.expected_tensors(meta)),
                    lambda nm: rng.standard_normal(cv.expected_tensors(meta)[nm]).astype(np.float32) * 0.02,
                    lambda nm: 0, overwrite=True)
@@ -147,5 +190,58 @@ for name, tj in tok.items():
         f.write(struct.pack("<I", len(cases)))
         f.write(b"".join(cases))
     print(f"{name}: {len(cases)} cases, {n_ids} ids, {time.time() - t0:.1f} s", flush=True)
+def tiny_meta(name, tj):
+    meta = compact_tokenizer(tj)
+    n = len(meta["tokenizer.tokens"])
+    meta.update({
+        "general.architecture": "llama", "model.vocab_size": n, "model.dim": 8, "model.n_layers": 1,
+        "model.n_heads": 2, "model.n_kv_heads": 1, "model.head_dim": 4, "model.ffn_dim": 16,
+        "model.context_length": 64, "model.norm_eps": 1e-5, "model.rope_theta": 10000.0, "model.tied_embeddings": 1,
+        "general.name": f"tokenizer test model ({name})",
+    })
+    return meta
+
+
+def write_tiny(path, meta):
+    shapes = cv.expected_tensors(meta)
+    cv.write_model(path, meta, list(shapes), lambda nm: rng.standard_normal(shapes[nm]).astype(np.float32) * 0.02,
+                   lambda nm: 0, overwrite=True)
+
+
+# hostile tokenizer metadata: the loader must refuse each with a clear error
+good = tiny_meta("hostile", tok["stories260K-llama2c"])
+ntok = len(good["tokenizer.tokens"])
+vocab = {t: i for i, t in enumerate(good["tokenizer.tokens"])}
+nonpair = next((a, b) for a in range(3, ntok) for b in range(3, ntok)
+               if good["tokenizer.tokens"][a] + good["tokenizer.tokens"][b] not in vocab)
+bad = {
+    "bad-merge-id": {"tokenizer.merges": np.asarray([5, 10 ** 9], dtype=np.int64)},
+    "bad-flags-len": {"tokenizer.token_flags": good["tokenizer.token_flags"][:-1]},
+    "bad-step": {"tokenizer.pre_tokenizer": ["weird_split"]},
+    "bad-utf8": {"tokenizer.tokens": good["tokenizer.tokens"][:-1] + [b"\xff\xfe"]},
+    "bad-template-id": {"tokenizer.template_prefix": np.asarray([ntok + 5], dtype=np.int64)},
+    "bad-merge-pair": {"tokenizer.merges": np.asarray(list(nonpair), dtype=np.int64)},
+    "bad-dup-token": {"tokenizer.tokens": good["tokenizer.tokens"][:-1] + [good["tokenizer.tokens"][100]]},
+    "bad-types": {"tokenizer.token_flags": 7},
+}
+for bname, change in bad.items():
+    m = dict(good)
+    m.update(change)
+    write_tiny(os.path.join(out, bname + ".cism"), m)
+
+
+def lp(b):
+    return struct.pack("<I", len(b)) + b
+
+
+if not only:
+    with open(os.path.join(out, "chat.cases"), "wb") as f:
+        f.write(struct.pack("<I", len(chat_records)))
+        for name, fmt_name, msgs, gen, want in chat_records:
+            f.write(lp(name.encode()) + lp(fmt_name.encode()) + struct.pack("<I", len(msgs)))
+            for r, c in msgs:
+                f.write(lp(r.encode()) + lp(c.encode()))
+            f.write(struct.pack("<I", gen) + lp(want.encode()))
+    print(f"chat: {len(chat_records)} cases")
 with open(stamp, "w") as f:
     f.write(version)
