@@ -19,12 +19,14 @@ fi
 "$VENV/bin/python" -m pip install -q -r "$ROOT/tests/requirements.txt"
 
 echo "== C build and tests (Release)"
-cmake -S "$ROOT" -B "$BUILD/release" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$VENV/bin/python"
+cmake -S "$ROOT" -B "$BUILD/release" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$VENV/bin/python" \
+    -DCISM_TOK_FIXTURE_DIR="$BUILD/tokenizer_fixtures"
 cmake --build "$BUILD/release" -j "$JOBS"
 (cd "$BUILD/release" && ctest --output-on-failure -j "$JOBS")
 
 echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-cmake -S "$ROOT" -B "$BUILD/asan" -DCMAKE_BUILD_TYPE=Debug -DCISM_SANITIZE=address,undefined -DPython3_EXECUTABLE="$VENV/bin/python"
+cmake -S "$ROOT" -B "$BUILD/asan" -DCMAKE_BUILD_TYPE=Debug -DCISM_SANITIZE=address,undefined -DPython3_EXECUTABLE="$VENV/bin/python" \
+    -DCISM_TOK_FIXTURE_DIR="$BUILD/tokenizer_fixtures"
 cmake --build "$BUILD/asan" -j "$JOBS"
 (cd "$BUILD/asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS")

@@ -80,16 +80,19 @@ int cism__token_bytes(const cism__tokenizer *t, int32_t id, cism__buf *out, int 
 }
 
 /* ---- batch decoding: a list of strings through each step --------------------- */
-typedef struct strs { size_t *off, *len, n; cism__buf b; } strs;
+typedef struct strs { size_t *off, *len, n, cap; cism__buf b; } strs;
 
 static int strs_add(strs *s, size_t off, size_t len) {
-    size_t *o = (size_t *)realloc(s->off, (s->n + 1) * sizeof(size_t));
-    size_t *l;
-    if (!o) return -1;
-    s->off = o;
-    l = (size_t *)realloc(s->len, (s->n + 1) * sizeof(size_t));
-    if (!l) return -1;
-    s->len = l;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        size_t *o = (size_t *)realloc(s->off, cap * sizeof(size_t)), *l;
+        if (!o) return -1;
+        s->off = o;
+        l = (size_t *)realloc(s->len, cap * sizeof(size_t));
+        if (!l) return -1;
+        s->len = l;
+        s->cap = cap;
+    }
     s->off[s->n] = off;
     s->len[s->n] = len;
     s->n++;
@@ -108,7 +111,11 @@ static int decode_step(int step, const strs *in, strs *out) {
                                            : byte_level_bytes(in->b.p + in->off[i], in->len[i], &raw);
             if (r) { free(raw.p); return -1; }
         }
-        if (step == CISM__DEC_FUSE) { out->b = raw; return strs_add(out, 0, raw.n); }
+        if (step == CISM__DEC_FUSE) {
+            free(out->b.p);
+            out->b = raw;
+            return strs_add(out, 0, raw.n);
+        }
         if (cism__buf_reserve(&out->b, raw.n * 3 + 1)) { free(raw.p); return -1; }
         out->b.n = cism__utf8_lossy(raw.p, raw.n, 1, out->b.p, NULL);
         free(raw.p);
@@ -280,8 +287,9 @@ static int drain(cism_detokenizer *d, int final) {
     const cism__tokenizer *t = d->model->tokenizer;
     size_t at = d->out.n;
     if (cism__buf_reserve(&d->out, d->pending.n * 3 + 3)) return -1;
-    d->out.n += cism__utf8_lossy(d->pending.p, d->pending.n, final, d->out.p + d->out.n, &used);
-    memmove(d->pending.p, d->pending.p + used, d->pending.n - used);
+    used = 0;
+    if (d->pending.n) d->out.n += cism__utf8_lossy(d->pending.p, d->pending.n, final, d->out.p + d->out.n, &used);
+    if (used && used < d->pending.n) memmove(d->pending.p, d->pending.p + used, d->pending.n - used);
     d->pending.n -= used;
     if (!d->emitted && d->out.n > at) {
         /* Strip acts once, on the first character of the whole text */
