@@ -98,6 +98,8 @@ static int strs_add(strs *s, size_t off, size_t len) {
     s->n++;
     return 0;
 }
+static const uint8_t *str_at(const strs *s, size_t i) { return s->b.p ? s->b.p + s->off[i] : (const uint8_t *)""; }
+
 static void strs_free(strs *s) { free(s->off); free(s->len); free(s->b.p); memset(s, 0, sizeof(*s)); }
 
 static int decode_step(int step, const strs *in, strs *out) {
@@ -107,8 +109,8 @@ static int decode_step(int step, const strs *in, strs *out) {
     if (step == CISM__DEC_BYTE_LEVEL || step == CISM__DEC_FUSE) {
         cism__buf raw = {NULL, 0, 0};
         for (i = 0; i < in->n; i++) {
-            int r = step == CISM__DEC_FUSE ? cism__buf_put(&raw, in->b.p + in->off[i], in->len[i])
-                                           : byte_level_bytes(in->b.p + in->off[i], in->len[i], &raw);
+            int r = step == CISM__DEC_FUSE ? cism__buf_put(&raw, str_at(in, i), in->len[i])
+                                           : byte_level_bytes(str_at(in, i), in->len[i], &raw);
             if (r) { free(raw.p); return -1; }
         }
         if (step == CISM__DEC_FUSE) {
@@ -122,7 +124,7 @@ static int decode_step(int step, const strs *in, strs *out) {
         return strs_add(out, 0, out->b.n);
     }
     for (i = 0; i < in->n; i++) {
-        const uint8_t *s = in->b.p + in->off[i];
+        const uint8_t *s = str_at(in, i);
         size_t n = in->len[i], at = out->b.n;
         switch (step) {
         case CISM__DEC_METASPACE_TO_SPACE:
@@ -142,10 +144,10 @@ static int decode_step(int step, const strs *in, strs *out) {
                 /* a run of byte tokens: valid UTF-8 as a whole, or one U+FFFD per byte */
                 size_t k = i;
                 uint8_t *run;
-                while (k < in->n && byte_token_value(in->b.p + in->off[k], in->len[k]) >= 0) k++;
+                while (k < in->n && byte_token_value(str_at(in, k), in->len[k]) >= 0) k++;
                 run = (uint8_t *)malloc(k - i);
                 if (!run) return -1;
-                for (j = i; j < k; j++) run[j - i] = (uint8_t)byte_token_value(in->b.p + in->off[j], in->len[j]);
+                for (j = i; j < k; j++) run[j - i] = (uint8_t)byte_token_value(str_at(in, j), in->len[j]);
                 if (cism__utf8_validate(run, k - i) == k - i) {
                     if (cism__buf_put(&out->b, run, k - i) || strs_add(out, at, k - i)) { free(run); return -1; }
                 } else {
@@ -188,7 +190,7 @@ static int decode_all(const cism__tokenizer *t, const int32_t *ids, int32_t n, i
     result->n = 0;
     for (i = 0; !r && (size_t)i < a.n; i++) {
         if (t->n_dec == 0 && i > 0) r = cism__buf_put(result, " ", 1);   /* no decoder: HF joins with spaces */
-        if (!r) r = cism__buf_put(result, a.b.p + a.off[i], a.len[i]);
+        if (!r) r = cism__buf_put(result, str_at(&a, (size_t)i), a.len[i]);
     }
     strs_free(&a);
     strs_free(&b);

@@ -70,6 +70,7 @@ int cism__normalize(const cism__tokenizer *t, const uint8_t *s, size_t n, cism__
     cism__buf tmp;
     int k, r = 0;
     out->n = 0;
+    if (n == 0) return 0;   /* every step maps empty text to empty text */
     if (t->n_norm == 0) return cism__buf_put(out, s, n);
     memset(&tmp, 0, sizeof(tmp));
     if (cism__buf_put(&tmp, s, n)) return -1;

@@ -273,6 +273,7 @@ static int model_part(void *user, size_t start, size_t end, int32_t id) {
     enc *e = (enc *)user;
     size_t k;
     if (id >= 0) return cism__ids_push(e->out, id);
+    if (end == start) return 0;
     if (cism__pretokenize(e->t, e->norm.p + start, end - start, e->at_origin && start == 0, &e->pieces, &e->tmp)) return -1;
     for (k = 0; k < e->pieces.n; k++)
         if (cism__bpe(e->t, e->pieces.text.p + e->pieces.p[k].start, e->pieces.p[k].len, &e->sc, e->out)) return -1;
