@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int32, c_int64, c_uint32, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int32, c_int64, c_size_t, c_uint32, c_void_p)
 from typing import List
 
 ABI_VERSION = 1  # CISM_ABI_VERSION this binding was written for
@@ -89,12 +89,20 @@ SAMPLER_PENALTY_LAST_N = 7
 SAMPLER_SEED = 8
 # cism_generate flags
 GENERATE_IGNORE_EOS = 1
+# tokenizer flags
+TOKENIZE_ADD_SPECIAL = 1
+TOKENIZE_PARSE_SPECIAL = 2
+DETOKENIZE_SKIP_SPECIAL = 1
+TOKEN_NORMAL, TOKEN_ADDED, TOKEN_SPECIAL, TOKEN_BYTE = 1, 2, 4, 8
+# cism_chat_format
+CHAT_MODEL, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_MISTRAL, CHAT_ZEPHYR = 0, 1, 2, 3, 4, 5
 
 # ---- opaque handles and callback types --------------------------------------
 cism_params_p = c_void_p
 cism_model_p = c_void_p
 cism_session_p = c_void_p
 cism_sampler_p = c_void_p
+cism_detokenizer_p = c_void_p
 # typedef void (*cism_log_callback)(void *user_data, int32_t level, const char *message);
 cism_log_callback = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
 # typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
@@ -259,6 +267,43 @@ _fn("cism_sampler_sample", c_int32, cism_sampler_p, POINTER(c_float), c_int32, P
 #                           int32_t *n_generated);
 _fn("cism_generate", c_int32, cism_session_p, cism_sampler_p, POINTER(c_int32), c_int32, c_int32, c_uint32,
     cism_token_callback, c_void_p, POINTER(c_int32))
+
+# ---- tokenizer -----------------------------------------------------------------
+# int32_t cism_model_has_tokenizer(const cism_model *model);
+_fn("cism_model_has_tokenizer", c_int32, cism_model_p)
+# cism_status cism_tokenize(const cism_model *model, const char *text, size_t text_len, uint32_t flags,
+#                           int32_t *tokens, int32_t capacity, int32_t *n_tokens);
+_fn("cism_tokenize", c_int32, cism_model_p, c_char_p, c_size_t, c_uint32, POINTER(c_int32), c_int32, POINTER(c_int32))
+# cism_status cism_detokenize(const cism_model *model, const int32_t *tokens, int32_t n_tokens, uint32_t flags,
+#                             char *text, size_t capacity, size_t *text_len);
+_fn("cism_detokenize", c_int32, cism_model_p, POINTER(c_int32), c_int32, c_uint32, c_char_p, c_size_t, POINTER(c_size_t))
+# cism_status cism_token_to_piece(const cism_model *model, int32_t token, const char **piece, size_t *piece_len);
+_fn("cism_token_to_piece", c_int32, cism_model_p, c_int32, POINTER(c_void_p), POINTER(c_size_t))
+# cism_status cism_token_from_piece(const cism_model *model, const char *piece, size_t piece_len, int32_t *token);
+_fn("cism_token_from_piece", c_int32, cism_model_p, c_char_p, c_size_t, POINTER(c_int32))
+# cism_status cism_token_flags(const cism_model *model, int32_t token, uint32_t *flags);
+_fn("cism_token_flags", c_int32, cism_model_p, c_int32, POINTER(c_uint32))
+# cism_status cism_detokenizer_create(cism_model *model, uint32_t flags, cism_detokenizer **out);
+_fn("cism_detokenizer_create", c_int32, cism_model_p, c_uint32, POINTER(cism_detokenizer_p))
+# void cism_detokenizer_free(cism_detokenizer *detok);
+_fn("cism_detokenizer_free", None, cism_detokenizer_p)
+# cism_status cism_detokenizer_push(cism_detokenizer *detok, int32_t token, const char **text, size_t *text_len);
+_fn("cism_detokenizer_push", c_int32, cism_detokenizer_p, c_int32, POINTER(c_void_p), POINTER(c_size_t))
+# cism_status cism_detokenizer_flush(cism_detokenizer *detok, const char **text, size_t *text_len);
+_fn("cism_detokenizer_flush", c_int32, cism_detokenizer_p, POINTER(c_void_p), POINTER(c_size_t))
+# cism_status cism_detokenizer_reset(cism_detokenizer *detok);
+_fn("cism_detokenizer_reset", c_int32, cism_detokenizer_p)
+# const char *cism_chat_format_name(cism_chat_format format);
+_fn("cism_chat_format_name", c_char_p, c_int32)
+# cism_status cism_model_chat_format(const cism_model *model, cism_chat_format *format);
+_fn("cism_model_chat_format", c_int32, cism_model_p, POINTER(c_int32))
+# cism_status cism_chat_apply(const cism_model *model, cism_chat_format format,
+#                             const char *const *roles, const size_t *role_lens,
+#                             const char *const *contents, const size_t *content_lens,
+#                             int32_t n_messages, int32_t add_generation_prompt,
+#                             char *text, size_t capacity, size_t *text_len);
+_fn("cism_chat_apply", c_int32, cism_model_p, c_int32, POINTER(c_char_p), POINTER(c_size_t), POINTER(c_char_p),
+    POINTER(c_size_t), c_int32, c_int32, c_char_p, c_size_t, POINTER(c_size_t))
 
 
 def _check_abi() -> None:

@@ -124,3 +124,57 @@ def detect(template: Optional[str], bos: str = "<s>", eos: str = "</s>") -> Opti
         if ok:
             return name, (default_system if name == "chatml" else None)
     return None
+
+
+# ---- through the C library (cism_chat_apply) ---------------------------------
+def model_format(model) -> Optional[str]:
+    """The chat format the model file names (tokenizer.chat_format), or None."""
+    import ctypes
+    from . import _lib
+    f = ctypes.c_int32()
+    if _lib.lib.cism_model_chat_format(model.handle, ctypes.byref(f)) != _lib.OK:
+        return None
+    return _lib.lib.cism_chat_format_name(f.value).decode()
+
+
+def apply(model, messages: Sequence[Dict[str, str]], fmt: Optional[str] = None,
+          add_generation_prompt: bool = True) -> str:
+    """The prompt text for `messages` ({"role", "content"} dicts) in chat format
+    `fmt` (a name of FORMATS; None: the model's own), rendered by the C library.
+    Tokenize it with special tokens parsed and without adding BOS."""
+    import ctypes
+    from . import _lib
+    from .errors import check
+    code = 0 if fmt is None else FORMATS.index(fmt) + 1
+    k = len(messages)
+    roles = [m["role"].encode("utf-8") for m in messages]
+    conts = [m["content"].encode("utf-8") for m in messages]
+    r = (ctypes.c_char_p * max(k, 1))(*roles)
+    c = (ctypes.c_char_p * max(k, 1))(*conts)
+    rl = (ctypes.c_size_t * max(k, 1))(*[len(x) for x in roles])
+    cl = (ctypes.c_size_t * max(k, 1))(*[len(x) for x in conts])
+    n = ctypes.c_size_t()
+    st = _lib.lib.cism_chat_apply(model.handle, code, r, rl, c, cl, k, int(add_generation_prompt), None, 0,
+                                  ctypes.byref(n))
+    if st != _lib.ERR_BUFFER_SMALL:
+        check(st)
+    out = ctypes.create_string_buffer(n.value + 1)
+    check(_lib.lib.cism_chat_apply(model.handle, code, r, rl, c, cl, k, int(add_generation_prompt), out, n.value,
+                                   ctypes.byref(n)))
+    return out.raw[:n.value].decode("utf-8")
+
+
+def render_template(model, messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """The model's exact Jinja chat template (tokenizer.chat_template) rendered
+    with jinja2 (an optional dependency), as transformers does."""
+    meta = model.metadata
+    if "tokenizer.chat_template" not in meta:
+        raise ValueError(f"{model.path}: the model file has no chat template")
+    tmpl = meta["tokenizer.chat_template"]
+    tmpl = tmpl.decode("utf-8") if isinstance(tmpl, bytes) else tmpl
+    tok = model.tokenizer
+
+    def text(i: int) -> str:
+        return (tok.token_text(i) or "") if i >= 0 else ""
+
+    return jinja_render(tmpl, list(messages), add_generation_prompt, text(model.bos_id), text(model.eos_id))

@@ -91,53 +91,128 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 # ---- chat ------------------------------------------------------------------------
+def _chat_renderer(model, args: argparse.Namespace):
+    """messages -> prompt text, or None for the plain "User:/Assistant:" REPL.
+    --format: a named chat format (C library), "jinja" (the model's own template
+    through jinja2), "plain", or "auto": the model's named format, else its Jinja
+    template when jinja2 is installed, else plain."""
+    from . import chat_format
+    fmt = args.format
+    if fmt == "auto":
+        fmt = chat_format.model_format(model)
+        if fmt is None and "tokenizer.chat_template" in model.metadata:
+            try:
+                import jinja2  # noqa: F401
+                fmt = "jinja"
+            except ImportError:
+                fmt = None
+        fmt = fmt or "plain"
+    if fmt == "plain":
+        return None, fmt
+    if fmt == "jinja":
+        return (lambda msgs: chat_format.render_template(model, msgs)), fmt
+    return (lambda msgs: chat_format.apply(model, msgs, fmt)), fmt
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    """A plain REPL: each turn is sent as "User: ...\\nAssistant:" and the reply
-    ends at an end-of-generation token or at the next "User:" line."""
-    from .errors import ContextFullError
+    """A chat REPL. With a chat format, each turn renders the whole
+    conversation, keeps the evaluated tokens that still prefix it and evaluates
+    the rest; without one, turns are sent as "User: ...\nAssistant:"."""
     from .model import Model
     from .sampler import Sampler
     interactive = sys.stdin.isatty()
     with Model(args.model) as model:
         tok = model.tokenizer
+        render, fmt = _chat_renderer(model, args)
         with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s, \
                 Sampler(**_sampling(args)) as sampler:
             if interactive:
-                print(f"chatting with {args.model} ({model.architecture}); empty line or Ctrl-D ends", file=sys.stderr)
-            first = True
-            while True:
-                if interactive:
-                    sys.stderr.write("> ")
-                    sys.stderr.flush()
-                line = sys.stdin.readline()
-                if not line or not line.strip():
-                    break
-                turn = ("" if first else "\n") + f"User: {line.strip()}\nAssistant:"
-                if first and args.system:
-                    turn = args.system.strip() + "\n" + turn
-                ids = tok.encode(turn, add_bos=tok.add_bos and s.n_past == 0)
-                if s.n_past + len(ids) + 8 > s.n_ctx:
-                    print("[context full: starting over]", file=sys.stderr)
-                    s.reset()
-                    sampler.reset()
-                    ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
-                first = False
-                try:
-                    gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"])
-                    started = False
-                    for piece in gen:
-                        if not started:  # the reply follows "Assistant:" with a space
-                            piece = piece.lstrip()
-                            started = bool(piece)
-                        sys.stdout.write(piece)
-                        sys.stdout.flush()
-                except ContextFullError:
-                    print("\n[context full: starting over]", file=sys.stderr)
-                    s.reset()
-                    sampler.reset()
-                    first = True
-                sys.stdout.write("\n")
+                print(f"chatting with {args.model} ({model.architecture}, chat format {fmt}); empty line or Ctrl-D "
+                      "ends", file=sys.stderr)
+            if render is None:
+                return _chat_plain(args, tok, s, sampler, interactive)
+            return _chat_formatted(args, tok, s, sampler, render, interactive)
+
+
+def _read_turn(interactive: bool) -> str:
+    if interactive:
+        sys.stderr.write("> ")
+        sys.stderr.flush()
+    return sys.stdin.readline()
+
+
+def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
+    from .errors import ContextFullError
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    evaluated: list = []   # the prompt tokens the session holds
+    while True:
+        line = _read_turn(interactive)
+        if not line or not line.strip():
+            break
+        messages.append({"role": "user", "content": line.strip()})
+        ids = tok.encode(render(messages), add_bos=False)   # the format writes BOS itself
+        keep = 0
+        while keep < min(len(evaluated), len(ids), s.n_past) and evaluated[keep] == ids[keep]:
+            keep += 1
+        keep = min(keep, len(ids) - 1)
+        if len(ids) + args.n_tokens > s.n_ctx:
+            print("[context full: starting over]", file=sys.stderr)
+            messages = messages[:1] if args.system else []
+            messages.append({"role": "user", "content": line.strip()})
+            ids = tok.encode(render(messages), add_bos=False)
+            keep = 0
+            sampler.reset()
+        s.rewind(keep)
+        reply = []
+        try:
+            for piece in s.generate(ids[keep:], args.n_tokens, sampler=sampler):
+                if not reply:
+                    piece = piece.lstrip()
+                reply.append(piece)
+                sys.stdout.write(piece)
                 sys.stdout.flush()
+        except ContextFullError:
+            print("\n[context full]", file=sys.stderr)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        messages.append({"role": "assistant", "content": "".join(reply).strip()})
+        evaluated = ids
+    return 0
+
+
+def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
+    from .errors import ContextFullError
+    first = True
+    while True:
+        line = _read_turn(interactive)
+        if not line or not line.strip():
+            break
+        turn = ("" if first else "\n") + f"User: {line.strip()}\nAssistant:"
+        if first and args.system:
+            turn = args.system.strip() + "\n" + turn
+        ids = tok.encode(turn, add_bos=tok.add_bos and s.n_past == 0)
+        if s.n_past + len(ids) + 8 > s.n_ctx:
+            print("[context full: starting over]", file=sys.stderr)
+            s.reset()
+            sampler.reset()
+            ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
+        first = False
+        try:
+            gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"])
+            started = False
+            for piece in gen:
+                if not started:  # the reply follows "Assistant:" with a space
+                    piece = piece.lstrip()
+                    started = bool(piece)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except ContextFullError:
+            print("\n[context full: starting over]", file=sys.stderr)
+            s.reset()
+            sampler.reset()
+            first = True
+        sys.stdout.write("\n")
+        sys.stdout.flush()
     return 0
 
 
@@ -195,10 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(g, temperature=0.0)
     g.set_defaults(func=cmd_generate)
 
-    ch = sub.add_parser("chat", parents=[common], help="interactive chat (plain 'User:/Assistant:' turns)")
+    ch = sub.add_parser("chat", parents=[common], help="interactive chat in the model's chat format")
     _add_session_args(ch)
     ch.add_argument("-n", "--n-tokens", type=int, default=256, help="tokens per reply at most (default 256)")
-    ch.add_argument("--system", help="text put before the first turn")
+    ch.add_argument("--system", help="the system message (plain format: text put before the first turn)")
+    ch.add_argument("--format", default="auto",
+                    choices=["auto", "chatml", "llama3", "llama2", "mistral", "zephyr", "jinja", "plain"],
+                    help="chat format (default auto: the model's own, else its Jinja template when jinja2 is "
+                         "installed, else plain 'User:/Assistant:' turns)")
     _add_sampling_args(ch, temperature=0.7)
     ch.set_defaults(func=cmd_chat)
 

@@ -10,6 +10,7 @@ and written a block of rows at a time, so memory stays small.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import zlib
@@ -22,7 +23,7 @@ from . import format as fmt
 from .convert import DTYPES, expected_tensors
 from .safetensors import f32_to_bf16
 
-VERSION = 1  # bump when the generated weights change, so old cache files are not reused
+VERSION = 2  # bump when the generated files change (weights or metadata), so old cache files are not reused
 INIT_STD = 0.02
 
 
@@ -128,6 +129,15 @@ def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0
     meta = preset.metadata()
     meta.update({"general.name": f"synthetic {preset.name}", "general.source": f"synthetic:{preset.source}",
                  "general.converter": f"cism.synthetic v{VERSION}", "synthetic.seed": int(seed)})
+    if "tokenizer.hf_json" in meta and "tokenizer.tokens" not in meta:
+        # the C tokenizer's keys, as `cism convert` writes them
+        from .tokenizer_meta import TokenizerUnsupported, compact_tokenizer
+        raw = meta["tokenizer.hf_json"]
+        raw = raw.data if isinstance(raw, fmt.Bytes) else raw
+        try:
+            meta.update(compact_tokenizer(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)))
+        except TokenizerUnsupported:
+            pass
     shapes = expected_tensors(meta)
     w = fmt.Writer(meta)
     for name, shape in shapes.items():

@@ -1,14 +1,24 @@
 """Text <-> token ids, behind a small interface.
 
-Today the only implementation wraps a Hugging Face `tokenizers.Tokenizer`
-built from the model file's `tokenizer.hf_json` metadata. A tokenizer in the
-C library will become the default later; code outside this module only uses
-`Tokenizer` (encode, decode, bos/eos ids, add_bos, incremental_decoder) and
-`from_model`, so that switch is local to this file.
+Two implementations: `CTokenizer`, the C library's own tokenizer (the
+default: token-for-token identical to Hugging Face tokenizers, no Python
+dependency, streams through the C detokenizer), used when the model file
+carries the compact tokenizer keys `cism convert` writes; and `HFTokenizer`,
+a Hugging Face `tokenizers.Tokenizer` built from the file's verbatim
+`tokenizer.hf_json` (for older files, and as the reference). Choose with
+`from_model(model, backend)` or the CISM_TOKENIZER environment variable
+(`auto`, `c` or `hf`). Code outside this module only uses `Tokenizer`
+(encode, decode, bos/eos ids, add_bos, incremental_decoder) and `from_model`.
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import weakref
 from typing import TYPE_CHECKING, List, Optional, Sequence
+
+from . import _lib
+from .errors import check
 
 if TYPE_CHECKING:
     from .model import Model
@@ -136,14 +146,118 @@ class HFTokenizer(Tokenizer):
         return self.hf.id_to_token(int(token))
 
 
-def from_model(model: "Model") -> Tokenizer:
-    """The tokenizer stored in a model file. BOS handling: `tokenizer.add_bos`
-    metadata when present, else whatever the HF post-processor does."""
+class CTokenizer(Tokenizer):
+    """The C library's tokenizer of a loaded model (cism_tokenize & co)."""
+
+    def __init__(self, model: "Model", add_bos: Optional[bool] = None):
+        if not _lib.lib.cism_model_has_tokenizer(model.handle):
+            raise TokenizerError(f"{model.path}: the model file has no C tokenizer (convert it again with this "
+                                 "version of `cism convert`)")
+        # A detokenizer holds a reference to the C model: the tokenizer stays
+        # usable after Model.close(), like a session.
+        keeper = ctypes.c_void_p()
+        check(_lib.lib.cism_detokenizer_create(model.handle, 0, ctypes.byref(keeper)))
+        self._model_h = model.handle
+        self._finalizer = weakref.finalize(self, _free_detok, keeper.value)
+        self._n_tokens = sum(1 for f in model.metadata["tokenizer.token_flags"] if f)
+        self.bos_id = model.bos_id
+        self.eos_ids = model.eos_ids
+        if add_bos is None:
+            with_special = self._encode("a", _lib.TOKENIZE_ADD_SPECIAL | _lib.TOKENIZE_PARSE_SPECIAL)
+            add_bos = self.bos_id >= 0 and len(with_special) > 1 and with_special[0] == self.bos_id
+        self.add_bos = bool(add_bos) and self.bos_id >= 0
+
+    def _encode(self, text: str, flags: int) -> List[int]:
+        b = text.encode("utf-8")
+        n = ctypes.c_int32()
+        st = _lib.lib.cism_tokenize(self._model_h, b, len(b), flags, None, 0, ctypes.byref(n))
+        if st != _lib.ERR_BUFFER_SMALL:
+            check(st)
+        buf = (ctypes.c_int32 * max(n.value, 1))()
+        check(_lib.lib.cism_tokenize(self._model_h, b, len(b), flags, buf, n.value, ctypes.byref(n)))
+        return list(buf[:n.value])
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_tokens
+
+    def encode(self, text: str, add_bos: Optional[bool] = None, parse_special: bool = True) -> List[int]:
+        ids = self._encode(text, _lib.TOKENIZE_PARSE_SPECIAL if parse_special else 0) if text else []
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_id >= 0:
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        arr = (ctypes.c_int32 * max(len(ids), 1))(*[int(i) for i in ids])
+        n = ctypes.c_size_t()
+        flags = _lib.DETOKENIZE_SKIP_SPECIAL if skip_special else 0
+        st = _lib.lib.cism_detokenize(self._model_h, arr, len(ids), flags, None, 0, ctypes.byref(n))
+        if st != _lib.ERR_BUFFER_SMALL:
+            check(st)
+        out = ctypes.create_string_buffer(n.value + 1)
+        check(_lib.lib.cism_detokenize(self._model_h, arr, len(ids), flags, out, n.value, ctypes.byref(n)))
+        return out.raw[:n.value].decode("utf-8")
+
+    def token_text(self, token: int) -> Optional[str]:
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        if _lib.lib.cism_token_to_piece(self._model_h, int(token), ctypes.byref(p), ctypes.byref(n)) != _lib.OK:
+            return None
+        return ctypes.string_at(p, n.value).decode("utf-8")
+
+    def incremental_decoder(self, context: Sequence[int] = ()) -> "CIncrementalDecoder":
+        return CIncrementalDecoder(self, context)
+
+
+def _free_detok(handle: int) -> None:
+    _lib.lib.cism_detokenizer_free(handle)
+
+
+class CIncrementalDecoder:
+    """The C streaming detokenizer: text comes out as soon as it is complete
+    UTF-8. `context` ids (already shown) are fed first and their text dropped,
+    so the spacing of the first new token is right."""
+
+    CONTEXT = 4
+
+    def __init__(self, tokenizer: CTokenizer, context: Sequence[int] = ()):
+        self.tok = tokenizer
+        h = ctypes.c_void_p()
+        check(_lib.lib.cism_detokenizer_create(tokenizer._model_h, _lib.DETOKENIZE_SKIP_SPECIAL, ctypes.byref(h)))
+        self._h = h.value
+        self._finalizer = weakref.finalize(self, _free_detok, h.value)
+        for t in list(context)[-self.CONTEXT:]:
+            self._push(t)
+
+    def _push(self, token: int) -> str:
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(_lib.lib.cism_detokenizer_push(self._h, int(token), ctypes.byref(p), ctypes.byref(n)))
+        return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
+
+    def push(self, token: int) -> str:
+        return self._push(token)
+
+    def flush(self) -> str:
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(_lib.lib.cism_detokenizer_flush(self._h, ctypes.byref(p), ctypes.byref(n)))
+        return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
+
+
+def from_model(model: "Model", backend: Optional[str] = None) -> Tokenizer:
+    """The tokenizer stored in a model file. backend: "c" (the C library's),
+    "hf" (Hugging Face tokenizers over tokenizer.hf_json) or "auto" (C when the
+    file carries it; default, or the CISM_TOKENIZER environment variable).
+    BOS handling: `tokenizer.add_bos` metadata when present, else whatever the
+    post-processor does."""
     meta = model.metadata
+    backend = (backend or os.environ.get("CISM_TOKENIZER") or "auto").lower()
+    if backend not in ("auto", "c", "hf"):
+        raise ValueError(f"tokenizer backend {backend!r}: use auto, c or hf")
+    add_bos = bool(meta["tokenizer.add_bos"]) if "tokenizer.add_bos" in meta else None
+    if backend == "c" or (backend == "auto" and _lib.lib.cism_model_has_tokenizer(model.handle)):
+        return CTokenizer(model, add_bos=add_bos)
     if "tokenizer.hf_json" not in meta:
         raise TokenizerError(f"{model.path}: the model file has no tokenizer (tokenizer.hf_json); "
                              "pass token ids instead of text, or convert the model with its tokenizer")
     raw = meta["tokenizer.hf_json"]
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    add_bos = bool(meta["tokenizer.add_bos"]) if "tokenizer.add_bos" in meta else None
     return HFTokenizer(text, bos_id=model.bos_id, eos_ids=model.eos_ids, add_bos=add_bos)

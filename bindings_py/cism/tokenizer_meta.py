@@ -146,7 +146,7 @@ def decoder_steps(node: Optional[Dict[str, Any]]) -> List[str]:
             raise TokenizerUnsupported(f"decoder {t}")
     allowed = (["byte_level"], ["metaspace_to_space", "byte_fallback", "fuse", "strip_leading_space"],
                ["metaspace_to_space", "fuse", "strip_leading_space"], ["metaspace_to_space", "byte_fallback", "fuse"],
-               ["metaspace_to_space", "fuse"], ["byte_fallback", "fuse"], [])
+               ["metaspace_to_space", "fuse"], ["byte_fallback", "fuse"], ["fuse"], [])
     if steps not in [list(a) for a in allowed] and not (len(steps) == 1 and steps[0].startswith("metaspace_")):
         raise TokenizerUnsupported(f"decoder sequence {steps}")
     return steps

@@ -52,7 +52,7 @@ def c_kind(decl: str, typedefs, is_param: bool) -> str:
         seen.add(t)
         t = typedefs[t]
     return {"void": "void", "int32_t": "i32", "int64_t": "i64", "uint32_t": "u32", "double": "f64", "float": "f32",
-            "fnptr": "fnptr"}.get(t, f"unknown:{t}")
+            "size_t": "size", "fnptr": "fnptr"}.get(t, f"unknown:{t}")
 
 
 def py_kind(t) -> str:
@@ -64,6 +64,8 @@ def py_kind(t) -> str:
         return "ptr"
     if isinstance(t, type) and issubclass(t, ctypes._CFuncPtr):
         return "fnptr"
+    if t is ctypes.c_size_t:
+        return "size"
     for ct, k in ((ctypes.c_int32, "i32"), (ctypes.c_int64, "i64"), (ctypes.c_uint32, "u32"),
                   (ctypes.c_double, "f64"), (ctypes.c_float, "f32")):
         if t is ct:

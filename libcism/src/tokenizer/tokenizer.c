@@ -100,7 +100,7 @@ static int decoder_supported(const int *d, int n) {
     if (i >= n || d[i] != CISM__DEC_FUSE) return 0;
     i++;
     if (i < n && d[i] == CISM__DEC_STRIP_LEADING_SPACE) i++;
-    return i == n && n >= 2;
+    return i == n;
 }
 
 void cism__tokenizer_free(cism__tokenizer *t) {
