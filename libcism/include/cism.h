@@ -114,12 +114,37 @@ enum {
     CISM_PARAM_USE_MMAP   = 3,  /* int bool, default 1; 0 reads the file into memory */
     CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
     CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
-    CISM_PARAM_CHECK_WEIGHTS = 6 /* int bool, default 0: scan every weight for NaN/Inf at load */
+    CISM_PARAM_CHECK_WEIGHTS = 6, /* int bool, default 0: scan every weight for NaN/Inf at load */
+    CISM_PARAM_KERNEL_TIER = 7  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
 CISM_API cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t value);
 CISM_API cism_status cism_params_get_int(const cism_params *params, cism_param key, int64_t *value);
+
+/* ---- kernel tiers -------------------------------------------------------- */
+/* The instruction-set tier the compute kernels use. CISM_TIER_AUTO picks the
+   best tier compiled in that this CPU runs, once per process; the environment
+   variable CISM_ISA (scalar, avx2, avx512, neon, neon_dotprod, neon_i8mm)
+   forces a lower one (a tier the CPU lacks is refused with a logged warning).
+   A session created with an explicit tier the CPU cannot run fails with
+   CISM_ERR_UNSUPPORTED. Every tier is tested against the scalar one:
+   docs/KERNELS.md states the bounds. */
+typedef int32_t cism_kernel_tier;
+enum {
+    CISM_TIER_AUTO         = 0,
+    CISM_TIER_SCALAR       = 1,  /* portable C, the reference */
+    CISM_TIER_AVX2         = 2,  /* x86-64 AVX2 + FMA + F16C */
+    CISM_TIER_AVX512       = 3,  /* x86-64 AVX-512 F/BW/VL/DQ + VNNI */
+    CISM_TIER_NEON         = 4,  /* ARM64 Advanced SIMD */
+    CISM_TIER_NEON_DOTPROD = 5,  /* ARM64 + SDOT/UDOT (ARMv8.2 dotprod) */
+    CISM_TIER_NEON_I8MM    = 6   /* ARM64 + dotprod + SMMLA (i8mm) */
+};
+/* Static name ("scalar", ...) or NULL for an unknown value; CISM_TIER_AUTO
+   gives the name of the tier AUTO resolves to. */
+CISM_API const char *cism_kernel_tier_name(cism_kernel_tier tier);
+/* 1 if the tier is compiled in and this CPU runs it (AUTO: always 1), else 0. */
+CISM_API int32_t     cism_kernel_tier_supported(cism_kernel_tier tier);
 
 /* ---- data types (tensor and KV cache element types) ---------------------- */
 typedef int32_t cism_dtype;

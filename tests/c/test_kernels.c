@@ -1,7 +1,9 @@
-/* test_kernels.c - the scalar reference kernels against straightforward
- * double-precision computations, and every other compiled tier that this CPU
- * runs against the scalar tier (bounds stated per op). */
+/* test_kernels.c - every compiled tier this CPU runs: against straightforward
+ * double-precision computations, against the scalar tier (bounds stated per op
+ * in kernel_bounds.h), and for bitwise independence from how rows and tokens
+ * are split (the rule that keeps results independent of the thread count). */
 #include "kernels/kernels.h"
+#include "kernel_bounds.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -110,6 +112,222 @@ static void test_attention(const cism__kernels *k, int kv_dtype) {
     }
 }
 
+
+/* ---- every tier against the scalar tier ------------------------------------------ */
+static double g_worst[6]; /* worst observed error / bound per op, for the log */
+enum { OP_MATMUL, OP_ATTENTION, OP_RMSNORM, OP_SILU, N_OPS };
+static const char *const g_op_names[N_OPS] = {"matmul", "attention", "rmsnorm", "silu_mul"};
+
+static void note(int op, double err, double bound) {
+    double r = bound > 0 ? err / bound : (err > 0 ? 1e300 : 0);
+    if (r > g_worst[op] || r != r) g_worst[op] = r;
+}
+
+static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        if (dtype == CISM_DTYPE_F16) { ((uint16_t *)out)[i] = cism__f32_to_f16(w[i]); exact[i] = cism__f16_to_f32(((uint16_t *)out)[i]); }
+        else if (dtype == CISM_DTYPE_BF16) { ((uint16_t *)out)[i] = cism__f32_to_bf16(w[i]); exact[i] = cism__bf16_to_f32(((uint16_t *)out)[i]); }
+        else { ((float *)out)[i] = w[i]; exact[i] = w[i]; }
+    }
+}
+
+/* One matmul: against scalar within KB_MATMUL, and bitwise equal however rows
+   and tokens are split into calls (the split points are deliberately odd). */
+static void matmul_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int dtype, int64_t rows, int64_t cols,
+                             int64_t nt) {
+    int64_t ldx = cols + 3, ldy = rows + 5, r, t, i;
+    uint64_t rb = cism__row_bytes(dtype, cols);
+    float *w = (float *)malloc((size_t)(rows * cols) * 4), *wq = (float *)malloc((size_t)(rows * cols) * 4);
+    void *wd = malloc((size_t)(rows * cols) * 4);
+    float *x = (float *)malloc((size_t)(nt * ldx) * 4);
+    float *ys = (float *)calloc((size_t)(nt * ldy), 4), *yk = (float *)calloc((size_t)(nt * ldy), 4);
+    float *ysplit = (float *)calloc((size_t)(nt * ldy), 4);
+    fill(w, rows * cols);
+    fill(x, nt * ldx);
+    for (i = 0; i < rows * cols; i += 7) w[i] *= 64.0f;  /* some larger terms */
+    to_dtype(dtype, w, rows * cols, wd, wq);
+    ref->matmul[dtype](wd, rb, cols, x, ldx, ys, ldy, nt, 0, rows);
+    k->matmul[dtype](wd, rb, cols, x, ldx, yk, ldy, nt, 0, rows);
+    for (t = 0; t < nt; t++)
+        for (r = 0; r < rows; r++) {
+            double mag = 0, e = fabs((double)yk[t * ldy + r] - (double)ys[t * ldy + r]);
+            for (i = 0; i < cols; i++) mag += fabs((double)wq[r * cols + i] * (double)x[t * ldx + i]);
+            note(OP_MATMUL, e, KB_MATMUL(cols) * mag);
+            CHECK_MSG(e <= KB_MATMUL(cols) * mag, "%s matmul %s %lldx%lld nt %lld: row %lld token %lld: %.9g vs scalar %.9g",
+                      k->name, cism_dtype_name(dtype), (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                      (long long)t, yk[t * ldy + r], ys[t * ldy + r]);
+        }
+    /* rows split at odd points, tokens one call each then in odd groups */
+    {
+        int64_t cuts[6] = {0, 1, 6, 7, 19, 0}, c;
+        cuts[5] = rows;
+        for (c = 0; c < 5; c++) {
+            int64_t a = cuts[c] < rows ? cuts[c] : rows, b = cuts[c + 1] < rows ? cuts[c + 1] : rows;
+            if (c == 4) b = rows;
+            if (b <= a) continue;
+            if (c % 2 == 0) {
+                for (t = 0; t < nt; t++) k->matmul[dtype](wd, rb, cols, x + t * ldx, ldx, ysplit + t * ldy, ldy, 1, a, b);
+            } else {
+                for (t = 0; t < nt; t += 5) {
+                    int64_t n = nt - t < 5 ? nt - t : 5;
+                    k->matmul[dtype](wd, rb, cols, x + t * ldx, ldx, ysplit + t * ldy, ldy, n, a, b);
+                }
+            }
+        }
+        for (t = 0; t < nt; t++)
+            CHECK_MSG(memcmp(ysplit + t * ldy, yk + t * ldy, (size_t)rows * 4) == 0,
+                      "%s matmul %s %lldx%lld nt %lld: token %lld differs when rows/tokens are split differently",
+                      k->name, cism_dtype_name(dtype), (long long)rows, (long long)cols, (long long)nt, (long long)t);
+    }
+    free(w); free(wq); free(wd); free(x); free(ys); free(yk); free(ysplit);
+}
+
+static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int kv_dtype, int64_t hd, int64_t n_kv,
+                                float qscale) {
+    float *q = (float *)malloc((size_t)hd * 4), *kf = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vf = (float *)malloc((size_t)(n_kv * hd) * 4), *kx = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vx = (float *)malloc((size_t)(n_kv * hd) * 4);
+    void *kd = malloc((size_t)(n_kv * hd) * 4), *vd = malloc((size_t)(n_kv * hd) * 4);
+    float *sc = (float *)malloc((size_t)n_kv * 4), *os = (float *)malloc((size_t)hd * 4), *ok = (float *)malloc((size_t)hd * 4);
+    double *s = (double *)malloc((size_t)n_kv * 8), *p = (double *)malloc((size_t)n_kv * 8);
+    double mx = -1e300, sum = 0, dsmax = 0, range = 0;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    int64_t t, i;
+    fill(q, hd); fill(kf, n_kv * hd); fill(vf, n_kv * hd);
+    for (i = 0; i < hd; i++) q[i] *= qscale;
+    to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
+    to_dtype(kv_dtype, vf, n_kv * hd, vd, vx);
+    ref->attention(q, kd, vd, kv_dtype, n_kv, hd, scale, sc, os);
+    k->attention(q, kd, vd, kv_dtype, n_kv, hd, scale, sc, ok);
+    for (t = 0; t < n_kv; t++) {
+        double mag = 0;
+        s[t] = ref_dot(q, kx + t * hd, hd) * scale;
+        for (i = 0; i < hd; i++) mag += fabs((double)q[i] * kx[t * hd + i]);
+        if (scale * KB_MATMUL(hd) * mag > dsmax) dsmax = scale * KB_MATMUL(hd) * mag;
+        if (s[t] > mx) mx = s[t];
+    }
+    for (t = 0; t < n_kv; t++) {
+        if (mx - s[t] > range) range = mx - s[t];
+        p[t] = exp(s[t] - mx);
+        sum += p[t];
+    }
+    for (i = 0; i < hd; i++) {
+        double mag = 0, e = fabs((double)ok[i] - (double)os[i]), b;
+        for (t = 0; t < n_kv; t++) mag += p[t] / sum * fabs((double)vx[t * hd + i]);
+        b = KB_ATTENTION(dsmax, range, n_kv) * mag;
+        note(OP_ATTENTION, e, b);
+        CHECK_MSG(e <= b, "%s attention kv %s hd %lld n_kv %lld: out[%lld] %.9g vs scalar %.9g (bound %.3g)", k->name,
+                  cism_dtype_name(kv_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], os[i], b);
+    }
+    free(q); free(kf); free(vf); free(kx); free(vx); free(kd); free(vd); free(sc); free(os); free(ok); free(s); free(p);
+}
+
+static float special(int i) {
+    static const float v[] = {0.0f, -0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 88.5f, -88.5f, 87.0f, -87.0f, 1e-3f, -1e-3f,
+                              1e-30f, -1e-30f, 15.0f, -15.0f, 3.0e4f, -3.0e4f, 65519.0f, 65520.0f, 6.0e-8f, 3.0e-8f, 2.9e-8f,
+                              6.1e-5f, 1.0009765625f, 1.00048828125f, 1.00146484375f};
+    return v[i % (int)(sizeof(v) / sizeof(v[0]))];
+}
+
+static void elementwise_vs_scalar(const cism__kernels *k, const cism__kernels *ref) {
+    enum { N = 613 };
+    float x[N], w[N], a[N], b[N], g[N], u[N];
+    uint16_t ha[N], hb[N];
+    int64_t ns[] = {1, 7, 8, 15, 64, 300, 577, N};
+    size_t c;
+    int i;
+    fill(x, N); fill(w, N); fill(g, N); fill(u, N);
+    for (i = 0; i < N; i += 5) g[i] = special(i / 5) * 0.5f;
+    for (i = 0; i < N; i += 3) g[i] *= 40.0f;
+    for (c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+        int64_t n = ns[c];
+        ref->rmsnorm(a, x, w, n, 1e-5f);
+        k->rmsnorm(b, x, w, n, 1e-5f);
+        for (i = 0; i < n; i++) {
+            double e = fabs((double)a[i] - b[i]);
+            note(OP_RMSNORM, e, KB_RMSNORM * fabs(a[i]));
+            CHECK_MSG(e <= KB_RMSNORM * fabs(a[i]), "%s rmsnorm n %lld [%d]: %.9g vs %.9g", k->name, (long long)n, i, b[i], a[i]);
+        }
+        memcpy(a, g, sizeof(g)); memcpy(b, g, sizeof(g));
+        ref->silu_mul(a, u, n);
+        k->silu_mul(b, u, n);
+        for (i = 0; i < n; i++) {
+            double e = fabs((double)a[i] - b[i]), bound = KB_SILU_REL * fabs(a[i]) + KB_SILU_ABS;
+            note(OP_SILU, e, bound);
+            CHECK_MSG(e <= bound, "%s silu_mul n %lld gate %.9g: %.9g vs %.9g", k->name, (long long)n, g[i], b[i], a[i]);
+        }
+        CHECK_MSG(b[n < N ? n : N - 1] == g[n < N ? n : N - 1] || n == N, "%s silu_mul wrote past n", k->name);
+    }
+    { /* rope on several head sizes: bit-identical */
+        int64_t hds[] = {2, 8, 16, 20, 64, 128};
+        float cs[64], sn[64];
+        for (i = 0; i < 64; i++) { cs[i] = (float)cos(0.37 * i + 0.2); sn[i] = (float)sin(0.37 * i + 0.2); }
+        for (c = 0; c < sizeof(hds) / sizeof(hds[0]); c++) {
+            memcpy(a, x, sizeof(x)); memcpy(b, x, sizeof(x));
+            ref->rope(a, 3, hds[c], cs, sn);
+            k->rope(b, 3, hds[c], cs, sn);
+            CHECK_MSG(memcmp(a, b, sizeof(a)) == 0, "%s rope head_dim %lld differs from scalar", k->name, (long long)hds[c]);
+        }
+    }
+    { /* f32 -> f16: identical bits for every special value; NaN stays NaN */
+        float src[N];
+        uint32_t nanbits = 0x7fc00001u;
+        for (i = 0; i < N; i++) src[i] = i % 3 == 0 ? special(i / 3) * (i % 2 ? -1.0f : 1.0f) : x[i] * (float)(1 << (i % 17));
+        src[5] = INFINITY; src[11] = -INFINITY;
+        memcpy(&src[17], &nanbits, 4);
+        for (c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+            memset(ha, 0, sizeof(ha)); memset(hb, 0, sizeof(hb));
+            ref->f32_to_f16(src, ha, ns[c]);
+            k->f32_to_f16(src, hb, ns[c]);
+            for (i = 0; i < N; i++) {
+                int nan_a = (ha[i] & 0x7c00u) == 0x7c00u && (ha[i] & 0x3ffu), nan_b = (hb[i] & 0x7c00u) == 0x7c00u && (hb[i] & 0x3ffu);
+                CHECK_MSG(nan_a ? nan_b : ha[i] == hb[i], "%s f32_to_f16 n %lld [%d] %.9g: %04x vs %04x", k->name,
+                          (long long)ns[c], i, src[i], hb[i], ha[i]);
+            }
+        }
+    }
+    { /* f16/bf16 -> f32 for all 65536 patterns */
+        uint16_t *all = (uint16_t *)malloc(65536 * 2);
+        float *fa = (float *)malloc(65536 * 4), *fb = (float *)malloc(65536 * 4);
+        int dt;
+        for (i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+        for (dt = 0; dt < CISM__DTYPE_COUNT; dt++) {
+            int64_t n = dt == CISM_DTYPE_F32 ? 32768 : 65535; /* odd length: exercises the tail */
+            ref->row_to_f32[dt](all, fa, n);
+            k->row_to_f32[dt](all, fb, n);
+            for (i = 0; i < n; i++)
+                if (!(fa[i] != fa[i] && fb[i] != fb[i]) && memcmp(&fa[i], &fb[i], 4) != 0) {
+                    CHECK_MSG(0, "%s row_to_f32 %s element %d: %.9g vs %.9g", k->name, cism_dtype_name(dt), i, fb[i], fa[i]);
+                    break;
+                }
+        }
+        free(all); free(fa); free(fb);
+    }
+}
+
+static void vs_scalar(const cism__kernels *k) {
+    const cism__kernels *ref = cism__kernels_scalar();
+    int64_t shapes[][3] = {{1, 1, 1}, {9, 7, 2}, {8, 16, 3}, {33, 64, 4}, {17, 300, 7}, {67, 576, 5}, {12, 100, 13},
+                           {5, 1000, 2}, {40, 129, 1}, {31, 33, 6}};
+    int64_t hds[] = {8, 16, 20, 64, 72, 128}, nkv[] = {1, 5, 8, 37, 130};
+    size_t s, h, n;
+    int dt, op;
+    for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
+    for (dt = 0; dt < CISM__DTYPE_COUNT; dt++)
+        for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+            matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+    for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
+        for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
+            attention_vs_scalar(k, ref, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
+            attention_vs_scalar(k, ref, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+        }
+    elementwise_vs_scalar(k, ref);
+    printf("  vs scalar, worst error / bound:");
+    for (op = 0; op < N_OPS; op++) printf(" %s %.3f", g_op_names[op], g_worst[op]);
+    printf("\n");
+}
+
 static void test_tier(const cism__kernels *k) {
     int dt;
     int64_t shapes[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 300, 5}, {64, 576, 1}, {5, 1000, 9}};
@@ -119,16 +337,24 @@ static void test_tier(const cism__kernels *k) {
     test_elementwise(k);
     test_attention(k, CISM_DTYPE_F32);
     test_attention(k, CISM_DTYPE_F16);
+    vs_scalar(k);
 }
 
 int main(void) {
-    const char *tiers[] = {"scalar", "avx2", "avx512", "neon", "neon_dotprod", "neon_i8mm"};
-    size_t i;
-    for (i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
-        const cism__kernels *k = cism__kernels_by_name(tiers[i]);
-        if (!k) { printf("tier %s: not available here\n", tiers[i]); continue; }
+    int32_t t;
+    int n_run = 0;
+    printf("best tier: %s\n", cism__kernels_best()->name);
+    for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {
+        const cism__kernels *k = cism__kernels_tier(t);
+        if (!k) { printf("tier %s: not available here\n", cism_kernel_tier_name(t)); continue; }
+        CHECK(k->tier == t && strcmp(k->name, cism_kernel_tier_name(t)) == 0);
+        CHECK(cism__kernels_by_name(k->name) == k);
         printf("tier %s\n", k->name);
         test_tier(k);
+        n_run++;
     }
+    CHECK(cism__kernels_by_name("no-such-tier") == NULL);
+    CHECK(cism__kernels_tier(CISM_TIER_AUTO) == cism__kernels_best());
+    printf("%d tiers tested\n", n_run);
     return test_finish("test_kernels");
 }

@@ -12,6 +12,7 @@ struct cism_params {
     int64_t n_batch;
     int64_t logits_all;
     int64_t check_weights;
+    int64_t kernel_tier;    /* cism_kernel_tier */
 };
 
 /* Fills p with the defaults; used when the caller passes NULL. */

@@ -50,8 +50,16 @@ static void make_sysinfo(void) {
     FEAT(avx512vl, "avx512vl"); FEAT(avx512vnni, "avx512vnni"); FEAT(avx512bf16, "avx512bf16"); FEAT(avxvnni, "avxvnni");
     FEAT(neon, "neon"); FEAT(dotprod, "dotprod"); FEAT(i8mm, "i8mm"); FEAT(fp16, "fp16");
 #undef FEAT
-    snprintf(g_sysinfo, sizeof(g_sysinfo), "cpu: %s; logical cpus: %d; features: %s; kernel tier: %s",
-             c->name, c->n_cpus, feats[0] ? feats : "none", cism__kernels_best()->name);
+    {
+        char tiers[128] = "";
+        size_t m = 0;
+        int32_t t;
+        for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++)
+            if (cism_kernel_tier_supported(t))
+                m += (size_t)snprintf(tiers + m, sizeof(tiers) - m, "%s%s", m ? " " : "", cism_kernel_tier_name(t));
+        snprintf(g_sysinfo, sizeof(g_sysinfo), "cpu: %s; logical cpus: %d; features: %s; kernel tier: %s (runs: %s)",
+                 c->name, c->n_cpus, feats[0] ? feats : "none", cism__kernels_best()->name, tiers);
+    }
 }
 
 const char *cism_system_info(void) {

@@ -1,13 +1,23 @@
 /* kernels.h - the table of compute kernels, one table per ISA tier.
  *
  * The scalar tier (kernels_scalar.c) is the reference every other tier is
- * tested against. A tier fills the entries it accelerates and copies the rest
- * from the scalar table. The table is chosen once (dispatch.c) from what the
- * CPU reports; CISM_ISA in the environment can force a lower tier.
+ * tested against (tests/c/test_kernels.c; bounds in tests/c/kernel_bounds.h,
+ * explained in docs/KERNELS.md). Each other tier lives in its own translation
+ * unit built with that tier's compiler flags (kernels_avx2.c, kernels_avx512.c,
+ * kernels_neon.c, kernels_neon_dotprod.c, kernels_neon_i8mm.c) and exports one
+ * cism__kernels_fill_<tier>() that overwrites the entries it accelerates in a
+ * table already holding the tier below it (scalar <- avx2 <- avx512,
+ * scalar <- neon <- neon_dotprod <- neon_i8mm). dispatch.c, built with baseline
+ * flags, calls a fill function only after the CPU reported the tier's
+ * features, and picks the table once; CISM_ISA can force a lower tier.
  *
  * Kernels are pure: no allocation, no globals, no threads. Callers split work
- * by rows; every row is computed the same way whatever the split, so results
- * do not depend on the thread count.
+ * by rows (matmul) or by heads (attention) in any way; the rule every tier
+ * keeps is that the arithmetic producing one output element depends only on
+ * that element's inputs, never on the row range, the token count nt or the
+ * position of the element inside a register tile. So results do not depend on
+ * the thread count or the chunking, and one token evaluated alone gives the
+ * same bits as inside a batch.
  */
 #ifndef CISM_KERNELS_H
 #define CISM_KERNELS_H
@@ -33,6 +43,7 @@ typedef void (*cism__attention_fn)(const float *q, const void *k, const void *v,
 
 typedef struct cism__kernels {
     const char *name;
+    int32_t tier;     /* CISM_TIER_* */
     cism__matmul_fn matmul[CISM__DTYPE_COUNT];
     cism__row_to_f32_fn row_to_f32[CISM__DTYPE_COUNT];
     cism__attention_fn attention;
@@ -53,5 +64,15 @@ const cism__kernels *cism__kernels_scalar(void);
 const cism__kernels *cism__kernels_best(void);
 /* A tier by name ("scalar", ...) if compiled in and supported here, else NULL. */
 const cism__kernels *cism__kernels_by_name(const char *name);
+/* A tier by CISM_TIER_* (AUTO = best) if compiled in and supported here, else NULL. */
+const cism__kernels *cism__kernels_tier(int32_t tier);
+
+/* Tier fill functions (each in its tier's translation unit; call only when
+   the CPU has the tier's features). */
+void cism__kernels_fill_avx2(cism__kernels *k);
+void cism__kernels_fill_avx512(cism__kernels *k);
+void cism__kernels_fill_neon(cism__kernels *k);
+void cism__kernels_fill_neon_dotprod(cism__kernels *k);
+void cism__kernels_fill_neon_i8mm(cism__kernels *k);
 
 #endif

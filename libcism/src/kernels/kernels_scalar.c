@@ -169,6 +169,7 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
 
 static const cism__kernels g_scalar = {
     "scalar",
+    CISM_TIER_SCALAR,
     {matmul_f32, matmul_f16, matmul_bf16},
     {row_f32, row_f16, row_bf16},
     attention,

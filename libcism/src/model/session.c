@@ -52,6 +52,9 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
         params = &defaults;
     }
     hp = &model->hp;
+    if (!cism__kernels_tier((int32_t)params->kernel_tier))
+        return cism__fail(CISM_ERR_UNSUPPORTED, "kernel tier %s cannot run on this CPU (or is not compiled into this build)",
+                          cism_kernel_tier_name((cism_kernel_tier)params->kernel_tier));
     n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->ctx_len < DEFAULT_CTX ? hp->ctx_len : DEFAULT_CTX);
     if (n_ctx > hp->ctx_len)
         return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions",
@@ -64,7 +67,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     if (!s) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory");
     cism__model_retain(model);
     s->model = model;
-    s->k = cism__kernels_best();
+    s->k = cism__kernels_tier((int32_t)params->kernel_tier);
     s->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     s->n_ctx = n_ctx;
     s->n_batch = params->n_batch < n_ctx ? params->n_batch : n_ctx;

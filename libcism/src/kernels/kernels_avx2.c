@@ -1,0 +1,354 @@
+/* kernels_avx2.c - the x86-64 AVX2 + FMA + F16C tier (built with -mavx2 -mfma
+ * -mf16c; dispatch.c fills it in only when the CPU and OS report all three).
+ *
+ * Dot products use one 8-lane accumulator per output element: lane j sums
+ * columns j, j+8, ... in column order with FMA, the last cols % 8 columns are
+ * zero-padded, and the lanes are added in the scalar tier's tree. Every path
+ * (decode row tiles, prefill register tiles, remainders) runs that same
+ * sequence for each element, so results do not depend on tiling or threads,
+ * and differ from the scalar tier only by FMA's single rounding. */
+#include "tier_common.h"
+#include "dtype.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define MR 4   /* rows per prefill register tile */
+#define NR 3   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
+
+/* ---- loads and reductions ------------------------------------------------------ */
+CISM__INLINE __m256i lanes_below(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 8 elements of a row of dtype dt from element c, as f32 */
+CISM__INLINE __m256 load8(const void *row, int64_t c, int dt) {
+    __m128i h;
+    if (dt == CISM_DTYPE_F32) return _mm256_loadu_ps((const float *)row + c);
+    h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
+    if (dt == CISM_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* the n < 8 elements from c, zero-filled (nothing past them is touched) */
+CISM__INLINE __m256 load8_part(const void *row, int64_t c, int64_t n, int dt) {
+    uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (dt == CISM_DTYPE_F32) return _mm256_maskload_ps((const float *)row + c, lanes_below(n));
+    memcpy(buf, (const uint16_t *)row + c, (size_t)n * 2);
+    return load8(buf, 0, dt);
+}
+
+/* ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)): the scalar tier's order */
+CISM__INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 p = _mm_add_ps(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehl_ps(p, p)));
+}
+
+CISM__INLINE float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Sums of 8 vectors at once: lane j = sum of a[j]'s lanes as
+   ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). */
+CISM__INLINE __m256 hsum8x8(const __m256 a[8]) {
+    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* e^x, see tier_common.h for range and accuracy */
+CISM__INLINE __m256 exp8(__m256 x) {
+    __m256 n, r, r2, y;
+    __m256i e;
+    x = _mm256_min_ps(_mm256_set1_ps(CISM__EXP_HI), x);   /* NaN in x is kept: min/max return */
+    x = _mm256_max_ps(_mm256_set1_ps(CISM__EXP_LO), x);   /* their second operand then        */
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(CISM__LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CISM__LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CISM__LN2_LO), r);
+    r2 = _mm256_mul_ps(r, r);
+    y = _mm256_fmadd_ps(_mm256_set1_ps(CISM__EXP_P0), r, _mm256_set1_ps(CISM__EXP_P1));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CISM__EXP_P2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CISM__EXP_P3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CISM__EXP_P4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CISM__EXP_P5));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, r2, r), _mm256_set1_ps(1.0f));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* ---- matmul ---------------------------------------------------------------------- */
+/* y[t*ldy + r] for R rows (row_bytes rb apart from w) and T tokens. */
+CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                       int64_t ldy, const int R, const int T, const int dt) {
+    __m256 acc[8][NR], xv[NR];
+    int64_t c;
+    int r, t;
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (c = 0; c + 8 <= cols; c += 8) {
+        for (t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
+        for (r = 0; r < R; r++) {
+            __m256 wv = load8(w + (uint64_t)r * rb, c, dt);
+            for (t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (c < cols) {
+        for (t = 0; t < T; t++) xv[t] = load8_part(x + t * ldx, c, cols - c, CISM_DTYPE_F32);
+        for (r = 0; r < R; r++) {
+            __m256 wv = load8_part(w + (uint64_t)r * rb, c, cols - c, dt);
+            for (t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* R rows against tokens [t0, t1) in NR-token tiles */
+CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                                  int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
+    int64_t t;
+    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
+    if (t1 - t == 2) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2, dt);
+    else if (t1 - t == 1) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt);
+}
+
+CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int dt) {
+    const uint8_t *wb = (const uint8_t *)w;
+    int64_t r, t0, tb;
+    if (nt == 1) { /* decode: 8 rows at a time for 8 independent FMA chains */
+        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt);
+        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt);
+        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt);
+        return;
+    }
+    tb = CISM__X_BLOCK_BYTES / (cols * 4);
+    tb -= tb % NR;
+    if (tb < NR) tb = NR;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r + MR <= r1; r += MR)
+            row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, MR, dt);
+        for (; r < r1; r++) row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, 1, dt);
+    }
+}
+
+static void matmul_f32(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F32);
+}
+static void matmul_f16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F16);
+}
+static void matmul_bf16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                        int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_BF16);
+}
+
+/* ---- conversions ----------------------------------------------------------------- */
+static void row_f32(const void *row, float *out, int64_t n) { memcpy(out, row, (size_t)n * sizeof(float)); }
+
+static void row_f16(const void *row, float *out, int64_t n) {
+    const uint16_t *r = (const uint16_t *)row;
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8(r, i, CISM_DTYPE_F16));
+    for (; i < n; i++) out[i] = cism__f16_to_f32(r[i]);
+}
+
+static void row_bf16(const void *row, float *out, int64_t n) {
+    const uint16_t *r = (const uint16_t *)row;
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8(r, i, CISM_DTYPE_BF16));
+    for (; i < n; i++) out[i] = cism__bf16_to_f32(r[i]);
+}
+
+static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = cism__f32_to_f16(src[i]);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+/* scores[t] = (q . k_t) * scale for the nk <= 8 keys t0.. */
+CISM__INLINE void scores8(const float *q, const void *k, int64_t t0, const int nk, int64_t hd, float scale,
+                          float *dst, const int dt) {
+    __m256 acc[8];
+    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+    const uint8_t *kb = (const uint8_t *)k + (size_t)(t0 * hd) * esz;
+    int64_t c;
+    int j;
+    for (j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (c = 0; c + 8 <= hd; c += 8) {
+        __m256 qv = _mm256_loadu_ps(q + c);
+        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(load8(kb + (size_t)(j * hd) * esz, c, dt), qv, acc[j]);
+    }
+    if (c < hd) {
+        __m256 qv = load8_part(q, c, hd - c, CISM_DTYPE_F32);
+        for (j = 0; j < nk; j++)
+            acc[j] = _mm256_fmadd_ps(load8_part(kb + (size_t)(j * hd) * esz, c, hd - c, dt), qv, acc[j]);
+    }
+    {
+        __m256 s = _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale));
+        if (nk == 8) _mm256_storeu_ps(dst, s);
+        else _mm256_maskstore_ps(dst, lanes_below(nk), s);
+    }
+}
+
+/* out[c0 .. c0 + 8*NV) += sum_t p[t] * v_t over all n_kv positions */
+CISM__INLINE void pv_block(const float *p, const void *v, int64_t n_kv, int64_t hd, int64_t c0, float *out, const int NV,
+                           const int dt) {
+    __m256 o[8];
+    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+    int64_t t;
+    int j;
+    for (j = 0; j < NV; j++) o[j] = _mm256_setzero_ps();
+    for (t = 0; t < n_kv; t++) {
+        __m256 pt = _mm256_set1_ps(p[t]);
+        const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
+        for (j = 0; j < NV; j++) o[j] = _mm256_fmadd_ps(pt, load8(row, c0 + 8 * j, dt), o[j]);
+    }
+    for (j = 0; j < NV; j++) _mm256_storeu_ps(out + c0 + 8 * j, o[j]);
+}
+
+CISM__INLINE void attention_dt(const float *q, const void *k, const void *v, int64_t n_kv, int64_t hd, float scale,
+                               float *scores, float *out, const int dt) {
+    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m;
+    float mx, inv;
+    int64_t t, c;
+    for (t = 0; t + 8 <= n_kv; t += 8) scores8(q, k, t, 8, hd, scale, scores + t, dt);
+    if (t < n_kv) scores8(q, k, t, (int)(n_kv - t), hd, scale, scores + t, dt);
+    for (t = 0; t + 8 <= n_kv; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(scores + t));
+    if (t < n_kv) {
+        __m256i keep = lanes_below(n_kv - t);
+        __m256 s = _mm256_maskload_ps(scores + t, keep);
+        mx8 = _mm256_max_ps(mx8, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(keep)));
+    }
+    mx = hmax8(mx8);
+    m = _mm256_set1_ps(mx);
+    for (t = 0; t + 8 <= n_kv; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + t), m));
+        _mm256_storeu_ps(scores + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    if (t < n_kv) {
+        __m256i keep = lanes_below(n_kv - t);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, keep), m));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(keep));
+        _mm256_maskstore_ps(scores + t, keep, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    inv = 1.0f / hsum8(sum8);
+    for (t = 0; t + 8 <= n_kv; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), _mm256_set1_ps(inv)));
+    for (; t < n_kv; t++) scores[t] *= inv;
+    /* out = sum_t p_t v_t, 64 columns (8 accumulators) per pass over the positions */
+    for (c = 0; c + 64 <= hd; c += 64) pv_block(scores, v, n_kv, hd, c, out, 8, dt);
+    switch ((hd - c) / 8) {
+    case 7: pv_block(scores, v, n_kv, hd, c, out, 7, dt); break;
+    case 6: pv_block(scores, v, n_kv, hd, c, out, 6, dt); break;
+    case 5: pv_block(scores, v, n_kv, hd, c, out, 5, dt); break;
+    case 4: pv_block(scores, v, n_kv, hd, c, out, 4, dt); break;
+    case 3: pv_block(scores, v, n_kv, hd, c, out, 3, dt); break;
+    case 2: pv_block(scores, v, n_kv, hd, c, out, 2, dt); break;
+    case 1: pv_block(scores, v, n_kv, hd, c, out, 1, dt); break;
+    default: break;
+    }
+    c += (hd - c) / 8 * 8;
+    if (c < hd) { /* head_dim not a multiple of 8 */
+        __m256 o = _mm256_setzero_ps();
+        for (t = 0; t < n_kv; t++)
+            o = _mm256_fmadd_ps(_mm256_set1_ps(scores[t]), load8_part((const uint8_t *)v + (size_t)(t * hd) * esz, c, hd - c, dt), o);
+        _mm256_maskstore_ps(out + c, lanes_below(hd - c), o);
+    }
+}
+
+static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv, int64_t head_dim,
+                      float scale, float *scores, float *out) {
+    if (kv_dtype == CISM_DTYPE_F32) attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F32);
+    else attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F16);
+}
+
+/* ---- elementwise ----------------------------------------------------------------- */
+/* The sum of squares is accumulated in double like the scalar tier (each x*x is
+   exact in double), so the scale usually comes out bit-identical. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    __m256 s;
+    double ss, tail = 0.0;
+    float scale;
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    for (; i < n; i++) tail += (double)x[i] * (double)x[i];
+    {
+        __m256d a = _mm256_add_pd(a0, a1);
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+        ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h))) + tail;
+    }
+    scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    s = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(x + i), s)));
+    for (; i < n; i++) out[i] = w[i] * (x[i] * scale);
+}
+
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        __m256i keep = lanes_below(n - i);
+        __m256 g = _mm256_maskload_ps(gate + i, keep);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+        _mm256_maskstore_ps(gate + i, keep, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_maskload_ps(up + i, keep)));
+    }
+}
+
+/* Same products and sums as the scalar tier (no FMA): bit-identical. */
+static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t, const float *sin_t) {
+    int64_t h, i, half = head_dim / 2;
+    for (h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (i = 0; i + 8 <= half; i += 8) {
+            __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+            __m256 c = _mm256_loadu_ps(cos_t + i), s = _mm256_loadu_ps(sin_t + i);
+            _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+            _mm256_storeu_ps(v + half + i, _mm256_add_ps(_mm256_mul_ps(b, c), _mm256_mul_ps(a, s)));
+        }
+        for (; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cos_t[i] - b * sin_t[i];
+            v[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+    }
+}
+
+void cism__kernels_fill_avx2(cism__kernels *k) {
+    k->matmul[CISM_DTYPE_F32] = matmul_f32;
+    k->matmul[CISM_DTYPE_F16] = matmul_f16;
+    k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
+    k->row_to_f32[CISM_DTYPE_F32] = row_f32;
+    k->row_to_f32[CISM_DTYPE_F16] = row_f16;
+    k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
+    k->attention = attention;
+    k->rmsnorm = rmsnorm;
+    k->silu_mul = silu_mul;
+    k->rope = rope;
+    k->f32_to_f16 = f32_to_f16;
+}

@@ -1,0 +1,339 @@
+/* kernels_avx512.c - the x86-64 AVX-512 tier (F, BW, VL, DQ and VNNI, plus the
+ * AVX2/FMA/F16C it builds on). Float kernels use 512-bit vectors and mask
+ * registers for tails; VNNI is reserved for the int8 kernels of the quantized
+ * formats. Entries not set here keep the AVX2 tier's.
+ *
+ * Dot products use one 16-lane accumulator per output element (lane j sums
+ * columns j, j+16, ... with FMA; tails masked to zero), folded to 8 lanes and
+ * then added in the scalar tier's tree. Every path (decode row tiles, prefill
+ * register tiles, remainders) runs that sequence for each element, so results
+ * do not depend on tiling or threads. */
+#include "tier_common.h"
+#include "dtype.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define MR 8   /* rows per prefill register tile */
+#define NR 3   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
+
+/* ---- loads and reductions ------------------------------------------------------ */
+CISM__INLINE __mmask16 mask_below(int64_t n) { return (__mmask16)((1u << n) - 1u); }   /* n <= 15 */
+
+CISM__INLINE __m512 load16(const void *row, int64_t c, int dt) {
+    __m256i h;
+    if (dt == CISM_DTYPE_F32) return _mm512_loadu_ps((const float *)row + c);
+    h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
+    if (dt == CISM_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* the n < 16 elements from c, zero-filled (masked: nothing past them is read) */
+CISM__INLINE __m512 load16_part(const void *row, int64_t c, int64_t n, int dt) {
+    __m256i h;
+    if (dt == CISM_DTYPE_F32) return _mm512_maskz_loadu_ps(mask_below(n), (const float *)row + c);
+    h = _mm256_maskz_loadu_epi16(mask_below(n), (const uint16_t *)row + c);
+    if (dt == CISM_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+CISM__INLINE __m256 fold16(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* lanes j and j+8 first, then ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)) */
+CISM__INLINE float hsum16(__m512 v) {
+    __m256 f = fold16(v);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+    __m128 p = _mm_add_ps(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehl_ps(p, p)));
+}
+
+/* lane j of the result = the sum of a[j] (j < 8), each in hsum16's order */
+CISM__INLINE __m256 hsum16x8(const __m512 a[8]) {
+    __m256 f[8], t0, t1, t2, t3, u0, u1;
+    int j;
+    for (j = 0; j < 8; j++) f[j] = fold16(a[j]);
+    t0 = _mm256_hadd_ps(f[0], f[1]); t1 = _mm256_hadd_ps(f[2], f[3]);
+    t2 = _mm256_hadd_ps(f[4], f[5]); t3 = _mm256_hadd_ps(f[6], f[7]);
+    u0 = _mm256_hadd_ps(t0, t1); u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+CISM__INLINE __m512 exp16(__m512 x) {
+    __m512 n, r, r2, y;
+    __m512i e;
+    x = _mm512_min_ps(_mm512_set1_ps(CISM__EXP_HI), x);   /* NaN in x is kept */
+    x = _mm512_max_ps(_mm512_set1_ps(CISM__EXP_LO), x);
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(CISM__LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CISM__LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CISM__LN2_LO), r);
+    r2 = _mm512_mul_ps(r, r);
+    y = _mm512_fmadd_ps(_mm512_set1_ps(CISM__EXP_P0), r, _mm512_set1_ps(CISM__EXP_P1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CISM__EXP_P2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CISM__EXP_P3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CISM__EXP_P4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CISM__EXP_P5));
+    y = _mm512_add_ps(_mm512_fmadd_ps(y, r2, r), _mm512_set1_ps(1.0f));
+    e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+/* ---- matmul ---------------------------------------------------------------------- */
+CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                       int64_t ldy, const int R, const int T, const int dt) {
+    __m512 acc[MR][NR], xv[NR];
+    int64_t c;
+    int r, t;
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (c = 0; c + 16 <= cols; c += 16) {
+        for (t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + c);
+        for (r = 0; r < R; r++) {
+            __m512 wv = load16(w + (uint64_t)r * rb, c, dt);
+            for (t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (c < cols) {
+        for (t = 0; t < T; t++) xv[t] = load16_part(x + t * ldx, c, cols - c, CISM_DTYPE_F32);
+        for (r = 0; r < R; r++) {
+            __m512 wv = load16_part(w + (uint64_t)r * rb, c, cols - c, dt);
+            for (t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+}
+
+CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                                  int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
+    int64_t t;
+    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
+    if (t1 - t == 2) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2, dt);
+    else if (t1 - t == 1) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt);
+}
+
+CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int dt) {
+    const uint8_t *wb = (const uint8_t *)w;
+    int64_t r, t0, tb;
+    if (nt == 1) {
+        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt);
+        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt);
+        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt);
+        return;
+    }
+    tb = CISM__X_BLOCK_BYTES / (cols * 4);
+    tb -= tb % NR;
+    if (tb < NR) tb = NR;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r + MR <= r1; r += MR)
+            row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, MR, dt);
+        for (; r + 4 <= r1; r += 4) row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, 4, dt);
+        for (; r < r1; r++) row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, 1, dt);
+    }
+}
+
+static void matmul_f32(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F32);
+}
+static void matmul_f16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F16);
+}
+static void matmul_bf16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                        int64_t nt, int64_t r0, int64_t r1) {
+    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_BF16);
+}
+
+/* ---- conversions ----------------------------------------------------------------- */
+static void row_half(const void *row, float *out, int64_t n, const int dt) {
+    int64_t i;
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, load16(row, i, dt));
+    if (i < n) _mm512_mask_storeu_ps(out + i, mask_below(n - i), load16_part(row, i, n - i, dt));
+}
+static void row_f16(const void *row, float *out, int64_t n) { row_half(row, out, n, CISM_DTYPE_F16); }
+static void row_bf16(const void *row, float *out, int64_t n) { row_half(row, out, n, CISM_DTYPE_BF16); }
+
+static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i;
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        __mmask16 m = mask_below(n - i);
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+/* scores[t] = (q . k_t) * scale for the nk <= 8 keys t0.. */
+CISM__INLINE void scores8(const float *q, const void *k, int64_t t0, const int nk, int64_t hd, float scale,
+                          float *dst, const int dt) {
+    __m512 acc[8];
+    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+    const uint8_t *kb = (const uint8_t *)k + (size_t)(t0 * hd) * esz;
+    int64_t c;
+    int j;
+    for (j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
+    for (c = 0; c + 16 <= hd; c += 16) {
+        __m512 qv = _mm512_loadu_ps(q + c);
+        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(load16(kb + (size_t)(j * hd) * esz, c, dt), qv, acc[j]);
+    }
+    if (c < hd) {
+        __m512 qv = load16_part(q, c, hd - c, CISM_DTYPE_F32);
+        for (j = 0; j < nk; j++)
+            acc[j] = _mm512_fmadd_ps(load16_part(kb + (size_t)(j * hd) * esz, c, hd - c, dt), qv, acc[j]);
+    }
+    {
+        __m256 s = _mm256_mul_ps(hsum16x8(acc), _mm256_set1_ps(scale));
+        _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nk) - 1u), s);
+    }
+}
+
+/* out[c0 .. c0 + 16*NV) (the last vector may be partial: n_last lanes) */
+CISM__INLINE void pv_block(const float *p, const void *v, int64_t n_kv, int64_t hd, int64_t c0, float *out, const int NV,
+                           int64_t n_last, const int dt) {
+    __m512 o[8];
+    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+    int64_t t;
+    int j;
+    for (j = 0; j < NV; j++) o[j] = _mm512_setzero_ps();
+    for (t = 0; t < n_kv; t++) {
+        __m512 pt = _mm512_set1_ps(p[t]);
+        const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
+        for (j = 0; j + 1 < NV; j++) o[j] = _mm512_fmadd_ps(pt, load16(row, c0 + 16 * j, dt), o[j]);
+        o[NV - 1] = _mm512_fmadd_ps(pt, n_last == 16 ? load16(row, c0 + 16 * (NV - 1), dt)
+                                                      : load16_part(row, c0 + 16 * (NV - 1), n_last, dt), o[NV - 1]);
+    }
+    for (j = 0; j + 1 < NV; j++) _mm512_storeu_ps(out + c0 + 16 * j, o[j]);
+    _mm512_mask_storeu_ps(out + c0 + 16 * (NV - 1), (__mmask16)((1u << n_last) - 1u), o[NV - 1]);
+}
+
+CISM__INLINE void attention_dt(const float *q, const void *k, const void *v, int64_t n_kv, int64_t hd, float scale,
+                               float *scores, float *out, const int dt) {
+    __m512 mx16 = _mm512_set1_ps(-INFINITY), sum16 = _mm512_setzero_ps(), m, iv;
+    float inv;
+    int64_t t, c;
+    for (t = 0; t + 8 <= n_kv; t += 8) scores8(q, k, t, 8, hd, scale, scores + t, dt);
+    if (t < n_kv) scores8(q, k, t, (int)(n_kv - t), hd, scale, scores + t, dt);
+    for (t = 0; t + 16 <= n_kv; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(scores + t));
+    if (t < n_kv) mx16 = _mm512_mask_max_ps(mx16, mask_below(n_kv - t), mx16, _mm512_maskz_loadu_ps(mask_below(n_kv - t), scores + t));
+    m = _mm512_set1_ps(_mm512_reduce_max_ps(mx16));
+    for (t = 0; t + 16 <= n_kv; t += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + t), m));
+        _mm512_storeu_ps(scores + t, e);
+        sum16 = _mm512_add_ps(sum16, e);
+    }
+    if (t < n_kv) {
+        __mmask16 keep = mask_below(n_kv - t);
+        __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, scores + t), m)));
+        _mm512_mask_storeu_ps(scores + t, keep, e);
+        sum16 = _mm512_add_ps(sum16, e);
+    }
+    inv = 1.0f / hsum16(sum16);
+    iv = _mm512_set1_ps(inv);
+    for (t = 0; t + 16 <= n_kv; t += 16) _mm512_storeu_ps(scores + t, _mm512_mul_ps(_mm512_loadu_ps(scores + t), iv));
+    if (t < n_kv) {
+        __mmask16 keep = mask_below(n_kv - t);
+        _mm512_mask_storeu_ps(scores + t, keep, _mm512_mul_ps(_mm512_maskz_loadu_ps(keep, scores + t), iv));
+    }
+    /* out = sum_t p_t v_t, up to 128 columns (8 accumulators) per pass over the positions */
+    for (c = 0; c + 128 <= hd; c += 128) pv_block(scores, v, n_kv, hd, c, out, 8, 16, dt);
+    if (c < hd) {
+        int64_t rest = hd - c, nv = (rest + 15) / 16, last = rest - 16 * (nv - 1);
+        switch (nv) {
+        case 1: pv_block(scores, v, n_kv, hd, c, out, 1, last, dt); break;
+        case 2: pv_block(scores, v, n_kv, hd, c, out, 2, last, dt); break;
+        case 3: pv_block(scores, v, n_kv, hd, c, out, 3, last, dt); break;
+        case 4: pv_block(scores, v, n_kv, hd, c, out, 4, last, dt); break;
+        case 5: pv_block(scores, v, n_kv, hd, c, out, 5, last, dt); break;
+        case 6: pv_block(scores, v, n_kv, hd, c, out, 6, last, dt); break;
+        case 7: pv_block(scores, v, n_kv, hd, c, out, 7, last, dt); break;
+        default: break;
+        }
+    }
+}
+
+static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv, int64_t head_dim,
+                      float scale, float *scores, float *out) {
+    if (kv_dtype == CISM_DTYPE_F32) attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F32);
+    else attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F16);
+}
+
+/* ---- elementwise ----------------------------------------------------------------- */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    __m512 s;
+    double ss;
+    float scale;
+    int64_t i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    if (i < n) {
+        __m512 v = _mm512_maskz_loadu_ps(mask_below(n - i), x + i);
+        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    s = _mm512_set1_ps(scale);
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(w + i), _mm512_mul_ps(_mm512_loadu_ps(x + i), s)));
+    if (i < n) {
+        __mmask16 m = mask_below(n - i);
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+    }
+}
+
+CISM__INLINE __m512 silu_mul16(__m512 g, __m512 u) {
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+    return _mm512_mul_ps(_mm512_div_ps(g, d), u);
+}
+
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i;
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(gate + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+    if (i < n) {
+        __mmask16 m = mask_below(n - i);
+        _mm512_mask_storeu_ps(gate + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
+/* Same products and sums as the scalar tier (no FMA): bit-identical. */
+static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t, const float *sin_t) {
+    int64_t h, i, half = head_dim / 2;
+    for (h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (i = 0; i < half; i += 16) {
+            __mmask16 m = half - i >= 16 ? (__mmask16)0xffff : mask_below(half - i);
+            __m512 a = _mm512_maskz_loadu_ps(m, v + i), b = _mm512_maskz_loadu_ps(m, v + half + i);
+            __m512 c = _mm512_maskz_loadu_ps(m, cos_t + i), s = _mm512_maskz_loadu_ps(m, sin_t + i);
+            _mm512_mask_storeu_ps(v + i, m, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, s)));
+            _mm512_mask_storeu_ps(v + half + i, m, _mm512_add_ps(_mm512_mul_ps(b, c), _mm512_mul_ps(a, s)));
+        }
+    }
+}
+
+void cism__kernels_fill_avx512(cism__kernels *k) {
+    k->matmul[CISM_DTYPE_F32] = matmul_f32;
+    k->matmul[CISM_DTYPE_F16] = matmul_f16;
+    k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
+    k->row_to_f32[CISM_DTYPE_F16] = row_f16;
+    k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
+    k->attention = attention;
+    k->rmsnorm = rmsnorm;
+    k->silu_mul = silu_mul;
+    k->rope = rope;
+    k->f32_to_f16 = f32_to_f16;
+}

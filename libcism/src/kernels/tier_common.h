@@ -1,0 +1,37 @@
+/* tier_common.h - constants and helpers shared by the SIMD tier translation
+ * units (no intrinsics here: each tier includes its own ISA header). */
+#ifndef CISM_TIER_COMMON_H
+#define CISM_TIER_COMMON_H
+
+#include "kernels.h"
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define CISM__INLINE static __forceinline
+#else
+#define CISM__INLINE static inline __attribute__((always_inline))
+#endif
+
+/* Matmul token blocking: the activations of one token block (tokens x cols
+   floats) should stay in L2 while every row tile of the thread's rows streams
+   past them, so each weight row is read from memory once per block. */
+#define CISM__X_BLOCK_BYTES (256 * 1024)
+
+/* expf on [-87.3, 88.4]: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+   polynomial (Cephes' expf coefficients, relative error ~1e-7), times 2^n
+   built in the exponent field. Inputs are clamped to the range first, so
+   exp(x < -87.3) gives ~1.2e-38 instead of a subnormal or 0 and exp(x > 88.4)
+   gives ~2.7e38 instead of inf; softmax (arguments <= 0) and SiLU (where the
+   result is then ~0 either way) never notice. NaN stays NaN. */
+#define CISM__EXP_HI 88.3762626647949f
+#define CISM__EXP_LO (-87.3365447505531f)
+#define CISM__LOG2E 1.44269504088896341f
+#define CISM__LN2_HI 0.693359375f
+#define CISM__LN2_LO (-2.12194440e-4f)
+#define CISM__EXP_P0 1.9875691500e-4f
+#define CISM__EXP_P1 1.3981999507e-3f
+#define CISM__EXP_P2 8.3334519073e-3f
+#define CISM__EXP_P3 4.1665795894e-2f
+#define CISM__EXP_P4 1.6666665459e-1f
+#define CISM__EXP_P5 5.0000001201e-1f
+
+#endif
