@@ -146,6 +146,13 @@ CISM_API const char *cism_kernel_tier_name(cism_kernel_tier tier);
 /* 1 if the tier is compiled in and this CPU runs it (AUTO: always 1), else 0. */
 CISM_API int32_t     cism_kernel_tier_supported(cism_kernel_tier tier);
 
+/* Measures how many bytes per second n_threads threads (1..256) read from
+   memory: a buffer of buffer_bytes (0 = 512 MiB; choose several times the
+   last-level cache) is written once, then read in parallel slices; the best
+   of four timed passes is returned. Takes about a second. The ceiling that
+   batch-1 decode speed is compared against (docs/PERFORMANCE.md). */
+CISM_API cism_status cism_measure_read_bandwidth(int32_t n_threads, int64_t buffer_bytes, double *bytes_per_second);
+
 /* ---- data types (tensor and KV cache element types) ---------------------- */
 typedef int32_t cism_dtype;
 enum {
