@@ -1,16 +1,28 @@
 /* forward.c - the Llama-family transformer forward pass.
  *
- * One parallel region per evaluated chunk: every pool thread runs
- * forward_worker, splitting each stage by output rows (or by attention heads),
- * with five barriers per layer:
+ * One parallel region per evaluated chunk of tokens: every pool thread runs
+ * forward_worker. Each stage is a set of independent units handed out by
+ * cism__work (each thread takes its own static share first, then helps with
+ * the rest), with one barrier after it; five per layer:
  *   norm (each thread its own copy) + Q/K/V by head, with bias, q/k-norm, RoPE
  *   and the KV-cache write fused in                     | barrier
  *   attention by (token, head)                          | barrier
- *   output projection + residual by rows                | barrier
- *   norm (own copy) + gate/up + SwiGLU by rows          | barrier
- *   down projection + residual by rows                  | barrier
- * Each output element is computed by exactly one thread in a fixed order, so
- * results do not depend on the number of threads. */
+ *   output projection + residual by row chunks          | barrier
+ *   norm (own copy) + gate/up + SwiGLU by row chunks    | barrier
+ *   down projection + residual by row chunks            | barrier
+ * then the final norm and the output head by row chunks of the vocabulary.
+ * Every matmul processes all tokens of the chunk for the weight rows of a unit
+ * (the kernels tile several tokens per weight load), so prefill streams each
+ * weight row once per token block rather than once per token.
+ *
+ * Determinism: each output element is computed by exactly one thread, by a
+ * kernel whose arithmetic for that element does not depend on the unit
+ * boundaries or the token count (kernels.h), so results do not depend on the
+ * number of threads, on which thread took a unit, or on batching.
+ *
+ * The last layer only needs K and V for the cache from the rows whose logits
+ * are not wanted, so attention, output projection and FFN run there only for
+ * the rows that produce logits (none for a chunk that is not the last). */
 #include "session.h"
 #include "../core/error.h"
 
@@ -27,7 +39,15 @@ typedef struct fwd {
 
 static void linear_rows(const cism__kernels *k, const cism__weight *w, const float *x, int64_t ldx, float *y,
                         int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    if (r1 > r0) k->matmul[w->dtype](w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
+    if (r1 > r0 && nt > 0) k->matmul[w->dtype](w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
+}
+
+/* Rows per work unit of a row-split stage: multiples of 16 (whole register
+   tiles), about 8 units per thread so a slow thread's share can be shared. */
+static int64_t chunk_rows(int64_t rows, int nth) {
+    int64_t c = (rows + 8 * nth - 1) / (8 * nth);
+    c = (c + 15) / 16 * 16;
+    return c < 16 ? 16 : c;
 }
 
 /* Per-head RMSNorm of Qwen3 (weights of head_dim). */
@@ -47,83 +67,75 @@ static void *kv_ptr(cism_session *s, void *cache, int64_t layer, int64_t head, i
     return (uint8_t *)cache + off * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
 }
 
-static void qkv_stage(fwd *f, int64_t l, int ith, int nth, const float *xb) {
+/* Q rows of tokens [t_lo, nt) (the others are not needed in the last layer),
+   K and V rows of every token into the cache. */
+static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int64_t t_lo) {
     cism_session *s = f->s;
     const cism_model *m = s->model;
     const cism__hparams *hp = &m->hp;
     const cism__layer *L = &m->layers[l];
     const cism__kernels *k = s->k;
     int64_t hd = hp->head_dim, half = hd / 2, nt = f->nt, dim = hp->dim;
-    int64_t q_rows = hp->n_heads * hd;
-    int64_t units = hp->n_heads + 2 * hp->n_kv_heads, u0, u1, u, t;
+    int64_t q_rows = hp->n_heads * hd, t;
     float *tmp = s->tmp + (int64_t)ith * s->n_batch * hd;
-    cism__split(units, ith, nth, 1, &u0, &u1);
-    for (u = u0; u < u1; u++) {
-        if (u < hp->n_heads) { /* query head u */
-            int64_t r0 = u * hd;
-            linear_rows(k, &L->wq, xb, dim, s->q, q_rows, nt, r0, r0 + hd);
-            for (t = 0; t < nt; t++) {
-                float *v = s->q + t * q_rows + r0;
-                int64_t i;
-                if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
-                if (L->q_norm) head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
+    if (u < hp->n_heads) { /* query head u */
+        int64_t r0 = u * hd;
+        linear_rows(k, &L->wq, xb + t_lo * dim, dim, s->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
+        for (t = t_lo; t < nt; t++) {
+            float *v = s->q + t * q_rows + r0;
+            int64_t i;
+            if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
+            if (L->q_norm) head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
+            k->rope(v, 1, hd, s->rope_cos + t * half, s->rope_sin + t * half);
+        }
+    } else { /* key or value head */
+        int is_k = u < hp->n_heads + hp->n_kv_heads;
+        int64_t h = is_k ? u - hp->n_heads : u - hp->n_heads - hp->n_kv_heads;
+        const cism__weight *w = is_k ? &L->wk : &L->wv;
+        const float *bias = is_k ? L->k_bias : L->v_bias;
+        cism__weight sub = *w;
+        sub.data = (const uint8_t *)w->data + (uint64_t)(h * hd) * w->row_bytes;
+        linear_rows(k, &sub, xb, dim, tmp, hd, nt, 0, hd);
+        for (t = 0; t < nt; t++) {
+            float *v = tmp + t * hd;
+            int64_t i;
+            if (bias) for (i = 0; i < hd; i++) v[i] += bias[h * hd + i];
+            if (is_k) {
+                if (L->k_norm) head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
                 k->rope(v, 1, hd, s->rope_cos + t * half, s->rope_sin + t * half);
             }
-        } else { /* key or value head */
-            int is_k = u < hp->n_heads + hp->n_kv_heads;
-            int64_t h = is_k ? u - hp->n_heads : u - hp->n_heads - hp->n_kv_heads;
-            const cism__weight *w = is_k ? &L->wk : &L->wv;
-            const float *bias = is_k ? L->k_bias : L->v_bias;
-            cism__weight sub = *w;
-            sub.data = (const uint8_t *)w->data + (uint64_t)(h * hd) * w->row_bytes;
-            linear_rows(k, &sub, xb, dim, tmp, hd, nt, 0, hd);
-            for (t = 0; t < nt; t++) {
-                float *v = tmp + t * hd;
-                int64_t i;
-                if (bias) for (i = 0; i < hd; i++) v[i] += bias[h * hd + i];
-                if (is_k) {
-                    if (L->k_norm) head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
-                    k->rope(v, 1, hd, s->rope_cos + t * half, s->rope_sin + t * half);
-                }
-                store_kv(s, kv_ptr(s, is_k ? s->k_cache : s->v_cache, l, h, f->pos0 + t), v, hd);
-            }
+            store_kv(s, kv_ptr(s, is_k ? s->k_cache : s->v_cache, l, h, f->pos0 + t), v, hd);
         }
     }
 }
 
-static void attention_stage(fwd *f, int64_t l, int ith, int nth) {
+/* attention of (token t_lo + a / n_heads, head a % n_heads) */
+static void attention_unit(fwd *f, int64_t l, int64_t a, int ith, int64_t t_lo) {
     cism_session *s = f->s;
     const cism__hparams *hp = &s->model->hp;
     int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
-    int64_t tasks = f->nt * hp->n_heads, a0, a1, a;
+    int64_t t = t_lo + a / hp->n_heads, h = a % hp->n_heads, kvh = h / group;
     float *scores = s->scores + (int64_t)ith * s->n_ctx;
     float scale = (float)(1.0 / sqrt((double)hd));
-    cism__split(tasks, ith, nth, 1, &a0, &a1);
-    for (a = a0; a < a1; a++) {
-        int64_t t = a / hp->n_heads, h = a % hp->n_heads, kvh = h / group;
-        int64_t n_kv = f->pos0 + t + 1;
-        s->k->attention(s->q + t * q_rows + h * hd, kv_ptr(s, s->k_cache, l, kvh, 0), kv_ptr(s, s->v_cache, l, kvh, 0),
-                        s->kv_type, n_kv, hd, scale, scores, s->att + t * q_rows + h * hd);
-    }
+    s->k->attention(s->q + t * q_rows + h * hd, kv_ptr(s, s->k_cache, l, kvh, 0), kv_ptr(s, s->v_cache, l, kvh, 0),
+                    s->kv_type, f->pos0 + t + 1, hd, scale, scores, s->att + t * q_rows + h * hd);
 }
 
-/* y = W x for this thread's rows, then x += y on those rows. */
-static void proj_residual(fwd *f, const cism__weight *w, const float *in, int64_t ld_in, int ith, int nth) {
+/* rows [r0, r1) of y = W in, then x += y on them, for tokens [t_lo, nt) */
+static void proj_residual(fwd *f, const cism__weight *w, const float *in, int64_t ld_in, int64_t r0, int64_t r1, int64_t t_lo) {
     cism_session *s = f->s;
-    int64_t dim = s->model->hp.dim, r0, r1, t, r;
-    cism__split(dim, ith, nth, 16, &r0, &r1);
-    linear_rows(s->k, w, in, ld_in, s->ob, dim, f->nt, r0, r1);
-    for (t = 0; t < f->nt; t++)
+    int64_t dim = s->model->hp.dim, t, r;
+    linear_rows(s->k, w, in + t_lo * ld_in, ld_in, s->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
+    for (t = t_lo; t < f->nt; t++)
         for (r = r0; r < r1; r++) s->x[t * dim + r] += s->ob[t * dim + r];
 }
 
-static void ffn_up_stage(fwd *f, const cism__layer *L, int ith, int nth, const float *xb) {
+static void ffn_up_rows(fwd *f, const cism__layer *L, const float *xb, int64_t r0, int64_t r1, int64_t t_lo) {
     cism_session *s = f->s;
-    int64_t ffn = s->model->hp.ffn_dim, dim = s->model->hp.dim, r0, r1, t;
-    cism__split(ffn, ith, nth, 16, &r0, &r1);
-    linear_rows(s->k, &L->gate, xb, dim, s->hb, ffn, f->nt, r0, r1);
-    linear_rows(s->k, &L->up, xb, dim, s->hb2, ffn, f->nt, r0, r1);
-    for (t = 0; t < f->nt; t++) s->k->silu_mul(s->hb + t * ffn + r0, s->hb2 + t * ffn + r0, r1 - r0);
+    int64_t ffn = s->model->hp.ffn_dim, dim = s->model->hp.dim, t;
+    linear_rows(s->k, &L->gate, xb + t_lo * dim, dim, s->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    linear_rows(s->k, &L->up, xb + t_lo * dim, dim, s->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    for (t = t_lo; t < f->nt; t++) s->k->silu_mul(s->hb + t * ffn + r0, s->hb2 + t * ffn + r0, r1 - r0);
 }
 
 static void norm_rows(const cism__kernels *k, float *out, const float *x, const float *w, int64_t t0, int64_t t1,
@@ -135,36 +147,65 @@ static void norm_rows(const cism__kernels *k, float *out, const float *x, const 
 static void forward_worker(void *arg, int ith, int nth) {
     fwd *f = (fwd *)arg;
     cism_session *s = f->s;
+    cism__pool *pool = s->pool;
     const cism_model *m = s->model;
     const cism__hparams *hp = &m->hp;
     const cism__kernels *k = s->k;
-    int64_t dim = hp->dim, nt = f->nt, l;
+    int64_t dim = hp->dim, nt = f->nt, l, u, c, q_rows = hp->n_heads * hp->head_dim;
+    int64_t c_dim = chunk_rows(dim, nth), c_ffn = chunk_rows(hp->ffn_dim, nth);
     float eps = (float)hp->norm_eps;
     float *xb = s->xb + (int64_t)ith * s->n_batch * dim;
+    cism__work w = {0, 0, 0, 0, 0};
 
     for (l = 0; l < hp->n_layers; l++) {
         const cism__layer *L = &m->layers[l];
+        /* rows needed after Q/K/V: all, except in the last layer */
+        int64_t t_lo = l + 1 < hp->n_layers ? 0 : nt - f->rows_out;
         norm_rows(k, xb, s->x, L->attn_norm, 0, nt, dim, eps);
-        qkv_stage(f, l, ith, nth, xb);
-        cism__pool_barrier(s->pool);
-        attention_stage(f, l, ith, nth);
-        cism__pool_barrier(s->pool);
-        proj_residual(f, &L->wo, s->att, hp->n_heads * hp->head_dim, ith, nth);
-        cism__pool_barrier(s->pool);
-        norm_rows(k, xb, s->x, L->ffn_norm, 0, nt, dim, eps);
-        ffn_up_stage(f, L, ith, nth, xb);
+        cism__work_start(pool, &w, ith, nth, hp->n_heads + 2 * hp->n_kv_heads);
+        while (cism__work_next(pool, &w, &u)) qkv_unit(f, l, u, ith, xb, t_lo);
+        cism__work_end(pool, &w);
+        cism__pool_barrier(pool);
+        if (t_lo == nt) break;   /* last layer, no logits wanted: K/V were all it had to give */
+        cism__work_start(pool, &w, ith, nth, (nt - t_lo) * hp->n_heads);
+        while (cism__work_next(pool, &w, &u)) attention_unit(f, l, u, ith, t_lo);
+        cism__work_end(pool, &w);
+        cism__pool_barrier(pool);
+        cism__work_start(pool, &w, ith, nth, (dim + c_dim - 1) / c_dim);
+        while (cism__work_next(pool, &w, &c)) {
+            int64_t r0 = c * c_dim, r1 = r0 + c_dim < dim ? r0 + c_dim : dim;
+            proj_residual(f, &L->wo, s->att, q_rows, r0, r1, t_lo);
+        }
+        cism__work_end(pool, &w);
+        cism__pool_barrier(pool);
+        norm_rows(k, xb, s->x, L->ffn_norm, t_lo, nt, dim, eps);
+        cism__work_start(pool, &w, ith, nth, (hp->ffn_dim + c_ffn - 1) / c_ffn);
+        while (cism__work_next(pool, &w, &c)) {
+            int64_t r0 = c * c_ffn, r1 = r0 + c_ffn < hp->ffn_dim ? r0 + c_ffn : hp->ffn_dim;
+            ffn_up_rows(f, L, xb, r0, r1, t_lo);
+        }
+        cism__work_end(pool, &w);
         if (ith == 0) f->stop = cism__atomic_load(&s->cancel);
-        cism__pool_barrier(s->pool);
-        proj_residual(f, &L->down, s->hb, hp->ffn_dim, ith, nth);
-        cism__pool_barrier(s->pool);
+        cism__pool_barrier(pool);
+        cism__work_start(pool, &w, ith, nth, (dim + c_dim - 1) / c_dim);
+        while (cism__work_next(pool, &w, &c)) {
+            int64_t r0 = c * c_dim, r1 = r0 + c_dim < dim ? r0 + c_dim : dim;
+            proj_residual(f, &L->down, s->hb, hp->ffn_dim, r0, r1, t_lo);
+        }
+        cism__work_end(pool, &w);
+        cism__pool_barrier(pool);
         if (f->stop) return;
     }
     if (f->rows_out > 0) {
-        int64_t t0 = f->rows_out == 1 ? nt - 1 : 0, r0, r1;
+        int64_t t0 = nt - f->rows_out, c_voc = chunk_rows(hp->vocab, nth);
         const cism__weight *out = &m->output;
         norm_rows(k, xb, s->x, m->output_norm, t0, nt, dim, eps);
-        cism__split(hp->vocab, ith, nth, 16, &r0, &r1);
-        linear_rows(k, out, xb + t0 * dim, dim, f->logits, hp->vocab, nt - t0, r0, r1);
+        cism__work_start(pool, &w, ith, nth, (hp->vocab + c_voc - 1) / c_voc);
+        while (cism__work_next(pool, &w, &c)) {
+            int64_t r0 = c * c_voc, r1 = r0 + c_voc < hp->vocab ? r0 + c_voc : hp->vocab;
+            linear_rows(k, out, xb + t0 * dim, dim, f->logits, hp->vocab, nt - t0, r0, r1);
+        }
+        cism__work_end(pool, &w);
     }
 }
 
