@@ -3,7 +3,11 @@
 # under AddressSanitizer + UndefinedBehaviorSanitizer), installs the Python
 # package and runs the pytest suites. Run from anywhere; needs cmake, a C
 # compiler and python3 (>= 3.9). Set CISM_REQUIRE_SHARED=1 to make tests that
-# need ../shared/models fail instead of skip when it is absent.
+# need ../shared/models fail instead of skip when it is absent. With
+# qemu-user installed, the x86 build also runs the kernel tests on emulated
+# AVX2-only and pre-AVX CPUs; with gcc-aarch64-linux-gnu and qemu-user, an
+# ARM64 cross build runs its tests on three emulated ARM64 CPUs
+# (CISM_REQUIRE_CROSS=1 makes a missing cross toolchain an error).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${CISM_BUILD_DIR:-$ROOT/build}
@@ -30,6 +34,24 @@ cmake -S "$ROOT" -B "$BUILD/asan" -DCMAKE_BUILD_TYPE=Debug -DCISM_SANITIZE=addre
 cmake --build "$BUILD/asan" -j "$JOBS"
 (cd "$BUILD/asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --output-on-failure -j "$JOBS")
+
+echo "== ARM64 cross build, tests under qemu-aarch64 (cpus: max, neoverse-n1, cortex-a53)"
+if command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1; then
+    cmake -S "$ROOT" -B "$BUILD/a64" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
+        -DCMAKE_BUILD_TYPE=Release -DCISM_BUILD_TOOLS=OFF -DPython3_EXECUTABLE="$VENV/bin/python"
+    cmake --build "$BUILD/a64" -j "$JOBS"
+    # the qemu_<cpu>_* tests pin their CPU model; the rest run once per model
+    (cd "$BUILD/a64" && ctest --output-on-failure -j "$JOBS" -R '^qemu_')
+    for cpu in max neoverse-n1 cortex-a53; do
+        echo "-- QEMU_CPU=$cpu"
+        (cd "$BUILD/a64" && QEMU_CPU=$cpu ctest --output-on-failure -j "$JOBS" -E '^qemu_')
+    done
+elif [ "${CISM_REQUIRE_CROSS:-0}" = 1 ]; then
+    echo "aarch64-linux-gnu-gcc or qemu-aarch64 is missing (CISM_REQUIRE_CROSS=1)" >&2
+    exit 1
+else
+    echo "skipped: aarch64-linux-gnu-gcc or qemu-aarch64 not installed (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)"
+fi
 
 echo "== Python package and tests"
 "$VENV/bin/python" -m pip install -q "$ROOT/bindings_py"

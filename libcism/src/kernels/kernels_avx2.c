@@ -14,8 +14,23 @@
 #include <math.h>
 #include <string.h>
 
+#ifndef MR
 #define MR 4   /* rows per prefill register tile */
+#endif
+#ifndef NR
 #define NR 3   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
+#endif
+
+typedef char cism__nr_at_most_4[NR >= 1 && NR <= 4 ? 1 : -1];   /* row_tile_tokens handles remainders < 4 */
+
+/* Keeps a loaded vector in a register: otherwise GCC folds an f32 weight load
+   into every FMA that uses it and reads L1 once per token of the tile, which
+   makes the prefill tile load-bound. */
+#if defined(__GNUC__) || defined(__clang__)
+#define IN_REG(v) __asm__("" : "+v"(v))
+#else
+#define IN_REG(v) ((void)0)
+#endif
 
 /* ---- loads and reductions ------------------------------------------------------ */
 CISM__INLINE __m256i lanes_below(int64_t n) {
@@ -95,6 +110,7 @@ CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float 
         for (t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
         for (r = 0; r < R; r++) {
             __m256 wv = load8(w + (uint64_t)r * rb, c, dt);
+            if (T > 1) IN_REG(wv);
             for (t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
@@ -114,8 +130,12 @@ CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, c
                                   int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
     int64_t t;
     for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
-    if (t1 - t == 2) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2, dt);
-    else if (t1 - t == 1) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt);
+    switch (t1 - t) { /* the last < NR tokens */
+    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt); break;
+    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt); break;
+    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt); break;
+    default: break;
+    }
 }
 
 CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,

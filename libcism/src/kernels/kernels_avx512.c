@@ -1,7 +1,10 @@
 /* kernels_avx512.c - the x86-64 AVX-512 tier (F, BW, VL, DQ and VNNI, plus the
  * AVX2/FMA/F16C it builds on). Float kernels use 512-bit vectors and mask
  * registers for tails; VNNI is reserved for the int8 kernels of the quantized
- * formats. Entries not set here keep the AVX2 tier's.
+ * formats. Entries not set here keep the AVX2 tier's: the f16 matmul among
+ * them, because on Zen 4 (512-bit ops split in two halves) 512-bit VCVTPH2PS
+ * runs at half the rate of two 256-bit ones, and the AVX2 kernel decodes
+ * 25-45% faster from cache with the same prefill speed (docs/KERNELS.md).
  *
  * Dot products use one 16-lane accumulator per output element (lane j sums
  * columns j, j+16, ... with FMA; tails masked to zero), folded to 8 lanes and
@@ -15,8 +18,23 @@
 #include <math.h>
 #include <string.h>
 
-#define MR 8   /* rows per prefill register tile */
-#define NR 3   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
+#ifndef MR
+#define MR 4   /* rows per prefill register tile (4x4 measured best on Zen 4: docs/KERNELS.md) */
+#endif
+#ifndef NR
+#define NR 4   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
+#endif
+
+typedef char cism__nr_at_most_4[NR >= 1 && NR <= 4 ? 1 : -1];   /* row_tile_tokens handles remainders < 4 */
+
+/* Keeps a loaded vector in a register: otherwise GCC folds an f32 weight load
+   into every FMA that uses it and reads L1 once per token of the tile, which
+   makes the prefill tile load-bound. */
+#if defined(__GNUC__) || defined(__clang__)
+#define IN_REG(v) __asm__("" : "+v"(v))
+#else
+#define IN_REG(v) ((void)0)
+#endif
 
 /* ---- loads and reductions ------------------------------------------------------ */
 CISM__INLINE __mmask16 mask_below(int64_t n) { return (__mmask16)((1u << n) - 1u); }   /* n <= 15 */
@@ -83,7 +101,7 @@ CISM__INLINE __m512 exp16(__m512 x) {
 /* ---- matmul ---------------------------------------------------------------------- */
 CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                        int64_t ldy, const int R, const int T, const int dt) {
-    __m512 acc[MR][NR], xv[NR];
+    __m512 acc[MR > 8 ? MR : 8][NR], xv[NR];   /* decode uses 8 rows x 1 token */
     int64_t c;
     int r, t;
     for (r = 0; r < R; r++)
@@ -92,6 +110,7 @@ CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float 
         for (t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + c);
         for (r = 0; r < R; r++) {
             __m512 wv = load16(w + (uint64_t)r * rb, c, dt);
+            if (T > 1) IN_REG(wv);
             for (t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
@@ -110,8 +129,12 @@ CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, c
                                   int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
     int64_t t;
     for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
-    if (t1 - t == 2) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2, dt);
-    else if (t1 - t == 1) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt);
+    switch (t1 - t) { /* the last < NR tokens */
+    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt); break;
+    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt); break;
+    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt); break;
+    default: break;
+    }
 }
 
 CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
@@ -139,10 +162,6 @@ CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const floa
 static void matmul_f32(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1) {
     matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F32);
-}
-static void matmul_f16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F16);
 }
 static void matmul_bf16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                         int64_t nt, int64_t r0, int64_t r1) {
@@ -327,7 +346,6 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
 
 void cism__kernels_fill_avx512(cism__kernels *k) {
     k->matmul[CISM_DTYPE_F32] = matmul_f32;
-    k->matmul[CISM_DTYPE_F16] = matmul_f16;
     k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
