@@ -101,8 +101,8 @@ static void test_attention(const cism__kernels *k, int kv_dtype) {
         vh[i] = cism__f32_to_f16(vf[i]);
         if (kv_dtype == CISM_DTYPE_F16) { kf[i] = cism__f16_to_f32(kh[i]); vf[i] = cism__f16_to_f32(vh[i]); }
     }
-    k->attention(q, kv_dtype == CISM_DTYPE_F32 ? (const void *)kf : (const void *)kh,
-                 kv_dtype == CISM_DTYPE_F32 ? (const void *)vf : (const void *)vh, kv_dtype, N, HD, 0.125f, scores, out);
+    k->attention(q, HD, out, HD, 1, 1, kv_dtype == CISM_DTYPE_F32 ? (const void *)kf : (const void *)kh,
+                 kv_dtype == CISM_DTYPE_F32 ? (const void *)vf : (const void *)vh, kv_dtype, N, HD, 0.125f, scores);
     for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kf + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
     for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
     for (i = 0; i < HD; i++) {
@@ -198,8 +198,8 @@ static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref
     for (i = 0; i < hd; i++) q[i] *= qscale;
     to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
     to_dtype(kv_dtype, vf, n_kv * hd, vd, vx);
-    ref->attention(q, kd, vd, kv_dtype, n_kv, hd, scale, sc, os);
-    k->attention(q, kd, vd, kv_dtype, n_kv, hd, scale, sc, ok);
+    ref->attention(q, hd, os, hd, 1, 1, kd, vd, kv_dtype, n_kv, hd, scale, sc);
+    k->attention(q, hd, ok, hd, 1, 1, kd, vd, kv_dtype, n_kv, hd, scale, sc);
     for (t = 0; t < n_kv; t++) {
         double mag = 0;
         s[t] = ref_dot(q, kx + t * hd, hd) * scale;
@@ -221,6 +221,30 @@ static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref
                   cism_dtype_name(kv_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], os[i], b);
     }
     free(q); free(kf); free(vf); free(kx); free(vx); free(kd); free(vd); free(sc); free(os); free(ok); free(s); free(p);
+}
+
+/* A block of n_tok tokens x n_grp heads gives the same bits as each query alone
+   (causal: query (a, i) sees n_kv0 + a positions). */
+static void attention_block(const cism__kernels *k, int kv_dtype, int64_t hd, int64_t n_kv0, int64_t n_tok, int64_t n_grp) {
+    int64_t n_max = n_kv0 + n_tok - 1, ldq = n_grp * hd + 3, ldo = n_grp * hd + 5, a, i;
+    float *q = (float *)malloc((size_t)(n_tok * ldq) * 4), *kf = (float *)malloc((size_t)(n_max * hd) * 4);
+    float *vf = (float *)malloc((size_t)(n_max * hd) * 4), *kx = (float *)malloc((size_t)(n_max * hd) * 4);
+    float *vx = (float *)malloc((size_t)(n_max * hd) * 4), *ob = (float *)calloc((size_t)(n_tok * ldo), 4);
+    float *o1 = (float *)malloc((size_t)hd * 4), *sc = (float *)malloc((size_t)(n_tok * n_grp * n_max) * 4);
+    void *kd = malloc((size_t)(n_max * hd) * 4), *vd = malloc((size_t)(n_max * hd) * 4);
+    float scale = (float)(1.0 / sqrt((double)hd));
+    fill(q, n_tok * ldq); fill(kf, n_max * hd); fill(vf, n_max * hd);
+    to_dtype(kv_dtype, kf, n_max * hd, kd, kx);
+    to_dtype(kv_dtype, vf, n_max * hd, vd, vx);
+    k->attention(q, ldq, ob, ldo, n_tok, n_grp, kd, vd, kv_dtype, n_kv0, hd, scale, sc);
+    for (a = 0; a < n_tok; a++)
+        for (i = 0; i < n_grp; i++) {
+            k->attention(q + a * ldq + i * hd, hd, o1, hd, 1, 1, kd, vd, kv_dtype, n_kv0 + a, hd, scale, sc);
+            CHECK_MSG(memcmp(o1, ob + a * ldo + i * hd, (size_t)hd * 4) == 0,
+                      "%s attention kv %s hd %lld: block of %lld tokens x %lld heads differs from query (%lld, %lld) alone",
+                      k->name, cism_dtype_name(kv_dtype), (long long)hd, (long long)n_tok, (long long)n_grp, (long long)a, (long long)i);
+        }
+    free(q); free(kf); free(vf); free(kx); free(vx); free(ob); free(o1); free(sc); free(kd); free(vd);
 }
 
 static float special(int i) {
@@ -322,6 +346,11 @@ static void vs_scalar(const cism__kernels *k) {
             attention_vs_scalar(k, ref, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
             attention_vs_scalar(k, ref, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
         }
+    for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+        attention_block(k, CISM_DTYPE_F32, hds[h], 1, 4, 3);
+        attention_block(k, CISM_DTYPE_F16, hds[h], 70, 5, 2);
+        attention_block(k, CISM_DTYPE_F16, hds[h], 130, 3, 1);
+    }
     elementwise_vs_scalar(k, ref);
     printf("  vs scalar, worst error / bound:");
     for (op = 0; op < N_OPS; op++) printf(" %s %.3f", g_op_names[op], g_worst[op]);

@@ -34,12 +34,19 @@ typedef void (*cism__matmul_fn)(const void *w, uint64_t row_bytes, int64_t cols,
 /* out[0..n) = row (n elements of the dtype) as f32. */
 typedef void (*cism__row_to_f32_fn)(const void *row, float *out, int64_t n);
 
-/* Attention of one query head over n_kv cached positions of one KV head.
-   k and v hold n_kv rows of head_dim elements, row stride head_dim, in kv_dtype.
-   scores is scratch of n_kv floats. out[0..head_dim) = softmax(q.k * scale) . v */
-typedef void (*cism__attention_fn)(const float *q, const void *k, const void *v, int32_t kv_dtype,
-                                   int64_t n_kv, int64_t head_dim, float scale,
-                                   float *scores, float *out);
+/* Causal attention of a block of queries that share one KV head: n_tok
+   consecutive tokens x n_grp query heads (grouped-query attention). Query
+   (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim;
+   it attends to the first n_kv0 + a cached positions of k and v (rows of
+   head_dim elements, stride head_dim, in kv_dtype, f32 or f16) and writes
+   softmax(q.k * scale) . v to out + a*ldo + i*head_dim. scores is scratch of
+   n_tok * n_grp * (n_kv0 + n_tok - 1) floats. Sharing lets a tier convert and
+   load each K/V block once for all the queries; each output still depends only
+   on its own query and positions (never on n_tok, n_grp or its place in the
+   block). */
+typedef void (*cism__attention_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok,
+                                   int64_t n_grp, const void *k, const void *v, int32_t kv_dtype,
+                                   int64_t n_kv0, int64_t head_dim, float scale, float *scores);
 
 typedef struct cism__kernels {
     const char *name;

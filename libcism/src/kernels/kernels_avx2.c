@@ -197,23 +197,24 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 }
 
 /* ---- attention ------------------------------------------------------------------- */
-/* scores[t] = (q . k_t) * scale for the nk <= 8 keys t0.. */
-CISM__INLINE void scores8(const float *q, const void *k, int64_t t0, const int nk, int64_t hd, float scale,
-                          float *dst, const int dt) {
+/* Keys and values are processed in blocks of rows; an f16 block is widened
+   once into this many floats on the stack, then shared by every query. */
+#define KV_BLOCK_FLOATS 8192
+
+/* scores[t] = (q . k_t) * scale for the nk <= 8 f32 rows t0.. of k */
+CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
     __m256 acc[8];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    const uint8_t *kb = (const uint8_t *)k + (size_t)(t0 * hd) * esz;
+    const float *kb = k + t0 * hd;
     int64_t c;
     int j;
     for (j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     for (c = 0; c + 8 <= hd; c += 8) {
         __m256 qv = _mm256_loadu_ps(q + c);
-        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(load8(kb + (size_t)(j * hd) * esz, c, dt), qv, acc[j]);
+        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kb + j * hd + c), qv, acc[j]);
     }
     if (c < hd) {
         __m256 qv = load8_part(q, c, hd - c, CISM_DTYPE_F32);
-        for (j = 0; j < nk; j++)
-            acc[j] = _mm256_fmadd_ps(load8_part(kb + (size_t)(j * hd) * esz, c, hd - c, dt), qv, acc[j]);
+        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(load8_part(kb + j * hd, c, hd - c, CISM_DTYPE_F32), qv, acc[j]);
     }
     {
         __m256 s = _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale));
@@ -222,78 +223,115 @@ CISM__INLINE void scores8(const float *q, const void *k, int64_t t0, const int n
     }
 }
 
-/* out[c0 .. c0 + 8*NV) += sum_t p[t] * v_t over all n_kv positions */
-CISM__INLINE void pv_block(const float *p, const void *v, int64_t n_kv, int64_t hd, int64_t c0, float *out, const int NV,
-                           const int dt) {
-    __m256 o[8];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+/* scores[0..n) -> softmax probabilities, in place */
+static void softmax(float *scores, int64_t n) {
+    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m, iv;
+    float inv;
     int64_t t;
-    int j;
-    for (j = 0; j < NV; j++) o[j] = _mm256_setzero_ps();
-    for (t = 0; t < n_kv; t++) {
-        __m256 pt = _mm256_set1_ps(p[t]);
-        const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
-        for (j = 0; j < NV; j++) o[j] = _mm256_fmadd_ps(pt, load8(row, c0 + 8 * j, dt), o[j]);
-    }
-    for (j = 0; j < NV; j++) _mm256_storeu_ps(out + c0 + 8 * j, o[j]);
-}
-
-CISM__INLINE void attention_dt(const float *q, const void *k, const void *v, int64_t n_kv, int64_t hd, float scale,
-                               float *scores, float *out, const int dt) {
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m;
-    float mx, inv;
-    int64_t t, c;
-    for (t = 0; t + 8 <= n_kv; t += 8) scores8(q, k, t, 8, hd, scale, scores + t, dt);
-    if (t < n_kv) scores8(q, k, t, (int)(n_kv - t), hd, scale, scores + t, dt);
-    for (t = 0; t + 8 <= n_kv; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(scores + t));
-    if (t < n_kv) {
-        __m256i keep = lanes_below(n_kv - t);
+    for (t = 0; t + 8 <= n; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(scores + t));
+    if (t < n) {
+        __m256i keep = lanes_below(n - t);
         __m256 s = _mm256_maskload_ps(scores + t, keep);
         mx8 = _mm256_max_ps(mx8, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(keep)));
     }
-    mx = hmax8(mx8);
-    m = _mm256_set1_ps(mx);
-    for (t = 0; t + 8 <= n_kv; t += 8) {
+    m = _mm256_set1_ps(hmax8(mx8));
+    for (t = 0; t + 8 <= n; t += 8) {
         __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + t), m));
         _mm256_storeu_ps(scores + t, e);
         sum8 = _mm256_add_ps(sum8, e);
     }
-    if (t < n_kv) {
-        __m256i keep = lanes_below(n_kv - t);
-        __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, keep), m));
-        e = _mm256_and_ps(e, _mm256_castsi256_ps(keep));
+    if (t < n) {
+        __m256i keep = lanes_below(n - t);
+        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, keep), m)), _mm256_castsi256_ps(keep));
         _mm256_maskstore_ps(scores + t, keep, e);
         sum8 = _mm256_add_ps(sum8, e);
     }
     inv = 1.0f / hsum8(sum8);
-    for (t = 0; t + 8 <= n_kv; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), _mm256_set1_ps(inv)));
-    for (; t < n_kv; t++) scores[t] *= inv;
-    /* out = sum_t p_t v_t, 64 columns (8 accumulators) per pass over the positions */
-    for (c = 0; c + 64 <= hd; c += 64) pv_block(scores, v, n_kv, hd, c, out, 8, dt);
+    iv = _mm256_set1_ps(inv);
+    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), iv));
+    for (; t < n; t++) scores[t] *= inv;
+}
+
+/* out[c0 .. c0 + 8*NV) += sum_{t < n} p[t] * v_t (f32 rows); the accumulators
+   live in out between blocks, which changes no rounding */
+CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV) {
+    __m256 o[8];
+    int64_t t;
+    int j;
+    for (j = 0; j < NV; j++) o[j] = _mm256_loadu_ps(out + c0 + 8 * j);
+    for (t = 0; t < n; t++) {
+        __m256 pt = _mm256_set1_ps(p[t]);
+        for (j = 0; j < NV; j++) o[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + t * hd + c0 + 8 * j), o[j]);
+    }
+    for (j = 0; j < NV; j++) _mm256_storeu_ps(out + c0 + 8 * j, o[j]);
+}
+
+static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float *out) {
+    int64_t c, t;
+    for (c = 0; c + 64 <= hd; c += 64) pv_block(p, v, n, hd, c, out, 8);
     switch ((hd - c) / 8) {
-    case 7: pv_block(scores, v, n_kv, hd, c, out, 7, dt); break;
-    case 6: pv_block(scores, v, n_kv, hd, c, out, 6, dt); break;
-    case 5: pv_block(scores, v, n_kv, hd, c, out, 5, dt); break;
-    case 4: pv_block(scores, v, n_kv, hd, c, out, 4, dt); break;
-    case 3: pv_block(scores, v, n_kv, hd, c, out, 3, dt); break;
-    case 2: pv_block(scores, v, n_kv, hd, c, out, 2, dt); break;
-    case 1: pv_block(scores, v, n_kv, hd, c, out, 1, dt); break;
+    case 7: pv_block(p, v, n, hd, c, out, 7); break;
+    case 6: pv_block(p, v, n, hd, c, out, 6); break;
+    case 5: pv_block(p, v, n, hd, c, out, 5); break;
+    case 4: pv_block(p, v, n, hd, c, out, 4); break;
+    case 3: pv_block(p, v, n, hd, c, out, 3); break;
+    case 2: pv_block(p, v, n, hd, c, out, 2); break;
+    case 1: pv_block(p, v, n, hd, c, out, 1); break;
     default: break;
     }
     c += (hd - c) / 8 * 8;
     if (c < hd) { /* head_dim not a multiple of 8 */
-        __m256 o = _mm256_setzero_ps();
-        for (t = 0; t < n_kv; t++)
-            o = _mm256_fmadd_ps(_mm256_set1_ps(scores[t]), load8_part((const uint8_t *)v + (size_t)(t * hd) * esz, c, hd - c, dt), o);
-        _mm256_maskstore_ps(out + c, lanes_below(hd - c), o);
+        __m256i keep = lanes_below(hd - c);
+        __m256 o = _mm256_maskload_ps(out + c, keep);
+        for (t = 0; t < n; t++) o = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_maskload_ps(v + t * hd + c, keep), o);
+        _mm256_maskstore_ps(out + c, keep, o);
     }
 }
 
-static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv, int64_t head_dim,
-                      float scale, float *scores, float *out) {
-    if (kv_dtype == CISM_DTYPE_F32) attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F32);
-    else attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F16);
+/* rows [b0, b0 + n) of an f16 cache as f32 into buf */
+static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
+    const uint16_t *src = (const uint16_t *)kv + b0 * hd;
+    int64_t i;
+    if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
+    for (i = 0; i + 8 <= n * hd; i += 8) _mm256_storeu_ps(buf + i, load8(src, i, CISM_DTYPE_F16));
+    for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);
+    return buf;
+}
+
+static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
+                      const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
+    float buf[KV_BLOCK_FLOATS];
+    const int64_t n_max = n_kv0 + n_tok - 1;
+    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
+    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
+    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *kf = widen_rows(k, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++) {
+                const float *qi = q + a * ldq + i * hd;
+                float *s = scores + (a * n_grp + i) * n_max + b0;
+                for (t = 0; t + 8 <= nk; t += 8) scores8(qi, kf, t, 8, hd, scale, s + t);
+                if (t < nk) scores8(qi, kf, t, (int)(nk - t), hd, scale, s + t);
+            }
+        }
+    }
+    for (a = 0; a < n_tok; a++)
+        for (i = 0; i < n_grp; i++) {
+            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
+            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
+        }
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *vf = widen_rows(v, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++)
+                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
+        }
+    }
 }
 
 /* ---- elementwise ----------------------------------------------------------------- */

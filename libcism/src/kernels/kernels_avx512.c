@@ -188,98 +188,137 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 }
 
 /* ---- attention ------------------------------------------------------------------- */
-/* scores[t] = (q . k_t) * scale for the nk <= 8 keys t0.. */
-CISM__INLINE void scores8(const float *q, const void *k, int64_t t0, const int nk, int64_t hd, float scale,
-                          float *dst, const int dt) {
+/* Keys and values are processed in blocks of rows; an f16 block is widened
+   once into this many floats on the stack, then shared by every query. */
+#define KV_BLOCK_FLOATS 8192
+
+/* scores[t] = (q . k_t) * scale for the nk <= 8 f32 rows t0.. of k */
+CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
     __m512 acc[8];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    const uint8_t *kb = (const uint8_t *)k + (size_t)(t0 * hd) * esz;
+    const float *kb = k + t0 * hd;
     int64_t c;
     int j;
     for (j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
     for (c = 0; c + 16 <= hd; c += 16) {
         __m512 qv = _mm512_loadu_ps(q + c);
-        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(load16(kb + (size_t)(j * hd) * esz, c, dt), qv, acc[j]);
+        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(kb + j * hd + c), qv, acc[j]);
     }
     if (c < hd) {
-        __m512 qv = load16_part(q, c, hd - c, CISM_DTYPE_F32);
-        for (j = 0; j < nk; j++)
-            acc[j] = _mm512_fmadd_ps(load16_part(kb + (size_t)(j * hd) * esz, c, hd - c, dt), qv, acc[j]);
+        __m512 qv = _mm512_maskz_loadu_ps(mask_below(hd - c), q + c);
+        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask_below(hd - c), kb + j * hd + c), qv, acc[j]);
     }
-    {
-        __m256 s = _mm256_mul_ps(hsum16x8(acc), _mm256_set1_ps(scale));
-        _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nk) - 1u), s);
-    }
+    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nk) - 1u), _mm256_mul_ps(hsum16x8(acc), _mm256_set1_ps(scale)));
 }
 
-/* out[c0 .. c0 + 16*NV) (the last vector may be partial: n_last lanes) */
-CISM__INLINE void pv_block(const float *p, const void *v, int64_t n_kv, int64_t hd, int64_t c0, float *out, const int NV,
-                           int64_t n_last, const int dt) {
-    __m512 o[8];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    int64_t t;
-    int j;
-    for (j = 0; j < NV; j++) o[j] = _mm512_setzero_ps();
-    for (t = 0; t < n_kv; t++) {
-        __m512 pt = _mm512_set1_ps(p[t]);
-        const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
-        for (j = 0; j + 1 < NV; j++) o[j] = _mm512_fmadd_ps(pt, load16(row, c0 + 16 * j, dt), o[j]);
-        o[NV - 1] = _mm512_fmadd_ps(pt, n_last == 16 ? load16(row, c0 + 16 * (NV - 1), dt)
-                                                      : load16_part(row, c0 + 16 * (NV - 1), n_last, dt), o[NV - 1]);
-    }
-    for (j = 0; j + 1 < NV; j++) _mm512_storeu_ps(out + c0 + 16 * j, o[j]);
-    _mm512_mask_storeu_ps(out + c0 + 16 * (NV - 1), (__mmask16)((1u << n_last) - 1u), o[NV - 1]);
-}
-
-CISM__INLINE void attention_dt(const float *q, const void *k, const void *v, int64_t n_kv, int64_t hd, float scale,
-                               float *scores, float *out, const int dt) {
+/* scores[0..n) -> softmax probabilities, in place */
+static void softmax(float *scores, int64_t n) {
     __m512 mx16 = _mm512_set1_ps(-INFINITY), sum16 = _mm512_setzero_ps(), m, iv;
-    float inv;
-    int64_t t, c;
-    for (t = 0; t + 8 <= n_kv; t += 8) scores8(q, k, t, 8, hd, scale, scores + t, dt);
-    if (t < n_kv) scores8(q, k, t, (int)(n_kv - t), hd, scale, scores + t, dt);
-    for (t = 0; t + 16 <= n_kv; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(scores + t));
-    if (t < n_kv) mx16 = _mm512_mask_max_ps(mx16, mask_below(n_kv - t), mx16, _mm512_maskz_loadu_ps(mask_below(n_kv - t), scores + t));
+    int64_t t;
+    for (t = 0; t + 16 <= n; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(scores + t));
+    if (t < n) mx16 = _mm512_mask_max_ps(mx16, mask_below(n - t), mx16, _mm512_maskz_loadu_ps(mask_below(n - t), scores + t));
     m = _mm512_set1_ps(_mm512_reduce_max_ps(mx16));
-    for (t = 0; t + 16 <= n_kv; t += 16) {
+    for (t = 0; t + 16 <= n; t += 16) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + t), m));
         _mm512_storeu_ps(scores + t, e);
         sum16 = _mm512_add_ps(sum16, e);
     }
-    if (t < n_kv) {
-        __mmask16 keep = mask_below(n_kv - t);
+    if (t < n) {
+        __mmask16 keep = mask_below(n - t);
         __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, scores + t), m)));
         _mm512_mask_storeu_ps(scores + t, keep, e);
         sum16 = _mm512_add_ps(sum16, e);
     }
-    inv = 1.0f / hsum16(sum16);
-    iv = _mm512_set1_ps(inv);
-    for (t = 0; t + 16 <= n_kv; t += 16) _mm512_storeu_ps(scores + t, _mm512_mul_ps(_mm512_loadu_ps(scores + t), iv));
-    if (t < n_kv) {
-        __mmask16 keep = mask_below(n_kv - t);
+    iv = _mm512_set1_ps(1.0f / hsum16(sum16));
+    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(scores + t, _mm512_mul_ps(_mm512_loadu_ps(scores + t), iv));
+    if (t < n) {
+        __mmask16 keep = mask_below(n - t);
         _mm512_mask_storeu_ps(scores + t, keep, _mm512_mul_ps(_mm512_maskz_loadu_ps(keep, scores + t), iv));
     }
-    /* out = sum_t p_t v_t, up to 128 columns (8 accumulators) per pass over the positions */
-    for (c = 0; c + 128 <= hd; c += 128) pv_block(scores, v, n_kv, hd, c, out, 8, 16, dt);
+}
+
+/* out[c0 .. c0 + 16*NV) += sum_{t < n} p[t] * v_t (f32 rows; the last vector has
+   n_last lanes); the accumulators live in out between blocks, which changes no
+   rounding */
+CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV,
+                           int64_t n_last) {
+    __m512 o[8];
+    const __mmask16 ml = (__mmask16)((1u << n_last) - 1u);
+    int64_t t;
+    int j;
+    for (j = 0; j + 1 < NV; j++) o[j] = _mm512_loadu_ps(out + c0 + 16 * j);
+    o[NV - 1] = _mm512_maskz_loadu_ps(ml, out + c0 + 16 * (NV - 1));
+    for (t = 0; t < n; t++) {
+        __m512 pt = _mm512_set1_ps(p[t]);
+        const float *row = v + t * hd + c0;
+        for (j = 0; j + 1 < NV; j++) o[j] = _mm512_fmadd_ps(pt, _mm512_loadu_ps(row + 16 * j), o[j]);
+        o[NV - 1] = _mm512_fmadd_ps(pt, _mm512_maskz_loadu_ps(ml, row + 16 * (NV - 1)), o[NV - 1]);
+    }
+    for (j = 0; j + 1 < NV; j++) _mm512_storeu_ps(out + c0 + 16 * j, o[j]);
+    _mm512_mask_storeu_ps(out + c0 + 16 * (NV - 1), ml, o[NV - 1]);
+}
+
+static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float *out) {
+    int64_t c;
+    for (c = 0; c + 128 <= hd; c += 128) pv_block(p, v, n, hd, c, out, 8, 16);
     if (c < hd) {
         int64_t rest = hd - c, nv = (rest + 15) / 16, last = rest - 16 * (nv - 1);
         switch (nv) {
-        case 1: pv_block(scores, v, n_kv, hd, c, out, 1, last, dt); break;
-        case 2: pv_block(scores, v, n_kv, hd, c, out, 2, last, dt); break;
-        case 3: pv_block(scores, v, n_kv, hd, c, out, 3, last, dt); break;
-        case 4: pv_block(scores, v, n_kv, hd, c, out, 4, last, dt); break;
-        case 5: pv_block(scores, v, n_kv, hd, c, out, 5, last, dt); break;
-        case 6: pv_block(scores, v, n_kv, hd, c, out, 6, last, dt); break;
-        case 7: pv_block(scores, v, n_kv, hd, c, out, 7, last, dt); break;
+        case 1: pv_block(p, v, n, hd, c, out, 1, last); break;
+        case 2: pv_block(p, v, n, hd, c, out, 2, last); break;
+        case 3: pv_block(p, v, n, hd, c, out, 3, last); break;
+        case 4: pv_block(p, v, n, hd, c, out, 4, last); break;
+        case 5: pv_block(p, v, n, hd, c, out, 5, last); break;
+        case 6: pv_block(p, v, n, hd, c, out, 6, last); break;
+        case 7: pv_block(p, v, n, hd, c, out, 7, last); break;
         default: break;
         }
     }
 }
 
-static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv, int64_t head_dim,
-                      float scale, float *scores, float *out) {
-    if (kv_dtype == CISM_DTYPE_F32) attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F32);
-    else attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F16);
+/* rows [b0, b0 + n) of an f16 cache as f32 into buf */
+static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
+    const uint16_t *src = (const uint16_t *)kv + b0 * hd;
+    int64_t i, m = n * hd;
+    if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
+    for (i = 0; i + 16 <= m; i += 16) _mm512_storeu_ps(buf + i, load16(src, i, CISM_DTYPE_F16));
+    if (i < m) _mm512_mask_storeu_ps(buf + i, mask_below(m - i), load16_part(src, i, m - i, CISM_DTYPE_F16));
+    return buf;
+}
+
+static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
+                      const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
+    float buf[KV_BLOCK_FLOATS];
+    const int64_t n_max = n_kv0 + n_tok - 1;
+    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
+    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
+    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *kf = widen_rows(k, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++) {
+                const float *qi = q + a * ldq + i * hd;
+                float *s = scores + (a * n_grp + i) * n_max + b0;
+                for (t = 0; t + 8 <= nk; t += 8) scores8(qi, kf, t, 8, hd, scale, s + t);
+                if (t < nk) scores8(qi, kf, t, (int)(nk - t), hd, scale, s + t);
+            }
+        }
+    }
+    for (a = 0; a < n_tok; a++)
+        for (i = 0; i < n_grp; i++) {
+            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
+            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
+        }
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *vf = widen_rows(v, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++)
+                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
+        }
+    }
 }
 
 /* ---- elementwise ----------------------------------------------------------------- */

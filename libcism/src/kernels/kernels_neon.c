@@ -185,113 +185,143 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 }
 
 /* ---- attention ------------------------------------------------------------------- */
-/* scores[t] = (q . k_t) * scale for the nk <= 4 keys t0.. */
-CISM__INLINE void scores4(const float *q, const void *k, int64_t t0, const int nk, int64_t hd, float scale,
-                          float *dst, const int dt) {
+/* Keys and values are processed in blocks of rows; an f16 block is widened
+   once into this many floats on the stack, then shared by every query. */
+#define KV_BLOCK_FLOATS 8192
+
+/* scores[t] = (q . k_t) * scale for the nk <= 4 f32 rows t0.. of k */
+CISM__INLINE void scores4(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
     f8 acc[4];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    const uint8_t *kb = (const uint8_t *)k + (size_t)(t0 * hd) * esz;
+    const float *kb = k + t0 * hd;
     int64_t c;
     int j;
     for (j = 0; j < nk; j++) acc[j] = zero8();
     for (c = 0; c + 8 <= hd; c += 8) {
         f8 qv = load8(q, c, CISM_DTYPE_F32);
-        for (j = 0; j < nk; j++) acc[j] = fma8(acc[j], load8(kb + (size_t)(j * hd) * esz, c, dt), qv);
+        for (j = 0; j < nk; j++) acc[j] = fma8(acc[j], load8(kb + j * hd, c, CISM_DTYPE_F32), qv);
     }
     if (c < hd) {
         f8 qv = load8_part(q, c, hd - c, CISM_DTYPE_F32);
-        for (j = 0; j < nk; j++) acc[j] = fma8(acc[j], load8_part(kb + (size_t)(j * hd) * esz, c, hd - c, dt), qv);
+        for (j = 0; j < nk; j++) acc[j] = fma8(acc[j], load8_part(kb + j * hd, c, hd - c, CISM_DTYPE_F32), qv);
     }
     for (j = 0; j < nk; j++) dst[j] = hsum8(acc[j]) * scale;
 }
 
-/* out[c0 .. c0 + 4*NV) += sum_t p[t] * v_t */
-CISM__INLINE void pv_block(const float *p, const void *v, int64_t n_kv, int64_t hd, int64_t c0, float *out, const int NV,
-                           const int dt) {
-    float32x4_t o[8];
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
-    int64_t t;
-    int j;
-    for (j = 0; j < NV; j++) o[j] = vdupq_n_f32(0.0f);
-    for (t = 0; t < n_kv; t++) {
-        float32x4_t pt = vdupq_n_f32(p[t]);
-        const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
-        for (j = 0; j + 2 <= NV; j += 2) {
-            f8 vv = load8(row, c0 + 4 * j, dt);
-            o[j] = vfmaq_f32(o[j], pt, vv.lo);
-            o[j + 1] = vfmaq_f32(o[j + 1], pt, vv.hi);
-        }
-        if (NV % 2) {
-            float32x4_t vv;
-            if (dt == CISM_DTYPE_F32) vv = vld1q_f32((const float *)row + c0 + 4 * (NV - 1));
-            else vv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + c0 + 4 * (NV - 1))));
-            o[NV - 1] = vfmaq_f32(o[NV - 1], pt, vv);
-        }
-    }
-    for (j = 0; j < NV; j++) vst1q_f32(out + c0 + 4 * j, o[j]);
-}
-
-CISM__INLINE void attention_dt(const float *q, const void *k, const void *v, int64_t n_kv, int64_t hd, float scale,
-                               float *scores, float *out, const int dt) {
-    const size_t esz = dt == CISM_DTYPE_F32 ? 4 : 2;
+/* scores[0..n) -> softmax probabilities, in place */
+static void softmax(float *scores, int64_t n) {
     float32x4_t mx4 = vdupq_n_f32(-INFINITY), sum4 = vdupq_n_f32(0.0f), m, iv;
-    float mx, sum, inv;
-    int64_t t, c, i;
-    for (t = 0; t + 4 <= n_kv; t += 4) scores4(q, k, t, 4, hd, scale, scores + t, dt);
-    if (n_kv - t == 3) scores4(q, k, t, 3, hd, scale, scores + t, dt);
-    else if (n_kv - t == 2) scores4(q, k, t, 2, hd, scale, scores + t, dt);
-    else if (n_kv - t == 1) scores4(q, k, t, 1, hd, scale, scores + t, dt);
-    for (t = 0; t + 4 <= n_kv; t += 4) mx4 = vmaxq_f32(mx4, vld1q_f32(scores + t));
+    float mx, inv;
+    int64_t t, i;
+    for (t = 0; t + 4 <= n; t += 4) mx4 = vmaxq_f32(mx4, vld1q_f32(scores + t));
     mx = vmaxvq_f32(mx4);
-    for (; t < n_kv; t++) mx = scores[t] > mx ? scores[t] : mx;
+    for (i = t; i < n; i++) mx = scores[i] > mx ? scores[i] : mx;
     m = vdupq_n_f32(mx);
-    for (t = 0; t + 4 <= n_kv; t += 4) {
+    for (t = 0; t + 4 <= n; t += 4) {
         float32x4_t e = exp4(vsubq_f32(vld1q_f32(scores + t), m));
         vst1q_f32(scores + t, e);
         sum4 = vaddq_f32(sum4, e);
     }
-    if (t < n_kv) {
+    if (t < n) {
         float tmp[4] = {0, 0, 0, 0};
-        float32x4_t e;
-        for (i = 0; t + i < n_kv; i++) tmp[i] = scores[t + i] - mx;
-        e = exp4(vld1q_f32(tmp));
-        vst1q_f32(tmp, e);
-        for (i = 0; t + i < n_kv; i++) scores[t + i] = tmp[i];
+        for (i = 0; t + i < n; i++) tmp[i] = scores[t + i] - mx;
+        vst1q_f32(tmp, exp4(vld1q_f32(tmp)));
+        for (i = 0; t + i < n; i++) scores[t + i] = tmp[i];
         for (; i < 4; i++) tmp[i] = 0.0f;
         sum4 = vaddq_f32(sum4, vld1q_f32(tmp));
     }
-    sum = vaddvq_f32(sum4);
-    inv = 1.0f / sum;
+    inv = 1.0f / vaddvq_f32(sum4);
     iv = vdupq_n_f32(inv);
-    for (t = 0; t + 4 <= n_kv; t += 4) vst1q_f32(scores + t, vmulq_f32(vld1q_f32(scores + t), iv));
-    for (; t < n_kv; t++) scores[t] *= inv;
-    /* out = sum_t p_t v_t, 32 columns (8 accumulators) per pass over the positions */
-    for (c = 0; c + 32 <= hd; c += 32) pv_block(scores, v, n_kv, hd, c, out, 8, dt);
+    for (t = 0; t + 4 <= n; t += 4) vst1q_f32(scores + t, vmulq_f32(vld1q_f32(scores + t), iv));
+    for (; t < n; t++) scores[t] *= inv;
+}
+
+/* out[c0 .. c0 + 4*NV) += sum_{t < n} p[t] * v_t (f32 rows); the accumulators
+   live in out between blocks, which changes no rounding */
+CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV) {
+    float32x4_t o[8];
+    int64_t t;
+    int j;
+    for (j = 0; j < NV; j++) o[j] = vld1q_f32(out + c0 + 4 * j);
+    for (t = 0; t < n; t++) {
+        float32x4_t pt = vdupq_n_f32(p[t]);
+        for (j = 0; j < NV; j++) o[j] = vfmaq_f32(o[j], pt, vld1q_f32(v + t * hd + c0 + 4 * j));
+    }
+    for (j = 0; j < NV; j++) vst1q_f32(out + c0 + 4 * j, o[j]);
+}
+
+static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float *out) {
+    int64_t c, t;
+    for (c = 0; c + 32 <= hd; c += 32) pv_block(p, v, n, hd, c, out, 8);
     switch ((hd - c) / 4) {
-    case 7: pv_block(scores, v, n_kv, hd, c, out, 7, dt); break;
-    case 6: pv_block(scores, v, n_kv, hd, c, out, 6, dt); break;
-    case 5: pv_block(scores, v, n_kv, hd, c, out, 5, dt); break;
-    case 4: pv_block(scores, v, n_kv, hd, c, out, 4, dt); break;
-    case 3: pv_block(scores, v, n_kv, hd, c, out, 3, dt); break;
-    case 2: pv_block(scores, v, n_kv, hd, c, out, 2, dt); break;
-    case 1: pv_block(scores, v, n_kv, hd, c, out, 1, dt); break;
+    case 7: pv_block(p, v, n, hd, c, out, 7); break;
+    case 6: pv_block(p, v, n, hd, c, out, 6); break;
+    case 5: pv_block(p, v, n, hd, c, out, 5); break;
+    case 4: pv_block(p, v, n, hd, c, out, 4); break;
+    case 3: pv_block(p, v, n, hd, c, out, 3); break;
+    case 2: pv_block(p, v, n, hd, c, out, 2); break;
+    case 1: pv_block(p, v, n, hd, c, out, 1); break;
     default: break;
     }
     for (c += (hd - c) / 4 * 4; c < hd; c++) { /* head_dim % 4 == 2 */
-        float o = 0.0f;
-        for (t = 0; t < n_kv; t++) {
-            const uint8_t *row = (const uint8_t *)v + (size_t)(t * hd) * esz;
-            float vv = dt == CISM_DTYPE_F32 ? ((const float *)row)[c] : cism__f16_to_f32(((const uint16_t *)row)[c]);
-            o = fmaf(scores[t], vv, o);
-        }
+        float o = out[c];
+        for (t = 0; t < n; t++) o = fmaf(p[t], v[t * hd + c], o);
         out[c] = o;
     }
 }
 
-static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv, int64_t head_dim,
-                      float scale, float *scores, float *out) {
-    if (kv_dtype == CISM_DTYPE_F32) attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F32);
-    else attention_dt(q, k, v, n_kv, head_dim, scale, scores, out, CISM_DTYPE_F16);
+/* rows [b0, b0 + n) of an f16 cache as f32 into buf */
+static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
+    const uint16_t *src = (const uint16_t *)kv + b0 * hd;
+    int64_t i;
+    if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
+    for (i = 0; i + 8 <= n * hd; i += 8) {
+        f8 w = load8(src, i, CISM_DTYPE_F16);
+        vst1q_f32(buf + i, w.lo);
+        vst1q_f32(buf + i + 4, w.hi);
+    }
+    for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);
+    return buf;
+}
+
+static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
+                      const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
+    float buf[KV_BLOCK_FLOATS];
+    const int64_t n_max = n_kv0 + n_tok - 1;
+    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
+    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
+    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *kf = widen_rows(k, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++) {
+                const float *qi = q + a * ldq + i * hd;
+                float *s = scores + (a * n_grp + i) * n_max + b0;
+                for (t = 0; t + 4 <= nk; t += 4) scores4(qi, kf, t, 4, hd, scale, s + t);
+                switch (nk - t) {
+                case 3: scores4(qi, kf, t, 3, hd, scale, s + t); break;
+                case 2: scores4(qi, kf, t, 2, hd, scale, s + t); break;
+                case 1: scores4(qi, kf, t, 1, hd, scale, s + t); break;
+                default: break;
+                }
+            }
+        }
+    }
+    for (a = 0; a < n_tok; a++)
+        for (i = 0; i < n_grp; i++) {
+            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
+            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
+        }
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *vf = widen_rows(v, kv_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++)
+                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
+        }
+    }
 }
 
 /* ---- elementwise ----------------------------------------------------------------- */

@@ -95,8 +95,9 @@ static void matmul_bf16(const void *w, uint64_t row_bytes, int64_t cols, const f
 }
 
 /* ---- attention ----------------------------------------------------------------- */
-static void attention(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv,
-                      int64_t head_dim, float scale, float *scores, float *out) {
+/* one query over n_kv positions */
+static void attention_one(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv,
+                          int64_t head_dim, float scale, float *scores, float *out) {
     float buf[CHUNK];
     float mx = -INFINITY, sum = 0.0f, inv;
     int64_t t, i;
@@ -135,6 +136,16 @@ static void attention(const float *q, const void *k, const void *v, int32_t kv_d
             for (i = 0; i < head_dim; i++) out[i] += p * cism__f16_to_f32(vr[i]);
         }
     }
+}
+
+static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp,
+                      const void *k, const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t head_dim, float scale,
+                      float *scores) {
+    int64_t a, i;
+    for (a = 0; a < n_tok; a++)
+        for (i = 0; i < n_grp; i++)
+            attention_one(q + a * ldq + i * head_dim, k, v, kv_dtype, n_kv0 + a, head_dim, scale, scores,
+                          out + a * ldo + i * head_dim);
 }
 
 /* ---- elementwise ---------------------------------------------------------------- */

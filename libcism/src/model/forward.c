@@ -6,7 +6,7 @@
  * the rest), with one barrier after it; five per layer:
  *   norm (each thread its own copy) + Q/K/V by head, with bias, q/k-norm, RoPE
  *   and the KV-cache write fused in                     | barrier
- *   attention by (token, head)                          | barrier
+ *   attention by (block of tokens, query heads of a KV head) | barrier
  *   output projection + residual by row chunks          | barrier
  *   norm (own copy) + gate/up + SwiGLU by row chunks    | barrier
  *   down projection + residual by row chunks            | barrier
@@ -109,16 +109,27 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     }
 }
 
-/* attention of (token t_lo + a / n_heads, head a % n_heads) */
-static void attention_unit(fwd *f, int64_t l, int64_t a, int ith, int64_t t_lo) {
+/* Attention units: blocks of up to CISM__ATT_TOKENS tokens x heads_per_unit
+   query heads of one KV head. With enough units to go round, a unit takes all
+   the query heads of a KV head (the K/V rows are read and widened once for
+   them); otherwise (decode) one head each, so the threads stay balanced. The
+   kernel gives the same bits either way. */
+static int64_t att_heads_per_unit(const cism__hparams *hp, int64_t rows, int nth) {
+    int64_t blocks = (rows + CISM__ATT_TOKENS - 1) / CISM__ATT_TOKENS;
+    return blocks * hp->n_kv_heads >= 4 * (int64_t)nth ? hp->n_heads / hp->n_kv_heads : 1;
+}
+
+static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t t_lo, int64_t hpu) {
     cism_session *s = f->s;
     const cism__hparams *hp = &s->model->hp;
     int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
-    int64_t t = t_lo + a / hp->n_heads, h = a % hp->n_heads, kvh = h / group;
-    float *scores = s->scores + (int64_t)ith * s->n_ctx;
+    int64_t units_per_block = hp->n_heads / hpu;
+    int64_t t = t_lo + (unit / units_per_block) * CISM__ATT_TOKENS, h = (unit % units_per_block) * hpu, kvh = h / group;
+    int64_t n_tok = f->nt - t < CISM__ATT_TOKENS ? f->nt - t : CISM__ATT_TOKENS;
     float scale = (float)(1.0 / sqrt((double)hd));
-    s->k->attention(s->q + t * q_rows + h * hd, kv_ptr(s, s->k_cache, l, kvh, 0), kv_ptr(s, s->v_cache, l, kvh, 0),
-                    s->kv_type, f->pos0 + t + 1, hd, scale, scores, s->att + t * q_rows + h * hd);
+    s->k->attention(s->q + t * q_rows + h * hd, q_rows, s->att + t * q_rows + h * hd, q_rows, n_tok, hpu,
+                    kv_ptr(s, s->k_cache, l, kvh, 0), kv_ptr(s, s->v_cache, l, kvh, 0), s->kv_type, f->pos0 + t + 1, hd,
+                    scale, s->scores + (int64_t)ith * s->scores_per_thread);
 }
 
 /* rows [r0, r1) of y = W in, then x += y on them, for tokens [t_lo, nt) */
@@ -160,15 +171,15 @@ static void forward_worker(void *arg, int ith, int nth) {
     for (l = 0; l < hp->n_layers; l++) {
         const cism__layer *L = &m->layers[l];
         /* rows needed after Q/K/V: all, except in the last layer */
-        int64_t t_lo = l + 1 < hp->n_layers ? 0 : nt - f->rows_out;
+        int64_t t_lo = l + 1 < hp->n_layers ? 0 : nt - f->rows_out, hpu = att_heads_per_unit(hp, nt - t_lo, nth);
         norm_rows(k, xb, s->x, L->attn_norm, 0, nt, dim, eps);
         cism__work_start(pool, &w, ith, nth, hp->n_heads + 2 * hp->n_kv_heads);
         while (cism__work_next(pool, &w, &u)) qkv_unit(f, l, u, ith, xb, t_lo);
         cism__work_end(pool, &w);
         cism__pool_barrier(pool);
         if (t_lo == nt) break;   /* last layer, no logits wanted: K/V were all it had to give */
-        cism__work_start(pool, &w, ith, nth, (nt - t_lo) * hp->n_heads);
-        while (cism__work_next(pool, &w, &u)) attention_unit(f, l, u, ith, t_lo);
+        cism__work_start(pool, &w, ith, nth, (nt - t_lo + CISM__ATT_TOKENS - 1) / CISM__ATT_TOKENS * (hp->n_heads / hpu));
+        while (cism__work_next(pool, &w, &u)) attention_unit(f, l, u, ith, t_lo, hpu);
         cism__work_end(pool, &w);
         cism__pool_barrier(pool);
         cism__work_start(pool, &w, ith, nth, (dim + c_dim - 1) / c_dim);

@@ -99,7 +99,8 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->hb = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
     s->hb2 = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
     s->tmp = (float *)alloc_floats((int64_t)s->nth * s->n_batch * hp->head_dim, &failed);
-    s->scores = (float *)alloc_floats((int64_t)s->nth * n_ctx, &failed);
+    s->scores_per_thread = CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
+    s->scores = (float *)alloc_floats((int64_t)s->nth * s->scores_per_thread, &failed);
     s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->logits = (float *)alloc_floats(hp->vocab, &failed);

@@ -30,7 +30,8 @@ struct cism_session {
     float *ob;       /* [n_batch][dim] projection outputs before the residual add */
     float *hb, *hb2; /* [n_batch][ffn_dim] */
     float *tmp;      /* [nth][n_batch*head_dim] k/v head rows before they enter the cache */
-    float *scores;   /* [nth][n_ctx] */
+    float *scores;   /* [nth][scores_per_thread] attention scratch */
+    int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
     float *rope_cos, *rope_sin; /* [n_batch][head_dim/2] */
 
     float *logits;   /* [logit_rows][vocab] */
@@ -38,6 +39,9 @@ struct cism_session {
     int32_t logit_rows;   /* rows valid after the last eval */
     int32_t last_n;       /* tokens of the last eval (its rows are 0..last_n-1) */
 };
+
+/* Tokens per attention unit in prefill (forward.c). */
+#define CISM__ATT_TOKENS 4
 
 /* cism_session_eval without clearing a pending cancel request. */
 cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens);
