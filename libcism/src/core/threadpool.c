@@ -10,12 +10,15 @@
    thread that changes the value. No sched_yield step: when other processes
    share the cores, a yield hands the core to one of them for a whole time
    slice (measured: 3 ms per stories260K token at 2 threads on a loaded
-   2-core machine, against 0.1 ms with spin-then-sleep). */
+   2-core machine). */
 #define SPIN_ROUNDS 2000
+
+#define STAGE_END INT32_MAX
 
 /* Fields written by different threads live on different cache lines. */
 #define LINE 64
 typedef struct padded { volatile int32_t v; char pad[LINE - sizeof(int32_t)]; } padded;
+typedef struct padded64 { volatile int64_t v; char pad[LINE - sizeof(int64_t)]; } padded64;
 
 typedef struct worker {
     cism__pool *pool;
@@ -28,16 +31,21 @@ struct cism__pool {
     worker *workers;
     cism__mutex *mutex;
     cism__cond *cond;
+    /* the current region (written by thread 0 before it opens the region) */
     cism__pool_fn fn;
+    const cism__stages *stages;
     void *arg;
     char pad0[LINE];
     padded generation;     /* bumped by thread 0 for every region */
-    padded n_done;         /* workers finished with the current region */
-    padded barrier_count;  /* arrivals at the current barrier */
-    padded barrier_phase;  /* bumped by the last arrival */
+    padded open;           /* 1 while the current region may be joined */
+    padded active;         /* workers inside the current region */
+    padded n_done;         /* workers finished with a cism__pool_run region */
     padded n_sleeping;     /* threads asleep (or about to sleep) on cond */
     padded stop;
-    padded *counters;      /* [2][nth] work-sharing cursors, alternating by stage */
+    padded stage;          /* the stage in progress, or STAGE_END */
+    padded done[2];        /* units done in the stages of each parity */
+    padded64 n_units[2];   /* units of the stages of each parity */
+    padded64 *shares;      /* [2][nth]: (stage << 32) | units of share j taken */
 };
 
 /* Wakes every sleeper after a value they may wait on changed. */
@@ -49,9 +57,9 @@ static void wake_sleepers(cism__pool *pool) {
     }
 }
 
-/* Waits until *p != old (or stop). The writer of *p calls wake_sleepers after
-   writing it; the sleeper counts itself before its last check under the
-   mutex, so a wake-up cannot be missed. */
+/* Waits until *p != old (or stop) and returns the new value. The writer of *p
+   calls wake_sleepers after writing it; the sleeper counts itself before its
+   last check under the mutex, so a wake-up cannot be missed. */
 static int32_t wait_change(cism__pool *pool, volatile int32_t *p, int32_t old) {
     int32_t v;
     int i;
@@ -67,18 +75,101 @@ static int32_t wait_change(cism__pool *pool, volatile int32_t *p, int32_t old) {
     return v;
 }
 
+/* ---- staged regions ------------------------------------------------------------------ */
+/* Thread j's share of a stage of n units is [n*j/nth, n*(j+1)/nth). Its counter
+   holds the stage number in the high half, so a thread that fell behind can
+   never take a unit of a later stage that reuses the counter. */
+static int take(cism__pool *pool, int32_t s, int j, int64_t n, int64_t *unit) {
+    volatile int64_t *c = &pool->shares[(size_t)(s & 1) * (size_t)pool->nth + (size_t)j].v;
+    int64_t begin = n * j / pool->nth, size = n * (j + 1) / pool->nth - begin;
+    int64_t v = cism__atomic_load64(c);
+    if (pool->nth == 1) { /* nobody to share with: no read-modify-write needed */
+        if ((int32_t)(v >> 32) != s || (v & 0xffffffff) >= size) return 0;
+        cism__atomic_store64(c, v + 1);
+        *unit = begin + (v & 0xffffffff);
+        return 1;
+    }
+    for (;;) {
+        int64_t seen;
+        if ((int32_t)(v >> 32) != s || (v & 0xffffffff) >= size) return 0;
+        seen = cism__atomic_cas64_seen(c, v, v + 1);
+        if (seen == v) {
+            *unit = begin + (v & 0xffffffff);
+            return 1;
+        }
+        v = seen;
+    }
+}
+
+/* After stage `after` (-1 before the first): finds the next stage with units,
+   prepares its counters and publishes it (or STAGE_END). */
+static void next_stage(cism__pool *pool, int32_t after) {
+    int32_t s = after;
+    int64_t n = 0;
+    int j;
+    do {
+        s++;
+        n = pool->stages->begin(pool->arg, s);
+    } while (n == 0);
+    if (n < 0) {
+        cism__atomic_store(&pool->stage.v, STAGE_END);
+    } else {
+        cism__atomic_store64(&pool->n_units[s & 1].v, n);
+        cism__atomic_store(&pool->done[s & 1].v, 0);
+        for (j = 0; j < pool->nth; j++)
+            cism__atomic_store64(&pool->shares[(size_t)(s & 1) * (size_t)pool->nth + (size_t)j].v, (int64_t)s << 32);
+        cism__atomic_store(&pool->stage.v, s);
+    }
+    wake_sleepers(pool);
+}
+
+static void run_stages(cism__pool *pool, int ith) {
+    const cism__stages *st = pool->stages;
+    int nth = pool->nth;
+    int32_t s = -1, cur;
+    for (;;) {
+        int64_t n, u;
+        int32_t taken = 0;
+        int k;
+        cur = cism__atomic_load(&pool->stage.v);
+        while (cur == s) cur = wait_change(pool, &pool->stage.v, s);
+        if (cur == STAGE_END) return;
+        s = cur;   /* the current stage (later than ours if we fell behind) */
+        n = cism__atomic_load64(&pool->n_units[s & 1].v);
+        for (k = 0; k < nth; k++)
+            while (take(pool, s, (ith + k) % nth, n, &u)) {
+                st->unit(pool->arg, s, u, ith, nth);
+                taken++;
+            }
+        /* the thread that reports the last units decides the next stage */
+        if (taken > 0 && cism__atomic_add(&pool->done[s & 1].v, taken) == n) next_stage(pool, s);
+    }
+}
+
 static void worker_main(void *p) {
     worker *w = (worker *)p;
     cism__pool *pool = w->pool;
     int32_t seen = 0;
     for (;;) {
-        seen = wait_change(pool, &pool->generation.v, seen);
+        int32_t g = wait_change(pool, &pool->generation.v, seen);
         if (cism__atomic_load(&pool->stop.v)) break;
-        pool->fn(pool->arg, w->ith, pool->nth);
-        if (cism__atomic_add(&pool->n_done.v, 1) == pool->nth - 1) wake_sleepers(pool);
+        /* Count ourselves in before looking: thread 0 closes a region and then
+           waits for `active` to drain, so region g cannot end while we are in. */
+        cism__atomic_add(&pool->active.v, 1);
+        if (cism__atomic_load(&pool->generation.v) == g && cism__atomic_load(&pool->open.v)) {
+            if (pool->stages) {
+                run_stages(pool, w->ith);
+            } else {
+                pool->fn(pool->arg, w->ith, pool->nth);
+                cism__atomic_add(&pool->n_done.v, 1);
+            }
+        }
+        seen = g;
+        if (cism__atomic_add(&pool->active.v, -1) == 0) wake_sleepers(pool);
     }
 }
 
+/* ---- the pool ------------------------------------------------------------------------ */
 cism__pool *cism__pool_create(int n_threads) {
     cism__pool *pool;
     int i;
@@ -87,10 +178,10 @@ cism__pool *cism__pool_create(int n_threads) {
     if (!pool) return NULL;
     pool->nth = n_threads;
     pool->workers = (worker *)calloc((size_t)n_threads, sizeof(worker));
-    pool->counters = (padded *)calloc(2 * (size_t)n_threads, sizeof(padded));
+    pool->shares = (padded64 *)calloc(2 * (size_t)n_threads, sizeof(padded64));
     pool->mutex = cism__mutex_create();
     pool->cond = cism__cond_create();
-    if (!pool->workers || !pool->counters || !pool->mutex || !pool->cond) {
+    if (!pool->workers || !pool->shares || !pool->mutex || !pool->cond) {
         cism__pool_free(pool);
         return NULL;
     }
@@ -119,7 +210,7 @@ void cism__pool_free(cism__pool *pool) {
         for (i = 1; i < pool->nth; i++) cism__thread_join(pool->workers[i].thread);
     }
     free(pool->workers);
-    free(pool->counters);
+    free(pool->shares);
     cism__cond_destroy(pool->cond);
     cism__mutex_destroy(pool->mutex);
     free(pool);
@@ -127,86 +218,45 @@ void cism__pool_free(cism__pool *pool) {
 
 int cism__pool_size(const cism__pool *pool) { return pool ? pool->nth : 1; }
 
+static void open_region(cism__pool *pool) {
+    cism__atomic_store(&pool->n_done.v, 0);
+    cism__atomic_store(&pool->open.v, 1);
+    cism__atomic_add(&pool->generation.v, 1);
+    wake_sleepers(pool);
+}
+
+/* No worker may touch the region once this returns. */
+static void close_region(cism__pool *pool) {
+    int32_t a;
+    cism__atomic_store(&pool->open.v, 0);
+    a = cism__atomic_load(&pool->active.v);
+    while (a != 0) a = wait_change(pool, &pool->active.v, a);
+}
+
 void cism__pool_run(cism__pool *pool, cism__pool_fn fn, void *arg) {
-    int i;
     int32_t done;
-    for (i = 0; i < pool->nth; i++) pool->counters[i].v = 0;   /* stage 0's cursors */
     if (pool->nth == 1) {
         fn(arg, 0, 1);
         return;
     }
     pool->fn = fn;
+    pool->stages = NULL;
     pool->arg = arg;
-    cism__atomic_store(&pool->n_done.v, 0);
-    cism__atomic_add(&pool->generation.v, 1);
-    wake_sleepers(pool);
+    open_region(pool);
     fn(arg, 0, pool->nth);
     done = cism__atomic_load(&pool->n_done.v);
     while (done < pool->nth - 1) done = wait_change(pool, &pool->n_done.v, done);
+    close_region(pool);
 }
 
-void cism__pool_barrier(cism__pool *pool) {
-    int32_t phase;
-    if (pool->nth == 1) return;
-    phase = cism__atomic_load(&pool->barrier_phase.v);
-    if (cism__atomic_add(&pool->barrier_count.v, 1) == pool->nth) {
-        cism__atomic_store(&pool->barrier_count.v, 0);
-        cism__atomic_add(&pool->barrier_phase.v, 1);
-        wake_sleepers(pool);
-    } else {
-        wait_change(pool, &pool->barrier_phase.v, phase);
-    }
-}
-
-/* ---- work sharing ------------------------------------------------------------------ */
-/* Thread j's share of a stage is units [n*j/nth, n*(j+1)/nth); counters[set][j]
-   counts the units of it handed out so far. Stage s uses set s % 2; thread 0
-   clears the other set before the barrier that ends stage s, when no thread
-   can still be using it (it was stage s-1's). */
-static void share_of(int64_t n, int j, int nth, int64_t *begin, int64_t *size) {
-    int64_t b = n * j / nth, e = n * (j + 1) / nth;
-    *begin = b;
-    *size = e - b;
-}
-
-void cism__work_start(cism__pool *pool, cism__work *w, int ith, int nth, int64_t n) {
-    (void)pool;
-    w->ith = ith;
-    w->nth = nth;
-    w->n = n;
-    w->victim = 0;
-}
-
-int cism__work_next(cism__pool *pool, cism__work *w, int64_t *unit) {
-    padded *set = pool->counters + (size_t)(w->stage & 1) * (size_t)w->nth;
-    if (w->nth == 1) { /* no sharing: a plain loop */
-        if (set[0].v >= w->n) return 0;
-        *unit = set[0].v++;
-        return 1;
-    }
-    while (w->victim < w->nth) {
-        int j = (w->ith + w->victim) % w->nth;
-        int64_t begin, size, k;
-        share_of(w->n, j, w->nth, &begin, &size);
-        if (cism__atomic_load(&set[j].v) < size) {
-            k = cism__atomic_add(&set[j].v, 1) - 1;
-            if (k < size) {
-                *unit = begin + k;
-                return 1;
-            }
-        }
-        w->victim++;
-    }
-    return 0;
-}
-
-void cism__work_end(cism__pool *pool, cism__work *w) {
-    padded *next = pool->counters + (size_t)((w->stage + 1) & 1) * (size_t)w->nth;
-    int j;
-    if (w->ith == 0)
-        for (j = 0; j < w->nth; j++) next[j].v = 0;
-    if (w->nth == 1) pool->counters[w->stage & 1].v = 0;
-    w->stage++;
+void cism__pool_run_stages(cism__pool *pool, const cism__stages *stages, void *arg) {
+    pool->fn = NULL;
+    pool->stages = stages;
+    pool->arg = arg;
+    next_stage(pool, -1);
+    if (pool->nth > 1 && cism__atomic_load(&pool->stage.v) != STAGE_END) open_region(pool);
+    run_stages(pool, 0);
+    if (pool->nth > 1) close_region(pool);
 }
 
 void cism__split(int64_t n, int ith, int nth, int64_t align, int64_t *begin, int64_t *end) {

@@ -1,21 +1,21 @@
 /* forward.c - the Llama-family transformer forward pass.
  *
- * One parallel region per evaluated chunk of tokens: every pool thread runs
- * forward_worker. Each stage is a set of independent units handed out by
- * cism__work (each thread takes its own static share first, then helps with
- * the rest), with one barrier after it; five per layer:
- *   norm (each thread its own copy) + Q/K/V by head, with bias, q/k-norm, RoPE
- *   and the KV-cache write fused in                     | barrier
- *   attention by (block of tokens, query heads of a KV head) | barrier
- *   output projection + residual by row chunks          | barrier
- *   norm (own copy) + gate/up + SwiGLU by row chunks    | barrier
- *   down projection + residual by row chunks            | barrier
- * then the final norm and the output head by row chunks of the vocabulary.
- * Every matmul processes all tokens of the chunk for the weight rows of a unit
- * (the kernels tile several tokens per weight load), so prefill streams each
- * weight row once per token block rather than once per token.
+ * One staged region of the session's pool per evaluated chunk of tokens
+ * (threadpool.h). Five stages per layer, each a set of independent units;
+ * the thread that completes a stage prepares the next (begin) and publishes it:
+ *   begin: shared RMSNorm of the chunk | units: Q/K/V by head, with bias,
+ *          q/k-norm, RoPE and the KV-cache write fused in
+ *   units: attention by (block of tokens, query heads of one KV head)
+ *   units: output projection + residual, by row chunks
+ *   begin: RMSNorm | units: gate/up (the two matrices that share the input) +
+ *          SwiGLU, by row chunks
+ *   units: down projection + residual, by row chunks
+ * then begin: final norm | units: the output head by chunks of vocabulary rows.
+ * Every matmul in a unit takes all tokens of the chunk for its weight rows (the
+ * kernels tile several tokens per weight load), so prefill streams each weight
+ * row once per token block rather than once per token.
  *
- * Determinism: each output element is computed by exactly one thread, by a
+ * Determinism: each output element is computed by exactly one unit, by a
  * kernel whose arithmetic for that element does not depend on the unit
  * boundaries or the token count (kernels.h), so results do not depend on the
  * number of threads, on which thread took a unit, or on batching.
@@ -34,8 +34,12 @@ typedef struct fwd {
     int64_t nt, pos0;
     int rows_out;
     float *logits;
-    volatile int32_t stop;
+    int64_t c_dim, c_ffn, c_voc;  /* rows per unit of the row-split stages */
+    int64_t t_lo, hpu;            /* set by begin: first row needed, heads per attention unit */
+    int stop;                     /* set by begin when the eval was cancelled */
 } fwd;
+
+enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
 
 static void linear_rows(const cism__kernels *k, const cism__weight *w, const float *x, int64_t ldx, float *y,
                         int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
@@ -43,9 +47,11 @@ static void linear_rows(const cism__kernels *k, const cism__weight *w, const flo
 }
 
 /* Rows per work unit of a row-split stage: multiples of 16 (whole register
-   tiles), about 8 units per thread so a slow thread's share can be shared. */
+   tiles), about 8 units per thread so a slow thread's share can be shared;
+   one unit with a single thread. */
 static int64_t chunk_rows(int64_t rows, int nth) {
     int64_t c = (rows + 8 * nth - 1) / (8 * nth);
+    if (nth == 1) return rows;
     c = (c + 15) / 16 * 16;
     return c < 16 ? 16 : c;
 }
@@ -155,70 +161,79 @@ static void norm_rows(const cism__kernels *k, float *out, const float *x, const 
     for (t = t0; t < t1; t++) k->rmsnorm(out + t * dim, x + t * dim, w, dim, eps);
 }
 
-static void forward_worker(void *arg, int ith, int nth) {
+static int64_t units_of(int64_t rows, int64_t chunk) { return (rows + chunk - 1) / chunk; }
+
+/* stage s: layer s / ST_PER_LAYER, kind s % ST_PER_LAYER; then the output head */
+static int64_t fwd_begin(void *arg, int32_t stage) {
     fwd *f = (fwd *)arg;
     cism_session *s = f->s;
-    cism__pool *pool = s->pool;
     const cism_model *m = s->model;
     const cism__hparams *hp = &m->hp;
-    const cism__kernels *k = s->k;
-    int64_t dim = hp->dim, nt = f->nt, l, u, c, q_rows = hp->n_heads * hp->head_dim;
-    int64_t c_dim = chunk_rows(dim, nth), c_ffn = chunk_rows(hp->ffn_dim, nth);
+    int64_t l = stage / ST_PER_LAYER, kind = stage % ST_PER_LAYER, nt = f->nt, dim = hp->dim;
     float eps = (float)hp->norm_eps;
-    float *xb = s->xb + (int64_t)ith * s->n_batch * dim;
-    cism__work w = {0, 0, 0, 0, 0};
-
-    for (l = 0; l < hp->n_layers; l++) {
-        const cism__layer *L = &m->layers[l];
-        /* rows needed after Q/K/V: all, except in the last layer */
-        int64_t t_lo = l + 1 < hp->n_layers ? 0 : nt - f->rows_out, hpu = att_heads_per_unit(hp, nt - t_lo, nth);
-        norm_rows(k, xb, s->x, L->attn_norm, 0, nt, dim, eps);
-        cism__work_start(pool, &w, ith, nth, hp->n_heads + 2 * hp->n_kv_heads);
-        while (cism__work_next(pool, &w, &u)) qkv_unit(f, l, u, ith, xb, t_lo);
-        cism__work_end(pool, &w);
-        cism__pool_barrier(pool);
-        if (t_lo == nt) break;   /* last layer, no logits wanted: K/V were all it had to give */
-        cism__work_start(pool, &w, ith, nth, (nt - t_lo + CISM__ATT_TOKENS - 1) / CISM__ATT_TOKENS * (hp->n_heads / hpu));
-        while (cism__work_next(pool, &w, &u)) attention_unit(f, l, u, ith, t_lo, hpu);
-        cism__work_end(pool, &w);
-        cism__pool_barrier(pool);
-        cism__work_start(pool, &w, ith, nth, (dim + c_dim - 1) / c_dim);
-        while (cism__work_next(pool, &w, &c)) {
-            int64_t r0 = c * c_dim, r1 = r0 + c_dim < dim ? r0 + c_dim : dim;
-            proj_residual(f, &L->wo, s->att, q_rows, r0, r1, t_lo);
-        }
-        cism__work_end(pool, &w);
-        cism__pool_barrier(pool);
-        norm_rows(k, xb, s->x, L->ffn_norm, t_lo, nt, dim, eps);
-        cism__work_start(pool, &w, ith, nth, (hp->ffn_dim + c_ffn - 1) / c_ffn);
-        while (cism__work_next(pool, &w, &c)) {
-            int64_t r0 = c * c_ffn, r1 = r0 + c_ffn < hp->ffn_dim ? r0 + c_ffn : hp->ffn_dim;
-            ffn_up_rows(f, L, xb, r0, r1, t_lo);
-        }
-        cism__work_end(pool, &w);
-        if (ith == 0) f->stop = cism__atomic_load(&s->cancel);
-        cism__pool_barrier(pool);
-        cism__work_start(pool, &w, ith, nth, (dim + c_dim - 1) / c_dim);
-        while (cism__work_next(pool, &w, &c)) {
-            int64_t r0 = c * c_dim, r1 = r0 + c_dim < dim ? r0 + c_dim : dim;
-            proj_residual(f, &L->down, s->hb, hp->ffn_dim, r0, r1, t_lo);
-        }
-        cism__work_end(pool, &w);
-        cism__pool_barrier(pool);
-        if (f->stop) return;
+    if (l == hp->n_layers && kind == 0 && f->rows_out > 0) { /* final norm, output head */
+        norm_rows(s->k, s->xb, s->x, m->output_norm, nt - f->rows_out, nt, dim, eps);
+        return units_of(hp->vocab, f->c_voc);
     }
-    if (f->rows_out > 0) {
-        int64_t t0 = nt - f->rows_out, c_voc = chunk_rows(hp->vocab, nth);
-        const cism__weight *out = &m->output;
-        norm_rows(k, xb, s->x, m->output_norm, t0, nt, dim, eps);
-        cism__work_start(pool, &w, ith, nth, (hp->vocab + c_voc - 1) / c_voc);
-        while (cism__work_next(pool, &w, &c)) {
-            int64_t r0 = c * c_voc, r1 = r0 + c_voc < hp->vocab ? r0 + c_voc : hp->vocab;
-            linear_rows(k, out, xb + t0 * dim, dim, f->logits, hp->vocab, nt - t0, r0, r1);
+    if (l >= hp->n_layers) return -1;
+    f->t_lo = l + 1 < hp->n_layers ? 0 : nt - f->rows_out;
+    if (kind != ST_QKV && f->t_lo == nt) return 0;  /* last layer, no logits wanted: K/V were all it had to give */
+    switch (kind) {
+    case ST_QKV:
+        if (l > 0 && cism__atomic_load(&s->cancel)) {
+            f->stop = 1;
+            return -1;
         }
-        cism__work_end(pool, &w);
+        norm_rows(s->k, s->xb, s->x, m->layers[l].attn_norm, 0, nt, dim, eps);
+        return hp->n_heads + 2 * hp->n_kv_heads;
+    case ST_ATT:
+        f->hpu = att_heads_per_unit(hp, nt - f->t_lo, cism__pool_size(s->pool));
+        return units_of(nt - f->t_lo, CISM__ATT_TOKENS) * (hp->n_heads / f->hpu);
+    case ST_UP:
+        norm_rows(s->k, s->xb, s->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
+        return units_of(hp->ffn_dim, f->c_ffn);
+    default: /* ST_WO, ST_DOWN */
+        return units_of(dim, f->c_dim);
     }
 }
+
+static void row_range(int64_t u, int64_t chunk, int64_t rows, int64_t *r0, int64_t *r1) {
+    *r0 = u * chunk;
+    *r1 = *r0 + chunk < rows ? *r0 + chunk : rows;
+}
+
+static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
+    fwd *f = (fwd *)arg;
+    cism_session *s = f->s;
+    const cism_model *m = s->model;
+    const cism__hparams *hp = &m->hp;
+    int64_t l = stage / ST_PER_LAYER, r0, r1;
+    (void)nth;
+    if (l == hp->n_layers) {
+        int64_t t0 = f->nt - f->rows_out;
+        row_range(u, f->c_voc, hp->vocab, &r0, &r1);
+        linear_rows(s->k, &m->output, s->xb + t0 * hp->dim, hp->dim, f->logits, hp->vocab, f->nt - t0, r0, r1);
+        return;
+    }
+    switch (stage % ST_PER_LAYER) {
+    case ST_QKV: qkv_unit(f, l, u, ith, s->xb, f->t_lo); break;
+    case ST_ATT: attention_unit(f, l, u, ith, f->t_lo, f->hpu); break;
+    case ST_WO:
+        row_range(u, f->c_dim, hp->dim, &r0, &r1);
+        proj_residual(f, &m->layers[l].wo, s->att, hp->n_heads * hp->head_dim, r0, r1, f->t_lo);
+        break;
+    case ST_UP:
+        row_range(u, f->c_ffn, hp->ffn_dim, &r0, &r1);
+        ffn_up_rows(f, &m->layers[l], s->xb, r0, r1, f->t_lo);
+        break;
+    default: /* ST_DOWN */
+        row_range(u, f->c_dim, hp->dim, &r0, &r1);
+        proj_residual(f, &m->layers[l].down, s->hb, hp->ffn_dim, r0, r1, f->t_lo);
+        break;
+    }
+}
+
+static const cism__stages g_forward_stages = {fwd_begin, fwd_unit};
 
 cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, int rows_out, int64_t out_row0) {
     const cism_model *m = s->model;
@@ -244,7 +259,12 @@ cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, in
     f.pos0 = s->n_past;
     f.rows_out = rows_out;
     f.logits = s->logits + out_row0 * hp->vocab;
+    f.c_dim = chunk_rows(hp->dim, cism__pool_size(s->pool));
+    f.c_ffn = chunk_rows(hp->ffn_dim, cism__pool_size(s->pool));
+    f.c_voc = chunk_rows(hp->vocab, cism__pool_size(s->pool));
+    f.t_lo = 0;
+    f.hpu = 1;
     f.stop = 0;
-    cism__pool_run(s->pool, forward_worker, &f);
+    cism__pool_run_stages(s->pool, &g_forward_stages, &f);
     return f.stop ? cism__fail(CISM_ERR_CANCELLED, "evaluation cancelled") : CISM_OK;
 }

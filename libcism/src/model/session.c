@@ -92,7 +92,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
                           mb, (long long)n_ctx);
     }
     s->x = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-    s->xb = (float *)alloc_floats((int64_t)s->nth * s->n_batch * hp->dim, &failed);
+    s->xb = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
     s->q = (float *)alloc_floats(s->n_batch * q_rows, &failed);
     s->att = (float *)alloc_floats(s->n_batch * q_rows, &failed);
     s->ob = (float *)alloc_floats(s->n_batch * hp->dim, &failed);

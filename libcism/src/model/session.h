@@ -24,7 +24,7 @@ struct cism_session {
 
     /* scratch, sized for n_batch tokens */
     float *x;        /* [n_batch][dim] residual stream */
-    float *xb;       /* [nth][n_batch][dim] each thread's normalized copy */
+    float *xb;       /* [n_batch][dim] normalized copy of x (the input of Q/K/V, gate/up, the output head) */
     float *q;        /* [n_batch][n_heads*head_dim] */
     float *att;      /* [n_batch][n_heads*head_dim] */
     float *ob;       /* [n_batch][dim] projection outputs before the residual add */

@@ -61,6 +61,10 @@ void cism__thread_yield(void);
 #define cism__atomic_store(p, v)    _InterlockedExchange((volatile long *)(p), (long)(v))
 #define cism__atomic_add(p, v)      (_InterlockedExchangeAdd((volatile long *)(p), (long)(v)) + (long)(v))
 #define cism__atomic_cas(p, e, d)   (_InterlockedCompareExchange((volatile long *)(p), (long)(d), (long)(e)) == (long)(e))
+/* 64-bit: load, store, and compare-exchange that returns the value seen */
+#define cism__atomic_load64(p)      _InterlockedOr64((volatile __int64 *)(p), 0)
+#define cism__atomic_store64(p, v)  ((void)_InterlockedExchange64((volatile __int64 *)(p), (__int64)(v)))
+#define cism__atomic_cas64_seen(p, e, d) _InterlockedCompareExchange64((volatile __int64 *)(p), (__int64)(d), (__int64)(e))
 #else
 #define cism__atomic_load(p)        __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define cism__atomic_store(p, v)    __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
@@ -68,6 +72,13 @@ void cism__thread_yield(void);
 #define cism__atomic_cas(p, e, d)   cism__atomic_cas_i32((p), (e), (d))
 static inline int cism__atomic_cas_i32(volatile int32_t *p, int32_t expected, int32_t desired) {
     return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+/* 64-bit: load, store, and compare-exchange that returns the value seen */
+#define cism__atomic_load64(p)      __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define cism__atomic_store64(p, v)  __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+static inline int64_t cism__atomic_cas64_seen(volatile int64_t *p, int64_t expected, int64_t desired) {
+    __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expected;
 }
 #endif
 
