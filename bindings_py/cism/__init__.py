@@ -31,7 +31,8 @@ _EXPORTS = {
     "ConversionError": "convert",
 }
 
-__all__ = sorted(_EXPORTS) + ["convert_checkpoint", "library_version", "system_info", "build_info", "__version__"]
+__all__ = sorted(_EXPORTS) + ["convert_checkpoint", "library_version", "system_info", "build_info", "kernel_tiers",
+                              "read_bandwidth", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +67,26 @@ def system_info() -> str:
 def build_info() -> str:
     from . import _lib
     return _lib.lib.cism_build_info().decode()
+
+
+def kernel_tiers() -> list:
+    """Names of the kernel tiers this CPU runs, lowest first; the last is what
+    sessions use by default (unless CISM_ISA forces a lower one). Pass a name
+    as ``kernel_tier=`` to Model.session to force one."""
+    from . import _lib
+    from .params import TIERS
+    return [name for name, code in TIERS.items() if code and _lib.lib.cism_kernel_tier_supported(code)]
+
+
+def read_bandwidth(n_threads: int = 1, nbytes: int = 0) -> float:
+    """Bytes per second n_threads threads read from memory (the library's probe;
+    nbytes 0 = a 512 MiB buffer). Takes about a second."""
+    import ctypes
+    from . import _lib
+    from .errors import check
+    v = ctypes.c_double()
+    check(_lib.lib.cism_measure_read_bandwidth(int(n_threads), int(nbytes), ctypes.byref(v)))
+    return v.value
 
 
 if TYPE_CHECKING:  # pragma: no cover

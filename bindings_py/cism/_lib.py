@@ -48,6 +48,9 @@ PARAM_USE_MMAP = 3
 PARAM_N_BATCH = 4
 PARAM_LOGITS_ALL = 5
 PARAM_CHECK_WEIGHTS = 6
+PARAM_KERNEL_TIER = 7
+# cism_kernel_tier
+TIER_AUTO, TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_NEON, TIER_NEON_DOTPROD, TIER_NEON_I8MM = range(7)
 # cism_dtype
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 # cism_model_info
@@ -192,6 +195,14 @@ _fn("cism_params_free", None, cism_params_p)
 _fn("cism_params_set_int", c_int32, cism_params_p, c_int32, c_int64)
 # cism_status cism_params_get_int(const cism_params *params, cism_param key, int64_t *value);
 _fn("cism_params_get_int", c_int32, cism_params_p, c_int32, POINTER(c_int64))
+
+# ---- kernel tiers --------------------------------------------------------------
+# const char *cism_kernel_tier_name(cism_kernel_tier tier);
+_fn("cism_kernel_tier_name", c_char_p, c_int32)
+# int32_t cism_kernel_tier_supported(cism_kernel_tier tier);
+_fn("cism_kernel_tier_supported", c_int32, c_int32)
+# cism_status cism_measure_read_bandwidth(int32_t n_threads, int64_t buffer_bytes, double *bytes_per_second);
+_fn("cism_measure_read_bandwidth", c_int32, c_int32, c_int64, POINTER(c_double))
 
 # ---- data types ----------------------------------------------------------------
 # const char *cism_dtype_name(cism_dtype dtype);

@@ -15,7 +15,11 @@ KEYS: Dict[str, int] = {
     "n_batch": _lib.PARAM_N_BATCH,
     "logits_all": _lib.PARAM_LOGITS_ALL,
     "check_weights": _lib.PARAM_CHECK_WEIGHTS,
+    "kernel_tier": _lib.PARAM_KERNEL_TIER,
 }
+TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,
+                         "avx512": _lib.TIER_AVX512, "neon": _lib.TIER_NEON, "neon_dotprod": _lib.TIER_NEON_DOTPROD,
+                         "neon_i8mm": _lib.TIER_NEON_I8MM}
 DTYPES: Dict[str, int] = {"f32": _lib.DTYPE_F32, "f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16}
 
 
@@ -26,6 +30,16 @@ def dtype_code(name) -> int:
         return DTYPES[str(name).lower()]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r} (one of {', '.join(DTYPES)})") from None
+
+
+def tier_code(name) -> int:
+    """A kernel tier by name ("scalar", "avx2", ...) or number."""
+    if isinstance(name, int):
+        return name
+    try:
+        return TIERS[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"unknown kernel tier {name!r} (one of {', '.join(TIERS)})") from None
 
 
 def dtype_name(code: int) -> str:
@@ -50,6 +64,8 @@ class Params:
                     raise TypeError(f"unknown parameter {key!r} (known: {', '.join(KEYS)})")
                 if key == "kv_type":
                     value = dtype_code(value)
+                elif key == "kernel_tier":
+                    value = tier_code(value)
                 check(_lib.lib.cism_params_set_int(h, KEYS[key], int(value)))  # type: ignore[arg-type]
         except BaseException:
             self.close()

@@ -58,18 +58,20 @@ class Session:
 
     Parameters: n_ctx (0 = min(model context, 4096)), n_threads (0 = library
     default), kv_type ("f16" or "f32"), n_batch (tokens per internal step),
-    logits_all (keep the logits of every evaluated position, for perplexity).
+    logits_all (keep the logits of every evaluated position, for perplexity),
+    kernel_tier ("auto", or one of cism.kernel_tiers() to force an instruction
+    set: every tier is tested against "scalar").
 
     A session is used by one thread at a time (calls are serialized by a
     lock); cancel() may be called from any thread.
     """
 
     def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
-                 n_batch: Optional[int] = None, logits_all: bool = False):
+                 n_batch: Optional[int] = None, logits_all: bool = False, kernel_tier: Union[str, int] = "auto"):
         self.model = model
         h = _lib.cism_session_p()
         with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
-                    logits_all=int(logits_all)) as p:
+                    logits_all=int(logits_all), kernel_tier=kernel_tier) as p:
             check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_session, h.value)

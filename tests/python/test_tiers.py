@@ -1,0 +1,72 @@
+"""Every kernel tier this CPU runs, through the Python API, on the trained
+stories260K checkpoint: logits within 1e-4 of the scalar tier (f32 KV cache),
+the same greedy tokens, bit-identical logits for 1, 2 and 3 threads; a tier
+the CPU cannot run is refused; the bandwidth probe answers. (The C tests check
+each kernel against the scalar one with stated bounds: docs/KERNELS.md.)"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import cism
+from cism.convert import convert
+from cism.params import TIERS
+
+
+@pytest.fixture(scope="module")
+def stories(shared_models, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("tiers") / "stories260K.cism")
+    convert(os.path.join(shared_models, "stories260K-hf"), out, progress=None)
+    ref = np.load(os.path.join(shared_models, "stories260K-hf", "reference.npz"))
+    return out, ref
+
+
+def test_tier_list():
+    tiers = cism.kernel_tiers()
+    assert tiers[0] == "scalar"
+    assert f"kernel tier: {tiers[-1]}" in cism.system_info() or os.environ.get("CISM_ISA")
+    assert set(tiers) <= set(TIERS)
+
+
+def prefill(model, tier, threads, tokens):
+    with model.session(kv_type="f32", logits_all=True, n_threads=threads, kernel_tier=tier) as s:
+        s.eval(tokens)
+        return s.all_logits()
+
+
+@pytest.mark.parametrize("tier", cism.kernel_tiers())
+def test_tier_against_scalar(tier, stories):
+    path, ref = stories
+    toks = ref["tokens_32"]
+    with cism.Model(path) as m:
+        scalar = prefill(m, "scalar", 1, toks)
+        a, b, c = (prefill(m, tier, n, toks) for n in (1, 2, 3))
+        assert np.array_equal(a, b) and np.array_equal(a, c), f"{tier}: logits differ between thread counts"
+        err = float(np.abs(a - scalar).max())
+        assert err < 1e-4, f"{tier}: max |logit - scalar| {err:.3e}"
+        assert float(np.abs(a - ref["logits_32"]).max()) < 1e-4
+        greedy = {}
+        for t in ("scalar", tier):
+            with m.session(kv_type="f32", kernel_tier=t) as s:
+                greedy[t] = s.generate_ids(toks, 16, cism.Sampler(), ignore_eos=True)
+        assert greedy[tier] == greedy["scalar"] == ref["greedy_32"][32:48].tolist()
+
+
+def test_unsupported_tier_refused(stories):
+    path, _ = stories
+    missing = [t for t, code in TIERS.items() if code and t not in cism.kernel_tiers()]
+    with cism.Model(path) as m:
+        with pytest.raises(ValueError):
+            m.session(kernel_tier="sse9")
+        if missing:
+            with pytest.raises(cism.UnsupportedError, match=missing[0]):
+                m.session(kernel_tier=missing[0])
+
+
+def test_read_bandwidth():
+    bps = cism.read_bandwidth(1, 8 << 20)
+    assert 1e8 < bps < 1e13
+    with pytest.raises(cism.InvalidArgumentError):
+        cism.read_bandwidth(0)
