@@ -115,7 +115,8 @@ enum {
     CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
     CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
     CISM_PARAM_CHECK_WEIGHTS = 6, /* int bool, default 0: scan every weight for NaN/Inf at load */
-    CISM_PARAM_KERNEL_TIER = 7  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
+    /* 7 is CISM_PARAM_ACT_QUANT (the quantized-formats work) */
+    CISM_PARAM_KERNEL_TIER = 8  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
