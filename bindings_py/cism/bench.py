@@ -60,6 +60,7 @@ class BenchReport:
     threads: int
     kv_type: str
     results: List[TestResult]
+    tier: str = "auto"         # kernel tier asked for ("auto": the library's choice)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -96,7 +97,8 @@ def measure_decode(session, sampler, first_token: int, n_gen: int) -> float:
 
 
 def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, reps: int = 3,
-                kv_type: str = "f16", n_batch: Optional[int] = None, seed: int = 0) -> List[TestResult]:
+                kv_type: str = "f16", n_batch: Optional[int] = None, seed: int = 0,
+                kernel_tier: str = "auto") -> List[TestResult]:
     """Runs the prefill and decode tests on a loaded cism.Model."""
     from .sampler import Sampler
     from .session import Session
@@ -105,7 +107,8 @@ def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, 
         raise ValueError(f"the model has {model.context_length} positions; -p {n_prompt} / -n {n_gen} do not fit")
     tokens = _random_tokens(model.vocab_size, max(n_prompt, 1), seed)
     results = []
-    with Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, n_batch=n_batch) as s, Sampler() as smp:
+    with Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, n_batch=n_batch,
+                 kernel_tier=kernel_tier) as s, Sampler() as smp:
         # warm-up: pages the weights in and starts the threads
         s.eval(tokens[:min(len(tokens), 8)])
         if n_prompt > 0:
@@ -123,7 +126,7 @@ def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, 
 
 def format_table(report: BenchReport) -> str:
     lines = [f"model:   {report.description}",
-             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}",
+             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}",
              f"{'test':<8} {'tokens':>7} {'tokens/s':>10} {'ms/token':>10} {'reps':>5} {'spread':>7}"]
     for r in report.results:
         lines.append(f"{r.test:<8} {r.n_tokens:>7} {r.tokens_per_second:>10.2f} {r.ms_per_token:>10.3f} "
@@ -149,6 +152,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-type", default="f16", choices=["f16", "f32"], help="KV cache type (default f16)")
     p.add_argument("-b", "--batch", type=int, default=None, help="tokens per internal prefill step (default: library's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt tokens")
+    p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "
+                                                   "e.g. scalar, avx2, avx512, neon")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -166,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
         label = args.model
     with Model(path) as model:
         results = bench_model(model, args.prompt_tokens, args.gen_tokens, args.threads, args.reps, args.kv_type,
-                              args.batch, args.seed)
-        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results)
+                              args.batch, args.seed, args.tier)
+        tier = args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})"
+        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier)
     if args.json:
         print(report.to_json())
     else:

@@ -75,6 +75,9 @@ def test_bench_cli(tmp_path, run_cli):
     p = run_cli("bench", "--model", model, "-p", "16", "-n", "4", "-r", "1", "--json", env=env)
     rep = json.loads(p.stdout)
     assert [r["test"] for r in rep["results"]] == ["prefill", "decode"]
+    assert rep["tier"].startswith("auto (") and rep["tier"].endswith(f"{cism.kernel_tiers()[-1]})")
+    p = run_cli("bench", "--model", model, "-p", "8", "-n", "2", "-r", "1", "--tier", "scalar", env=env)
+    assert "kernel tier: scalar" in p.stdout
     assert rep["results"][0]["tokens_per_second"] > 0 and len(rep["results"][1]["seconds"]) == 1
 
 
