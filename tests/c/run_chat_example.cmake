@@ -1,6 +1,7 @@
 # Runs examples/c/chat on a model with two user lines; it must answer both and exit 0.
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/chat_input.txt "Once upon a time\nThe cat sat\n")
-execute_process(COMMAND ${CHAT} ${MODEL} --format zephyr --max-tokens 24 --temperature 0
+string(REPLACE "|" ";" emulator "${EMULATOR}")   # empty unless cross-compiled
+execute_process(COMMAND ${emulator} ${CHAT} ${MODEL} --format zephyr --max-tokens 24 --temperature 0
                 INPUT_FILE ${CMAKE_CURRENT_BINARY_DIR}/chat_input.txt
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 message("${out}")
