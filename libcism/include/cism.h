@@ -115,7 +115,8 @@ enum {
     CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
     CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
     CISM_PARAM_CHECK_WEIGHTS = 6, /* int bool, default 0: scan every weight for NaN/Inf at load */
-    /* 7 is CISM_PARAM_ACT_QUANT (the quantized-formats work) */
+    CISM_PARAM_ACT_QUANT  = 7,  /* int bool, default 0: quantize activations to int8 blocks and use
+                                   integer dot products for packed (q8/q4/fp4/nl4/q4s) weights */
     CISM_PARAM_KERNEL_TIER = 8  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
@@ -159,10 +160,34 @@ typedef int32_t cism_dtype;
 enum {
     CISM_DTYPE_F32  = 0,
     CISM_DTYPE_F16  = 1,
-    CISM_DTYPE_BF16 = 2
+    CISM_DTYPE_BF16 = 2,
+    /* Packed weight formats (docs/QUANTIZATION.md), for weight matrices only.
+       A row is whole blocks; a last partial block is padded with zeros. */
+    CISM_DTYPE_Q8   = 3,  /* blocks of 32: fp16 scale + 32 int8 (8.5 bits/weight) */
+    CISM_DTYPE_Q4   = 4,  /* blocks of 32: fp16 scale + 32 int4 levels -8..7 (4.5 bits/weight) */
+    CISM_DTYPE_FP4  = 5,  /* blocks of 16: FP8 E4M3 scale + 16 FP4 E2M1 (4.5 bits/weight) */
+    CISM_DTYPE_NL4  = 6   /* blocks of 32: fp16 scale + 32 codes of a 16-level non-uniform codebook (4.5) */
 };
-/* Static name ("f32", ...) or NULL for an unknown type. */
+/* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);
+/* Elements per block: 1 for f32/f16/bf16, 0 for an unknown dtype. */
+CISM_API int32_t     cism_dtype_block_size(cism_dtype dtype);
+/* Bytes of one row of `cols` elements (scales and padding included), 0 if the
+   dtype is unknown or cols < 1. Bits per weight = 8 * row_bytes / cols. */
+CISM_API int64_t     cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
+/* Encodes n_rows rows of cols f32 values (row-major) into dtype's packed rows
+   at dst (n_rows * cism_dtype_row_bytes bytes, written to *dst_size; when
+   dst_capacity is smaller, nothing is written and CISM_ERR_BUFFER_SMALL is
+   returned). importance (may be NULL) holds cols non-negative weights of the
+   squared error per column (e.g. mean squared activations) for the 4-bit
+   formats' scale search. Non-finite input is refused. n_threads 0 = 1.
+   The same input always gives the same bytes, whatever n_threads. */
+CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
+                                   const float *importance, void *dst, int64_t dst_capacity,
+                                   int64_t *dst_size, int32_t n_threads);
+/* Decodes n_rows packed rows of dtype (cism_dtype_row_bytes(dtype, cols) bytes
+   apart) into n_rows * cols f32 values. */
+CISM_API cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst);
 
 /* ---- models -------------------------------------------------------------- */
 typedef struct cism_model cism_model;

@@ -17,6 +17,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->logits_all = 0;
     p->check_weights = 0;
     p->kernel_tier = CISM_TIER_AUTO;
+    p->act_quant = 0;
 }
 
 int cism__default_threads(void) {
@@ -48,6 +49,7 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_LOGITS_ALL: return &p->logits_all;
     case CISM_PARAM_CHECK_WEIGHTS: return &p->check_weights;
     case CISM_PARAM_KERNEL_TIER: return &p->kernel_tier;
+    case CISM_PARAM_ACT_QUANT: return &p->act_quant;
     default: return NULL;
     }
 }

@@ -13,6 +13,7 @@ struct cism_params {
     int64_t logits_all;
     int64_t check_weights;
     int64_t kernel_tier;    /* cism_kernel_tier */
+    int64_t act_quant;
 };
 
 /* Fills p with the defaults; used when the caller passes NULL. */

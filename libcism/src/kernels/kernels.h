@@ -34,6 +34,13 @@ typedef void (*cism__matmul_fn)(const void *w, uint64_t row_bytes, int64_t cols,
 /* out[0..n) = row (n elements of the dtype) as f32. */
 typedef void (*cism__row_to_f32_fn)(const void *row, float *out, int64_t n);
 
+/* The integer-dot path: like cism__matmul_fn, with the activations given as
+   quantized rows (quantize_act output, ldq bytes apart) instead of floats.
+   NULL for float dtypes. */
+typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t cols,
+                                   const void *xq, int64_t ldq, float *y, int64_t ldy,
+                                   int64_t nt, int64_t r0, int64_t r1);
+
 /* Causal attention of a block of queries that share one KV head: n_tok
    consecutive tokens x n_grp query heads (grouped-query attention). Query
    (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim;
@@ -63,6 +70,12 @@ typedef struct cism__kernels {
     void (*rope)(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t, const float *sin_t);
     /* dst[i] = (f16) src[i] */
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+    /* int8 activations (quant.h cism__act8 blocks): matmul against quantized
+       activation rows per weight dtype, and the row quantizer:
+       out = cism__act8_row_bytes(n) bytes. Entries a tier leaves NULL are
+       taken from the scalar tier by the caller. */
+    cism__matmul_a8_fn matmul_a8[CISM__DTYPE_COUNT];
+    void (*quantize_act)(const float *x, int64_t n, void *out);
 } cism__kernels;
 
 /* The reference tier; always available. */

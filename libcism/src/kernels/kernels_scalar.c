@@ -3,6 +3,7 @@
  * partial sums in a fixed order so the compiler may vectorize them without
  * reassociating (this file is built with -ffp-contract=off). */
 #include "kernels.h"
+#include "quant.h"
 
 #include <math.h>
 
@@ -181,13 +182,17 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
 static const cism__kernels g_scalar = {
     "scalar",
     CISM_TIER_SCALAR,
-    {matmul_f32, matmul_f16, matmul_bf16},
-    {row_f32, row_f16, row_bf16},
+    {matmul_f32, matmul_f16, matmul_bf16, cism__scalar_matmul_q8, cism__scalar_matmul_q4, cism__scalar_matmul_fp4,
+     cism__scalar_matmul_nl4},
+    {row_f32, row_f16, row_bf16, cism__scalar_row_q8, cism__scalar_row_q4, cism__scalar_row_fp4, cism__scalar_row_nl4},
     attention,
     rmsnorm,
     silu_mul,
     rope,
     f32_to_f16,
+    {NULL, NULL, NULL, cism__scalar_matmul_a8_q8, cism__scalar_matmul_a8_q4, cism__scalar_matmul_a8_fp4,
+     cism__scalar_matmul_a8_nl4},
+    cism__quantize_act_scalar,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

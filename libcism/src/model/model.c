@@ -201,23 +201,19 @@ static cism_status bind_vector(loadctx *c, const char *name, int64_t n, const fl
 
 static cism_status check_weight_values(loadctx *c, const char *name, const cism__weight *w) {
     const cism__kernels *k = cism__kernels_scalar();
-    float buf[1024];
-    int64_t r, c0, i;
-    for (r = 0; r < w->rows; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (uint64_t)r * w->row_bytes;
-        for (c0 = 0; c0 < w->cols; c0 += 1024) {
-            int64_t n = w->cols - c0 < 1024 ? w->cols - c0 : 1024;
-            if (w->dtype == CISM_DTYPE_F32) k->row_to_f32[w->dtype](row + c0 * 4, buf, n);
-            else if (w->dtype == CISM_DTYPE_F16 || w->dtype == CISM_DTYPE_BF16) k->row_to_f32[w->dtype](row + c0 * 2, buf, n);
-            else { /* block formats: whole row at once is done by quantized checks elsewhere */
-                return CISM_OK;
+    float *buf = (float *)malloc((size_t)w->cols * sizeof(float));
+    int64_t r, i;
+    if (!buf) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
+    for (r = 0; r < w->rows; r++) { /* packed rows decode through their scales: a NaN/Inf scale shows */
+        k->row_to_f32[w->dtype]((const uint8_t *)w->data + (uint64_t)r * w->row_bytes, buf, w->cols);
+        for (i = 0; i < w->cols; i++)
+            if (!isfinite(buf[i])) {
+                free(buf);
+                return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity (row %lld, column %lld)", c->label,
+                                  name, (long long)r, (long long)i);
             }
-            for (i = 0; i < n; i++)
-                if (!isfinite(buf[i]))
-                    return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity (row %lld, column %lld)", c->label,
-                                      name, (long long)r, (long long)(c0 + i));
-        }
     }
+    free(buf);
     return CISM_OK;
 }
 

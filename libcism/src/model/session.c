@@ -2,6 +2,7 @@
 #include "session.h"
 #include "../core/error.h"
 #include "../core/params.h"
+#include "../kernels/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ void cism_session_free(cism_session *s) {
     free(s->scores);
     free(s->rope_cos);
     free(s->rope_sin);
+    free(s->xq);
     free(s->logits);
     cism__model_release(s->model);
     free(s);
@@ -73,6 +75,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->n_batch = params->n_batch < n_ctx ? params->n_batch : n_ctx;
     s->kv_type = (int32_t)params->kv_type;
     s->logits_all = (int)params->logits_all;
+    s->act_quant = (int)params->act_quant;
 
     q_rows = hp->n_heads * hp->head_dim;
     elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
@@ -104,6 +107,13 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->logits = (float *)alloc_floats(hp->vocab, &failed);
+    if (s->act_quant) { /* one quantized row per token per thread, for the widest matmul input */
+        int64_t widest = hp->dim > q_rows ? hp->dim : q_rows;
+        if (hp->ffn_dim > widest) widest = hp->ffn_dim;
+        s->xq_row_bytes = cism__act8_row_bytes(widest);
+        s->xq_stride = s->xq_row_bytes * s->n_batch;
+        s->xq = alloc_floats(((int64_t)s->nth * s->xq_stride + 3) / 4, &failed);
+    }
     s->logits_cap = 1;
     if (failed) {
         cism_session_free(s);

@@ -15,6 +15,7 @@ struct cism_session {
     int64_t n_ctx, n_batch;
     int32_t kv_type;
     int logits_all;
+    int act_quant;   /* CISM_PARAM_ACT_QUANT */
     int32_t n_past;
     volatile int32_t cancel;
 
@@ -33,6 +34,8 @@ struct cism_session {
     float *scores;   /* [nth][scores_per_thread] attention scratch */
     int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
     float *rope_cos, *rope_sin; /* [n_batch][head_dim/2] */
+    void *xq;        /* act_quant: [nth][n_batch] quantized activation rows, xq_stride bytes per thread */
+    int64_t xq_row_bytes, xq_stride;
 
     float *logits;   /* [logit_rows][vocab] */
     int64_t logits_cap;   /* rows allocated */

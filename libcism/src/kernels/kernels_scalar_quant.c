@@ -1,0 +1,161 @@
+/* kernels_scalar_quant.c - the scalar reference kernels of the packed weight
+ * formats (quant.h): dot products straight from the packed bytes, against
+ * float32 activations or against int8 activation blocks. Nothing is
+ * dequantized beyond the block being used. Part of the scalar tier; built with
+ * -ffp-contract=off like kernels_scalar.c. */
+#include "kernels.h"
+#include "quant.h"
+
+#include <math.h>
+
+#define LANES 8
+#define TOK 4 /* tokens sharing one decoded block */
+
+static inline float lanes_dot(const float *a, const float *b, int n) {
+    float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int j;
+    for (j = 0; j < n; j++) acc[j % LANES] += a[j] * b[j];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Decodes the levels (without the scale) of one block; returns its scale. */
+static inline float decode4(const cism__fmt4 *f, const uint8_t *blk, float *lv) {
+    const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+    int half = f->block / 2, i;
+    for (i = 0; i < half; i++) {
+        lv[i] = (float)f->levels[q[i] & 15];
+        lv[i + half] = (float)f->levels[q[i] >> 4];
+    }
+    return cism__fmt4_scale(f, blk);
+}
+
+static inline float decode8(const uint8_t *blk, float *lv) {
+    int i;
+    for (i = 0; i < CISM__Q8_BLOCK; i++) lv[i] = (float)(int8_t)blk[2 + i];
+    return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
+}
+
+/* ---- float32 activations -------------------------------------------------------- */
+static void matmul_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+                          float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES;
+    float lv[32];
+    int64_t r, t0;
+    for (r = r0; r < r1; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
+        for (t0 = 0; t0 < nt; t0 += TOK) {
+            int64_t tn = nt - t0 < TOK ? nt - t0 : TOK, c0, t;
+            float acc[TOK] = {0, 0, 0, 0};
+            const uint8_t *blk = wr;
+            for (c0 = 0; c0 < cols; c0 += B, blk += bb) {
+                int n = (int)(cols - c0 < B ? cols - c0 : B);
+                float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
+                for (t = 0; t < tn; t++) acc[t] += d * lanes_dot(lv, x + (t0 + t) * ldx + c0, n);
+            }
+            for (t = 0; t < tn; t++) y[(t0 + t) * ldy + r] = acc[t];
+        }
+    }
+}
+
+void cism__scalar_matmul_q8(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                      int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(NULL, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_q4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                      int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(cism__fmt4_of(CISM_DTYPE_Q4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_fp4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_nl4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+
+/* ---- int8 activations ---------------------------------------------------------------- */
+void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
+    cism__act8 *a = (cism__act8 *)out;
+    int64_t c0;
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++) {
+        int m = (int)(n - c0 < CISM__A8_BLOCK ? n - c0 : CISM__A8_BLOCK), i;
+        float amax = 0.0f, inv;
+        int32_t sum = 0;
+        for (i = 0; i < m; i++)
+            if (fabsf(x[c0 + i]) > amax) amax = fabsf(x[c0 + i]);
+        a->d = amax / 127.0f;
+        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (i = 0; i < CISM__A8_BLOCK; i++) {
+            long q = i < m ? lroundf(x[c0 + i] * inv) : 0;
+            if (q > 127) q = 127;
+            if (q < -127) q = -127;
+            a->q[i] = (int8_t)q;
+            sum += (int32_t)q;
+        }
+        a->sum = sum;
+    }
+}
+
+/* Weight blocks of B (16 or 32) against activation blocks of 32: weight block b
+   covers activation block (b*B)/32 from offset (b*B)%32. Padding weights meet
+   zero activations, so whole blocks are summed. */
+static void matmul_a8_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes, int64_t cols, const void *xq,
+                             int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B;
+    int32_t lv[32];
+    int64_t r, t, b;
+    for (r = r0; r < r1; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
+        for (t = 0; t < nt; t++) {
+            const cism__act8 *a = (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
+            float acc = 0.0f;
+            const uint8_t *blk = wr;
+            for (b = 0; b < nb; b++, blk += bb) {
+                const cism__act8 *ab = a + (b * B) / CISM__A8_BLOCK;
+                const int8_t *aq = ab->q + (b * B) % CISM__A8_BLOCK;
+                float d;
+                int32_t s = 0;
+                int i;
+                if (f) {
+                    const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+                    int half = f->block / 2;
+                    for (i = 0; i < half; i++) {
+                        lv[i] = f->levels[q[i] & 15];
+                        lv[i + half] = f->levels[q[i] >> 4];
+                    }
+                    d = cism__fmt4_scale(f, blk);
+                } else {
+                    for (i = 0; i < CISM__Q8_BLOCK; i++) lv[i] = (int8_t)blk[2 + i];
+                    d = cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
+                }
+                for (i = 0; i < B; i++) s += lv[i] * aq[i];
+                acc += (float)s * (d * ab->d);
+            }
+            y[t * ldy + r] = acc;
+        }
+    }
+}
+
+void cism__scalar_matmul_a8_q8(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                         int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(NULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                         int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_Q4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_fp4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                          int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_nl4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                          int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
+/* ---- rows as f32 (embedding lookups) ------------------------------------------------------ */
+void cism__scalar_row_q8(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q8, (const uint8_t *)row, out, n); }
+void cism__scalar_row_q4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4, (const uint8_t *)row, out, n); }
+void cism__scalar_row_fp4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_FP4, (const uint8_t *)row, out, n); }
+void cism__scalar_row_nl4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_NL4, (const uint8_t *)row, out, n); }

@@ -1,0 +1,367 @@
+/* quant.c - quantizing f32 rows into the packed weight formats, and back.
+ *
+ * One implementation, used by the converter through cism_quantize() and by the
+ * tests. The rounding rules (docs/QUANTIZATION.md):
+ *   q8      scale = max|x| / 127 rounded to fp16; q = round(x / scale), ties
+ *           away from zero, clamped to -127..127.
+ *   4-bit   a scale search per block: candidate scales map the block's
+ *           largest-magnitude element onto 0.80..1.10 times either end of the
+ *           codebook; each candidate assigns every weight its nearest level,
+ *           then takes the least-squares scale of that assignment. The best
+ *           (lowest importance-weighted squared error) is encoded in the
+ *           block's scale format (E4M3: the nearest code and its two
+ *           neighbours are tried) and the codes are re-rounded with the
+ *           encoded scale.
+ * The last block of a row whose length is not a multiple of the block is
+ * padded with zeros (and its padding is counted in the bits per weight). */
+#include "quant.h"
+#include "../core/error.h"
+#include "../core/threadpool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAN_F (0.0f / 0.0f)
+
+/* clang-format off */
+const float cism__e4m3_table[256] = {
+    0.0f, 0.001953125f, 0.00390625f, 0.005859375f, 0.0078125f, 0.009765625f, 0.01171875f, 0.013671875f,
+    0.015625f, 0.017578125f, 0.01953125f, 0.021484375f, 0.0234375f, 0.025390625f, 0.02734375f, 0.029296875f,
+    0.03125f, 0.03515625f, 0.0390625f, 0.04296875f, 0.046875f, 0.05078125f, 0.0546875f, 0.05859375f,
+    0.0625f, 0.0703125f, 0.078125f, 0.0859375f, 0.09375f, 0.1015625f, 0.109375f, 0.1171875f,
+    0.125f, 0.140625f, 0.15625f, 0.171875f, 0.1875f, 0.203125f, 0.21875f, 0.234375f,
+    0.25f, 0.28125f, 0.3125f, 0.34375f, 0.375f, 0.40625f, 0.4375f, 0.46875f,
+    0.5f, 0.5625f, 0.625f, 0.6875f, 0.75f, 0.8125f, 0.875f, 0.9375f,
+    1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
+    2.0f, 2.25f, 2.5f, 2.75f, 3.0f, 3.25f, 3.5f, 3.75f,
+    4.0f, 4.5f, 5.0f, 5.5f, 6.0f, 6.5f, 7.0f, 7.5f,
+    8.0f, 9.0f, 10.0f, 11.0f, 12.0f, 13.0f, 14.0f, 15.0f,
+    16.0f, 18.0f, 20.0f, 22.0f, 24.0f, 26.0f, 28.0f, 30.0f,
+    32.0f, 36.0f, 40.0f, 44.0f, 48.0f, 52.0f, 56.0f, 60.0f,
+    64.0f, 72.0f, 80.0f, 88.0f, 96.0f, 104.0f, 112.0f, 120.0f,
+    128.0f, 144.0f, 160.0f, 176.0f, 192.0f, 208.0f, 224.0f, 240.0f,
+    256.0f, 288.0f, 320.0f, 352.0f, 384.0f, 416.0f, 448.0f, NAN_F,
+    -0.0f, -0.001953125f, -0.00390625f, -0.005859375f, -0.0078125f, -0.009765625f, -0.01171875f, -0.013671875f,
+    -0.015625f, -0.017578125f, -0.01953125f, -0.021484375f, -0.0234375f, -0.025390625f, -0.02734375f, -0.029296875f,
+    -0.03125f, -0.03515625f, -0.0390625f, -0.04296875f, -0.046875f, -0.05078125f, -0.0546875f, -0.05859375f,
+    -0.0625f, -0.0703125f, -0.078125f, -0.0859375f, -0.09375f, -0.1015625f, -0.109375f, -0.1171875f,
+    -0.125f, -0.140625f, -0.15625f, -0.171875f, -0.1875f, -0.203125f, -0.21875f, -0.234375f,
+    -0.25f, -0.28125f, -0.3125f, -0.34375f, -0.375f, -0.40625f, -0.4375f, -0.46875f,
+    -0.5f, -0.5625f, -0.625f, -0.6875f, -0.75f, -0.8125f, -0.875f, -0.9375f,
+    -1.0f, -1.125f, -1.25f, -1.375f, -1.5f, -1.625f, -1.75f, -1.875f,
+    -2.0f, -2.25f, -2.5f, -2.75f, -3.0f, -3.25f, -3.5f, -3.75f,
+    -4.0f, -4.5f, -5.0f, -5.5f, -6.0f, -6.5f, -7.0f, -7.5f,
+    -8.0f, -9.0f, -10.0f, -11.0f, -12.0f, -13.0f, -14.0f, -15.0f,
+    -16.0f, -18.0f, -20.0f, -22.0f, -24.0f, -26.0f, -28.0f, -30.0f,
+    -32.0f, -36.0f, -40.0f, -44.0f, -48.0f, -52.0f, -56.0f, -60.0f,
+    -64.0f, -72.0f, -80.0f, -88.0f, -96.0f, -104.0f, -112.0f, -120.0f,
+    -128.0f, -144.0f, -160.0f, -176.0f, -192.0f, -208.0f, -224.0f, -240.0f,
+    -256.0f, -288.0f, -320.0f, -352.0f, -384.0f, -416.0f, -448.0f, NAN_F,
+};
+/* clang-format on */
+
+/* ---- formats -------------------------------------------------------------------- */
+static const cism__fmt4 g_q4 = {
+    CISM_DTYPE_Q4, 32, CISM__SCALE_F16, 1.0f, 18,
+    {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}};
+/* E2M1 codes (bit 3 sign, bits 0-2 magnitude 0, .5, 1, 1.5, 2, 3, 4, 6) as doubled
+   integers; the scale's power of two absorbs the halving: e4m3 * 2^-7 * E2M1. */
+static const cism__fmt4 g_fp4 = {
+    CISM_DTYPE_FP4, 16, CISM__SCALE_E4M3, 1.0f / 256.0f, 9,
+    {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}};
+/* 16 non-uniform levels: Lloyd-Max levels of Gaussian blocks of 32 normalized so
+   the largest-magnitude element is +1, times 127 (tools/quant_explore.py). */
+static const cism__fmt4 g_nl4 = {
+    CISM_DTYPE_NL4, 32, CISM__SCALE_F16, 1.0f, 18,
+    {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127}};
+
+const cism__fmt4 *cism__fmt4_of(int32_t dtype) {
+    switch (dtype) {
+    case CISM_DTYPE_Q4: return &g_q4;
+    case CISM_DTYPE_FP4: return &g_fp4;
+    case CISM_DTYPE_NL4: return &g_nl4;
+    default: return NULL;
+    }
+}
+
+/* ---- rounding helpers --------------------------------------------------------------- */
+/* Levels sorted, with their codes, and the midpoints between neighbours. */
+typedef struct sorted4 {
+    float lv[16];
+    uint8_t code[16];
+    float mid[15];
+    float lmax, lmin;
+    int symmetric;
+} sorted4;
+
+static void sort_levels(const cism__fmt4 *f, sorted4 *s) {
+    int i, j;
+    for (i = 0; i < 16; i++) { s->lv[i] = (float)f->levels[i]; s->code[i] = (uint8_t)i; }
+    for (i = 1; i < 16; i++) /* insertion sort; duplicate levels (fp4's two zeros) keep the lower code */
+        for (j = i; j > 0 && s->lv[j] < s->lv[j - 1]; j--) {
+            float t = s->lv[j]; uint8_t c = s->code[j];
+            s->lv[j] = s->lv[j - 1]; s->code[j] = s->code[j - 1];
+            s->lv[j - 1] = t; s->code[j - 1] = c;
+        }
+    for (i = 0; i < 15; i++) s->mid[i] = 0.5f * (s->lv[i] + s->lv[i + 1]);
+    s->lmin = s->lv[0];
+    s->lmax = s->lv[15];
+    s->symmetric = s->lmin == -s->lmax;
+}
+
+/* Index (into the sorted levels) of the level nearest y. */
+static inline int nearest(const sorted4 *s, float y) {
+    int lo = 0, hi = 15; /* answer in [lo, hi] */
+    while (lo < hi) {
+        int m = (lo + hi) >> 1;
+        if (y > s->mid[m]) lo = m + 1; else hi = m;
+    }
+    return lo;
+}
+
+static uint8_t e4m3_encode_abs(float a) { /* nearest non-negative E4M3 code of a >= 0, saturating */
+    int lo = 0, hi = 0x7e;
+    if (!(a > 0)) return 0;
+    if (a >= cism__e4m3_table[0x7e]) return 0x7e;
+    while (hi - lo > 1) { /* table[lo] <= a < table[hi] */
+        int m = (lo + hi) >> 1;
+        if (cism__e4m3_table[m] <= a) lo = m; else hi = m;
+    }
+    return (uint8_t)(a - cism__e4m3_table[lo] < cism__e4m3_table[hi] - a ? lo : hi);
+}
+
+/* Squared error of x against d * levels with nearest rounding; codes out (sorted indices). */
+static double assign_error(const sorted4 *s, const float *x, const float *w, int n, float d, int *idx) {
+    double err = 0;
+    int i;
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    for (i = 0; i < n; i++) {
+        int k = nearest(s, x[i] * inv);
+        double e = (double)x[i] - (double)d * s->lv[k];
+        idx[i] = k;
+        err += (w ? w[i] : 1.0) * e * e;
+    }
+    return err;
+}
+
+#define N_FRACS 13
+
+/* One 4-bit block: n <= block real weights (the rest is padding), out gets block_bytes. */
+static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *x, const float *w, int n, uint8_t *out) {
+    float xm = 0.0f, best_d = 0.0f, d_enc;
+    double best = -1.0;
+    int idx[32], i, c, half = f->block / 2;
+    uint8_t *q = out + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+    for (i = 0; i < n; i++)
+        if (fabsf(x[i]) > fabsf(xm)) xm = x[i];
+    if (xm != 0.0f) {
+        for (c = 0; c < N_FRACS * 2; c++) {
+            float frac = 0.80f + 0.025f * (float)(c >> 1);
+            float tgt = (c & 1) ? s->lmin : s->lmax;
+            float sc, inv;
+            double sxl = 0, sll = 0;
+            if ((c & 1) && s->symmetric) continue;
+            sc = xm / (tgt * frac);
+            inv = 1.0f / sc;
+            for (i = 0; i < n; i++) {
+                float lv = s->lv[nearest(s, x[i] * inv)];
+                double wi = w ? w[i] : 1.0;
+                sxl += wi * x[i] * lv;
+                sll += wi * lv * lv;
+            }
+            if (sll > 0 && sxl * sxl / sll > best) {
+                best = sxl * sxl / sll;
+                best_d = (float)(sxl / sll);
+            }
+        }
+    }
+    /* encode the scale */
+    if (f->scale_kind == CISM__SCALE_F16) {
+        uint16_t h = cism__f32_to_f16(best_d);
+        d_enc = cism__f16_to_f32(h);
+        out[0] = (uint8_t)(h & 0xff);
+        out[1] = (uint8_t)(h >> 8);
+        assign_error(s, x, w, n, d_enc, idx);
+    } else {
+        uint8_t sign = best_d < 0 ? 0x80 : 0, code = e4m3_encode_abs(fabsf(best_d) / f->scale_mul), best_code = code;
+        double best_err = -1;
+        int k;
+        for (k = -1; k <= 1; k++) {
+            int cc = (int)code + k;
+            double e;
+            if (cc < 0 || cc > 0x7e) continue;
+            e = assign_error(s, x, w, n, (sign ? -1.0f : 1.0f) * cism__e4m3_table[cc] * f->scale_mul, idx);
+            if (best_err < 0 || e < best_err) { best_err = e; best_code = (uint8_t)cc; }
+        }
+        out[0] = (uint8_t)(sign | best_code);
+        d_enc = cism__fmt4_scale(f, out);
+        assign_error(s, x, w, n, d_enc, idx);
+    }
+    if (d_enc == 0.0f) /* all-zero block (or underflow): every code the zero-nearest level */
+        for (i = 0; i < n; i++) idx[i] = nearest(s, 0.0f);
+    for (i = n; i < f->block; i++) idx[i] = nearest(s, 0.0f);
+    for (i = 0; i < half; i++) q[i] = (uint8_t)(s->code[idx[i]] | (s->code[idx[i + half]] << 4));
+}
+
+static void quantize_block8(const float *x, int n, uint8_t *out) {
+    float amax = 0.0f, d, inv;
+    uint16_t h;
+    int i;
+    for (i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+    h = cism__f32_to_f16(amax / 127.0f);
+    d = cism__f16_to_f32(h);
+    out[0] = (uint8_t)(h & 0xff);
+    out[1] = (uint8_t)(h >> 8);
+    inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (i = 0; i < CISM__Q8_BLOCK; i++) {
+        float v = i < n ? x[i] * inv : 0.0f;
+        long r = lroundf(v);
+        if (r > 127) r = 127;
+        if (r < -127) r = -127;
+        out[2 + i] = (uint8_t)(int8_t)r;
+    }
+}
+
+/* ---- rows ------------------------------------------------------------------------------ */
+static void quantize_row(int32_t dtype, const float *x, const float *imp, int64_t cols, uint8_t *out) {
+    const cism__fmt4 *f = cism__fmt4_of(dtype);
+    int64_t c;
+    if (dtype == CISM_DTYPE_F32) { memcpy(out, x, (size_t)cols * 4); return; }
+    if (dtype == CISM_DTYPE_F16 || dtype == CISM_DTYPE_BF16) {
+        for (c = 0; c < cols; c++) {
+            uint16_t h = dtype == CISM_DTYPE_F16 ? cism__f32_to_f16(x[c]) : cism__f32_to_bf16(x[c]);
+            out[2 * c] = (uint8_t)(h & 0xff);
+            out[2 * c + 1] = (uint8_t)(h >> 8);
+        }
+        return;
+    }
+    if (dtype == CISM_DTYPE_Q8) {
+        for (c = 0; c < cols; c += CISM__Q8_BLOCK, out += CISM__Q8_BYTES)
+            quantize_block8(x + c, (int)(cols - c < CISM__Q8_BLOCK ? cols - c : CISM__Q8_BLOCK), out);
+        return;
+    }
+    {
+        sorted4 s;
+        sort_levels(f, &s);
+        for (c = 0; c < cols; c += f->block, out += f->block_bytes)
+            quantize_block4(f, &s, x + c, imp ? imp + c : NULL, (int)(cols - c < f->block ? cols - c : f->block), out);
+    }
+}
+
+void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t cols) {
+    const cism__fmt4 *f = cism__fmt4_of(dtype);
+    int64_t c, i;
+    if (dtype == CISM_DTYPE_F32) { memcpy(out, row, (size_t)cols * 4); return; }
+    if (dtype == CISM_DTYPE_F16 || dtype == CISM_DTYPE_BF16) {
+        for (c = 0; c < cols; c++) {
+            uint16_t h = (uint16_t)(row[2 * c] | (row[2 * c + 1] << 8));
+            out[c] = dtype == CISM_DTYPE_F16 ? cism__f16_to_f32(h) : cism__bf16_to_f32(h);
+        }
+        return;
+    }
+    if (dtype == CISM_DTYPE_Q8) {
+        for (c = 0; c < cols; c += CISM__Q8_BLOCK, row += CISM__Q8_BYTES) {
+            float d = cism__f16_to_f32((uint16_t)(row[0] | (row[1] << 8)));
+            for (i = 0; i < CISM__Q8_BLOCK && c + i < cols; i++) out[c + i] = d * (float)(int8_t)row[2 + i];
+        }
+        return;
+    }
+    for (c = 0; c < cols; c += f->block, row += f->block_bytes) {
+        float d = cism__fmt4_scale(f, row);
+        const uint8_t *q = row + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+        int half = f->block / 2;
+        for (i = 0; i < f->block && c + i < cols; i++) {
+            int code = i < half ? (q[i] & 15) : (q[i - half] >> 4);
+            out[c + i] = d * (float)f->levels[code];
+        }
+    }
+}
+
+/* ---- the public API -------------------------------------------------------------------------- */
+int32_t cism_dtype_block_size(cism_dtype dtype) {
+    const cism__fmt4 *f = cism__fmt4_of(dtype);
+    if (f) return f->block;
+    if (dtype == CISM_DTYPE_Q8) return CISM__Q8_BLOCK;
+    return cism__dtype_is_known(dtype) ? 1 : 0;
+}
+
+int64_t cism_dtype_row_bytes(cism_dtype dtype, int64_t cols) {
+    if (cols <= 0 || cols > ((int64_t)1 << 40)) return 0;
+    return (int64_t)cism__row_bytes(dtype, cols);
+}
+
+typedef struct qjob {
+    int32_t dtype;
+    const float *src, *imp;
+    int64_t n_rows, cols;
+    uint8_t *dst;
+    uint64_t row_bytes;
+} qjob;
+
+static void quantize_worker(void *arg, int ith, int nth) {
+    qjob *j = (qjob *)arg;
+    int64_t r0, r1, r;
+    cism__split(j->n_rows, ith, nth, 1, &r0, &r1);
+    for (r = r0; r < r1; r++) quantize_row(j->dtype, j->src + r * j->cols, j->imp, j->cols, j->dst + (uint64_t)r * j->row_bytes);
+}
+
+cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const float *importance,
+                          void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
+    uint64_t row_bytes;
+    int64_t need, i;
+    qjob job;
+    cism__clear_error();
+    if (!cism__dtype_is_known(dtype)) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: unknown dtype %d", (int)dtype);
+    if (n_rows < 0 || cols <= 0 || (n_rows > 0 && !src) || !dst_size || n_threads < 0)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: bad argument (rows %lld, cols %lld)", (long long)n_rows, (long long)cols);
+    row_bytes = cism__row_bytes(dtype, cols);
+    if (row_bytes == 0 || (uint64_t)n_rows > (uint64_t)INT64_MAX / row_bytes)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: %lld x %lld is too large", (long long)n_rows, (long long)cols);
+    need = n_rows * (int64_t)row_bytes;
+    *dst_size = need;
+    if (dst_capacity < need || (need > 0 && !dst))
+        return cism__fail(CISM_ERR_BUFFER_SMALL, "cism_quantize: the output needs %lld bytes (capacity %lld)",
+                          (long long)need, (long long)dst_capacity);
+    for (i = 0; i < n_rows * cols; i++)
+        if (!isfinite(src[i]))
+            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: value at row %lld, column %lld is not finite",
+                              (long long)(i / cols), (long long)(i % cols));
+    if (importance)
+        for (i = 0; i < cols; i++)
+            if (!(importance[i] >= 0.0f) || !isfinite(importance[i]))
+                return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: importance[%lld] is negative or not finite", (long long)i);
+    if (dtype == CISM_DTYPE_Q8 || dtype == CISM_DTYPE_Q4) { /* fp16 scales: refuse what would overflow */
+        float amax = 0;
+        for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
+        if (amax / (dtype == CISM_DTYPE_Q8 ? 127.0f : 7.0f) > 60000.0f)
+            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: |value| up to %g is too large for %s's fp16 scales",
+                              (double)amax, cism_dtype_name(dtype));
+    }
+    job.dtype = dtype; job.src = src; job.imp = importance; job.n_rows = n_rows; job.cols = cols;
+    job.dst = (uint8_t *)dst; job.row_bytes = row_bytes;
+    if (n_threads == 0) n_threads = 1;
+    if (n_threads > 64) n_threads = 64;
+    if (n_threads > 1 && n_rows >= 2 * n_threads && n_rows * cols >= 65536) {
+        cism__pool *pool = cism__pool_create(n_threads);
+        if (!pool) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize: cannot start %d threads", (int)n_threads);
+        cism__pool_run(pool, quantize_worker, &job);
+        cism__pool_free(pool);
+    } else {
+        quantize_worker(&job, 0, 1);
+    }
+    return CISM_OK;
+}
+
+cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst) {
+    uint64_t row_bytes;
+    int64_t r;
+    cism__clear_error();
+    if (!cism__dtype_is_known(dtype)) return cism__fail(CISM_ERR_INVALID_ARG, "cism_dequantize: unknown dtype %d", (int)dtype);
+    row_bytes = cism__row_bytes(dtype, cols);
+    if (n_rows < 0 || row_bytes == 0 || (n_rows > 0 && (!src || !dst)))
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_dequantize: bad argument (rows %lld, cols %lld)", (long long)n_rows, (long long)cols);
+    for (r = 0; r < n_rows; r++) cism__dequantize_row(dtype, (const uint8_t *)src + (uint64_t)r * row_bytes, dst + r * cols, cols);
+    return CISM_OK;
+}
