@@ -44,9 +44,23 @@ class Report:
     bytes_written: int = 0
     tensors: Dict[str, str] = field(default_factory=dict)  # name -> dtype name
     seconds: float = 0.0
+    quant: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
 
     def bits_per_weight(self) -> float:
+        """Every byte of tensor data (norms, scales and padding included) over the matrix weights."""
         return 8.0 * self.bytes_written / max(self.n_params, 1)
+
+    def summary(self) -> str:
+        counts: Dict[str, int] = {}
+        for name, dt in self.tensors.items():
+            counts[dt] = counts.get(dt, 0) + 1
+        lines = [f"wrote {self.path}: {self.architecture}, {self.n_params} weights, {self.bytes_written} bytes of "
+                 f"tensors, {self.bits_per_weight():.3f} bits/weight"
+                 + (f" (recipe {self.quant})" if self.quant else "") + f", {self.seconds:.1f} s",
+                 "tensors by dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
+        lines += self.notes
+        return "\n".join(lines)
 
 
 ProgressFn = Callable[[int, int, str], None]
@@ -241,8 +255,8 @@ def _matrix_bytes(arr: np.ndarray, dtype: int) -> np.ndarray:
 
 def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable[[str], np.ndarray],
                 dtype_for: Callable[[str], int], overwrite: bool = False,
-                progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None
-                ) -> Report:
+                progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None,
+                quant: Optional[str] = None) -> Report:
     """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
     arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
     (used to keep bf16/f16 sources bit-exact)."""
@@ -251,12 +265,26 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
     w = fmt.Writer(meta)
-    report = Report(out, meta["general.architecture"])
+    report = Report(out, meta["general.architecture"], quant=quant)
+    pick = None
+    if quant:
+        from . import quant as q
+        rec = q.recipe(quant)
+        pick = lambda n: q.QUANT_DTYPES[rec.pick(n)]  # noqa: E731
+        meta["general.quantization"] = quant
+        w.metadata["general.quantization"] = quant
     for name in order:
         shape = shapes[name]
-        dt = fmt.DTYPE_F32 if len(shape) == 1 else dtype_for(name)
-        itemsize = 4 if dt == fmt.DTYPE_F32 else 2
-        w.add(name, dt, shape, int(np.prod(shape)) * itemsize)
+        dt = fmt.DTYPE_F32 if len(shape) == 1 else (pick(name) if pick else dtype_for(name))
+        if dt in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
+            nbytes = int(np.prod(shape)) * (4 if dt == fmt.DTYPE_F32 else 2)
+        else:
+            from . import quant as q
+            nbytes = shape[0] * q.row_bytes(dt, shape[1])
+            note = q.padding_note(name, dt, shape[1])
+            if note:
+                report.notes.append(note)
+        w.add(name, dt, shape, nbytes)
         report.tensors[name] = fmt.DTYPE_NAMES[dt]
         if len(shape) == 2:
             report.n_params += int(np.prod(shape))
@@ -264,7 +292,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     done = 0
     with w.open(out, overwrite=overwrite) as f:
         for spec in w.tensors:
-            raw = raw_for(spec.name) if raw_for else None
+            raw = raw_for(spec.name) if raw_for and not quant else None
             if raw is not None and raw.nbytes == spec.nbytes:
                 f.write_tensor(spec.name, raw)
             else:
@@ -273,7 +301,11 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
                     raise ConversionError(f"tensor {spec.name}: shape {tuple(arr.shape)}, expected {spec.shape}")
                 if len(spec.shape) == 1 and not np.all(np.isfinite(arr)):
                     raise ConversionError(f"tensor {spec.name} holds NaN or infinity")
-                f.write_tensor(spec.name, _matrix_bytes(arr, spec.dtype))
+                if spec.dtype in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
+                    f.write_tensor(spec.name, _matrix_bytes(arr, spec.dtype))
+                else:
+                    from . import quant as q
+                    f.write_tensor(spec.name, q.quantize(arr, spec.dtype))
             done += spec.nbytes
             if progress:
                 progress(done, total, spec.name)
@@ -385,7 +417,7 @@ def chat_format_meta(template: str, meta: Dict[str, Any], tok_cfg: Dict[str, Any
 # Hugging Face folders
 
 def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = False,
-               progress: Optional[ProgressFn] = None) -> Report:
+               progress: Optional[ProgressFn] = None, quant: Optional[str] = None) -> Report:
     cfg = _read_json(os.path.join(folder, "config.json"))
     if cfg is None:
         raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
@@ -438,7 +470,7 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
         return None
 
     order = list(expected)
-    return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for)
+    return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for, quant=quant)
 
 
 def _version() -> str:
@@ -603,7 +635,8 @@ def llama2c_tokenizer_json(pieces: List[bytes], scores: np.ndarray) -> Dict[str,
 
 
 def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype: str = "f32",
-                    overwrite: bool = False, progress: Optional[ProgressFn] = None) -> Report:
+                    overwrite: bool = False, progress: Optional[ProgressFn] = None,
+                    quant: Optional[str] = None) -> Report:
     cfg, t, shared = _read_llama2c(path)
     hs = cfg["dim"] // cfg["n_heads"]
     meta: Dict[str, Any] = {
@@ -654,17 +687,23 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
         return t[src][layer]
 
     order = list(expected_tensors(meta))
-    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress)
+    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress, quant=quant)
 
 
 def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
-            overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr) -> Report:
-    """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism)."""
+            overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr,
+            quant: Optional[str] = None) -> Report:
+    """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism).
+    `quant` names a quantization recipe (cism.quant.RECIPES) that picks a packed
+    format for every weight matrix; `dtype` then applies to nothing but is checked."""
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
+    if quant:
+        from . import quant as q
+        q.recipe(quant)  # unknown recipe: refused before anything is read
     if os.path.isdir(src):
-        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress)
+        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant)
     if os.path.isfile(src):
         return convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
-                               overwrite=overwrite, progress=progress)
+                               overwrite=overwrite, progress=progress, quant=quant)
     raise FileNotFoundError(f"{src}: no such file or folder")

@@ -166,7 +166,8 @@ enum {
     CISM_DTYPE_Q8   = 3,  /* blocks of 32: fp16 scale + 32 int8 (8.5 bits/weight) */
     CISM_DTYPE_Q4   = 4,  /* blocks of 32: fp16 scale + 32 int4 levels -8..7 (4.5 bits/weight) */
     CISM_DTYPE_FP4  = 5,  /* blocks of 16: FP8 E4M3 scale + 16 FP4 E2M1 (4.5 bits/weight) */
-    CISM_DTYPE_NL4  = 6   /* blocks of 32: fp16 scale + 32 codes of a 16-level non-uniform codebook (4.5) */
+    CISM_DTYPE_NL4  = 6,  /* blocks of 32: fp16 scale + 32 codes of a 16-level non-uniform codebook (4.5) */
+    CISM_DTYPE_Q4S  = 7   /* blocks of 16: FP8 E4M3 scale + 16 int4 levels -8..7 (4.5 bits/weight) */
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "cism.h"
 
-#define CISM__DTYPE_COUNT 7   /* one past the highest known dtype */
+#define CISM__DTYPE_COUNT 8   /* one past the highest known dtype */
 
 /* Bytes of one row of `cols` elements, or 0 if dtype is unknown or cols is
    not allowed for it. */

@@ -69,6 +69,10 @@ void cism__scalar_matmul_fp4(const void *w, uint64_t rb, int64_t cols, const flo
                        int64_t nt, int64_t r0, int64_t r1) {
     matmul_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
+void cism__scalar_matmul_q4s(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(cism__fmt4_of(CISM_DTYPE_Q4S), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
 void cism__scalar_matmul_nl4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1) {
     matmul_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
@@ -149,6 +153,10 @@ void cism__scalar_matmul_a8_fp4(const void *w, uint64_t rb, int64_t cols, const 
                           int64_t nt, int64_t r0, int64_t r1) {
     matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
+void cism__scalar_matmul_a8_q4s(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                          int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_Q4S), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
 void cism__scalar_matmul_a8_nl4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                           int64_t nt, int64_t r0, int64_t r1) {
     matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
@@ -159,3 +167,4 @@ void cism__scalar_row_q8(const void *row, float *out, int64_t n) { cism__dequant
 void cism__scalar_row_q4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4, (const uint8_t *)row, out, n); }
 void cism__scalar_row_fp4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_FP4, (const uint8_t *)row, out, n); }
 void cism__scalar_row_nl4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_NL4, (const uint8_t *)row, out, n); }
+void cism__scalar_row_q4s(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4S, (const uint8_t *)row, out, n); }

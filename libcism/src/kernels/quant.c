@@ -76,11 +76,17 @@ static const cism__fmt4 g_nl4 = {
     CISM_DTYPE_NL4, 32, CISM__SCALE_F16, 1.0f, 18,
     {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127}};
 
+/* int4 in small blocks: the q4 levels with a per-16 E4M3 scale times 2^-8. */
+static const cism__fmt4 g_q4s = {
+    CISM_DTYPE_Q4S, 16, CISM__SCALE_E4M3, 1.0f / 256.0f, 9,
+    {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}};
+
 const cism__fmt4 *cism__fmt4_of(int32_t dtype) {
     switch (dtype) {
     case CISM_DTYPE_Q4: return &g_q4;
     case CISM_DTYPE_FP4: return &g_fp4;
     case CISM_DTYPE_NL4: return &g_nl4;
+    case CISM_DTYPE_Q4S: return &g_q4s;
     default: return NULL;
     }
 }

@@ -66,6 +66,7 @@ CISM__SCALAR_QUANT_DECL(q8)
 CISM__SCALAR_QUANT_DECL(q4)
 CISM__SCALAR_QUANT_DECL(fp4)
 CISM__SCALAR_QUANT_DECL(nl4)
+CISM__SCALAR_QUANT_DECL(q4s)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 
 #endif

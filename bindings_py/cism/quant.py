@@ -1,0 +1,140 @@
+"""Quantized weight formats and conversion recipes (docs/QUANTIZATION.md).
+
+The packing itself is done by libcism (`cism_quantize`), the one
+implementation of every format; this module picks a format per tensor
+(a *recipe*) and reports what the result costs.
+
+    python -m cism.quant SRC OUT.cism --quant RECIPE [--tokenizer tok.bin] [--force]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import _native as N
+from . import format as fmt
+
+DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7
+QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S}
+for _n, _v in QUANT_DTYPES.items():
+    fmt.DTYPE_NAMES.setdefault(_v, _n)
+
+
+def row_bytes(dtype: int, cols: int) -> int:
+    if dtype == fmt.DTYPE_F32:
+        return 4 * cols
+    if dtype in (fmt.DTYPE_F16, fmt.DTYPE_BF16):
+        return 2 * cols
+    n = N.lib().cism_dtype_row_bytes(dtype, cols)
+    if n <= 0:
+        raise ValueError(f"dtype {dtype} cannot hold rows of {cols}")
+    return int(n)
+
+
+def block_size(dtype: int) -> int:
+    if dtype in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
+        return 1
+    return int(N.lib().cism_dtype_block_size(dtype))
+
+
+def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = None, n_threads: int = 0) -> np.ndarray:
+    """Packed rows (uint8, shape [rows, row_bytes]) of a 2-D float array."""
+    a = np.ascontiguousarray(arr, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError("quantize: need a 2-D array")
+    rows, cols = a.shape
+    rb = row_bytes(dtype, cols)
+    out = np.empty((rows, rb), dtype=np.uint8)
+    size = ctypes.c_int64()
+    imp = None
+    if importance is not None:
+        imp = np.ascontiguousarray(importance, dtype=np.float32)
+        if imp.shape != (cols,):
+            raise ValueError(f"importance must have {cols} values")
+    if n_threads <= 0:
+        import os
+        n_threads = min(os.cpu_count() or 1, 8)
+    N.check(N.lib().cism_quantize(dtype, a.ctypes.data, rows, cols,
+                                  imp.ctypes.data if imp is not None else None,
+                                  out.ctypes.data, out.nbytes, ctypes.byref(size), n_threads))
+    return out
+
+
+def dequantize(packed: np.ndarray, dtype: int, cols: int) -> np.ndarray:
+    p = np.ascontiguousarray(packed, dtype=np.uint8)
+    rows = p.size // row_bytes(dtype, cols)
+    out = np.empty((rows, cols), dtype=np.float32)
+    N.check(N.lib().cism_dequantize(dtype, p.ctypes.data, rows, cols, out.ctypes.data))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# recipes: tensor name -> dtype name
+
+def _kind(name: str) -> str:
+    if name in ("token_embd", "output"):
+        return "embed"
+    if ".attn_" in name:
+        return "attn"
+    return "mlp"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    pick: Callable[[str], str]
+
+
+BEST4 = "q4s"  # the 4-bit format the mixed recipes use (chosen by measurement, docs/QUANTIZATION.md)
+
+RECIPES: Dict[str, Recipe] = {r.name: r for r in [
+    Recipe("q8", "every matrix q8", lambda n: "q8"),
+    Recipe("q4", "every matrix q4 (int4, blocks of 32, fp16 scale)", lambda n: "q4"),
+    Recipe("fp4", "every matrix fp4 (E2M1, blocks of 16, E4M3 scale)", lambda n: "fp4"),
+    Recipe("nl4", "every matrix nl4 (16-level codebook, blocks of 32, fp16 scale)", lambda n: "nl4"),
+    Recipe("q4s", "every matrix q4s (int4, blocks of 16, E4M3 scale)", lambda n: "q4s"),
+    Recipe("4bit", f"the default 4-bit recipe: embeddings/output head q8, every other matrix {BEST4}",
+           lambda n: "q8" if _kind(n) == "embed" else BEST4),
+    Recipe("mix", f"embeddings/output head and attention q8, MLP {BEST4}",
+           lambda n: "q8" if _kind(n) in ("embed", "attn") else BEST4),
+]}
+
+
+def recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise ValueError(f"unknown quantization recipe {name!r} (one of: {', '.join(RECIPES)})")
+    return RECIPES[name]
+
+
+def padding_note(name: str, dtype: int, cols: int) -> Optional[str]:
+    b = block_size(dtype)
+    if b > 1 and cols % b:
+        stored = (cols + b - 1) // b * b
+        return (f"{name}: {cols} columns are not a multiple of {fmt.DTYPE_NAMES[dtype]}'s block of {b}; "
+                f"the last block of each row is padded with zeros ({stored} stored, "
+                f"{8 * row_bytes(dtype, cols) / cols:.2f} bits/weight for this tensor)")
+    return None
+
+
+def main(argv=None) -> int:
+    from .convert import convert
+    ap = argparse.ArgumentParser(prog="cism convert --quant", description="convert a checkpoint to a quantized .cism")
+    ap.add_argument("src")
+    ap.add_argument("out")
+    ap.add_argument("--quant", required=True, choices=sorted(RECIPES))
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    rep = convert(a.src, a.out, quant=a.quant, tokenizer=a.tokenizer, overwrite=a.force)
+    print(rep.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
