@@ -4,6 +4,8 @@
  * are split (the rule that keeps results independent of the thread count). */
 #include "kernels/kernels.h"
 #include "kernel_bounds.h"
+#include "kernels/quant.h"
+#include "cism.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -316,7 +318,7 @@ static void elementwise_vs_scalar(const cism__kernels *k, const cism__kernels *r
         float *fa = (float *)malloc(65536 * 4), *fb = (float *)malloc(65536 * 4);
         int dt;
         for (i = 0; i < 65536; i++) all[i] = (uint16_t)i;
-        for (dt = 0; dt < CISM__DTYPE_COUNT; dt++) {
+        for (dt = 0; dt <= CISM_DTYPE_BF16; dt++) { /* float types; packed ones: test_quant_matmul */
             int64_t n = dt == CISM_DTYPE_F32 ? 32768 : 65535; /* odd length: exercises the tail */
             ref->row_to_f32[dt](all, fa, n);
             k->row_to_f32[dt](all, fb, n);
@@ -338,7 +340,7 @@ static void vs_scalar(const cism__kernels *k) {
     size_t s, h, n;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
-    for (dt = 0; dt < CISM__DTYPE_COUNT; dt++)
+    for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
@@ -355,14 +357,96 @@ static void vs_scalar(const cism__kernels *k) {
     printf("  vs scalar, worst error / bound:");
     for (op = 0; op < N_OPS; op++) printf(" %s %.3f", g_op_names[op], g_worst[op]);
     printf("\n");
+/* Packed weights: the kernels against dequantize-then-dot in double, for float
+   activations and for int8 activation blocks (whose reference uses the
+   dequantized activations, and which must stay within the activation
+   rounding bound of the float result). */
+static void test_quant_matmul(const cism__kernels *k, int32_t dt, int64_t rows, int64_t cols, int64_t nt) {
+    const cism__kernels *sc = cism__kernels_scalar();
+    cism__matmul_fn mm = k->matmul[dt] ? k->matmul[dt] : sc->matmul[dt];
+    cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : sc->matmul_a8[dt];
+    void (*qa)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : sc->quantize_act;
+    int64_t rb = cism_dtype_row_bytes(dt, cols), size, r, t, i, aq = cism__act8_row_bytes(cols);
+    float *w = (float *)malloc((size_t)(rows * cols) * 4), *wq = (float *)malloc((size_t)(rows * cols) * 4);
+    float *x = (float *)malloc((size_t)(nt * cols) * 4), *xa = (float *)malloc((size_t)(nt * cols) * 4);
+    float *y = (float *)malloc((size_t)(nt * rows) * 4), *y8 = (float *)malloc((size_t)(nt * rows) * 4);
+    uint8_t *p = (uint8_t *)malloc((size_t)(rows * rb)), *xq = (uint8_t *)malloc((size_t)(nt * aq));
+    double worst = 0, worst8 = 0, worst_act = 0, worst_q = 0;
+    fill(w, rows * cols);
+    fill(x, nt * cols);
+    for (i = 0; i < nt * cols; i++) x[i] *= 3.0f;
+    CHECK_OK(cism_quantize(dt, w, rows, cols, NULL, p, rows * rb, &size, 1));
+    CHECK_OK(cism_dequantize(dt, p, rows, cols, wq));
+    for (t = 0; t < nt; t++) qa(x + t * cols, cols, xq + t * aq);
+    for (t = 0; t < nt; t++) { /* activation blocks: nearest int8 of x / d, d = max-abs / 127, sums */
+        const cism__act8 *a = (const cism__act8 *)(const void *)(xq + t * aq);
+        int64_t b;
+        for (b = 0; b * 32 < cols; b++) {
+            int32_t sum = 0;
+            float amax = 0;
+            int j;
+            for (j = 0; j < 32 && b * 32 + j < cols; j++) if (fabsf(x[t * cols + b * 32 + j]) > amax) amax = fabsf(x[t * cols + b * 32 + j]);
+            if (fabs(a[b].d - amax / 127.0) > 1e-6 * amax) worst_act = 1;
+            for (j = 0; j < 32; j++) {
+                sum += a[b].q[j];
+                if (b * 32 + j < cols) {
+                    double e = fabs((double)x[t * cols + b * 32 + j] - (double)a[b].d * a[b].q[j]);
+                    xa[t * cols + b * 32 + j] = a[b].d * a[b].q[j];
+                    if (e > 0.5 * a[b].d * 1.001 + 1e-30 && e > worst_act) worst_act = e;
+                } else if (a[b].q[j] != 0) {
+                    worst_act = 1;
+                }
+            }
+            if (sum != a[b].sum) worst_act = 1;
+        }
+    }
+    CHECK_MSG(worst_act == 0, "%s quantize_act: %g", k->name, worst_act);
+    mm(p, (uint64_t)rb, cols, x, cols, y, rows, nt, 0, rows / 3);
+    mm(p, (uint64_t)rb, cols, x, cols, y, rows, nt, rows / 3, rows);
+    mq(p, (uint64_t)rb, cols, xq, aq, y8, rows, nt, 0, rows / 2);
+    mq(p, (uint64_t)rb, cols, xq, aq, y8, rows, nt, rows / 2, rows);
+    for (t = 0; t < nt; t++)
+        for (r = 0; r < rows; r++) {
+            double ref = 0, ref8 = 0, mag = 0, mag8 = 0, actb = 0;
+            for (i = 0; i < cols; i++) {
+                double wv = wq[r * cols + i], blk_d = ((const cism__act8 *)(const void *)(xq + t * aq))[i / 32].d;
+                ref += wv * x[t * cols + i];
+                ref8 += wv * xa[t * cols + i];
+                mag += fabs(wv * x[t * cols + i]);
+                mag8 += fabs(wv * xa[t * cols + i]);
+                actb += fabs(wv) * 0.5 * blk_d;
+            }
+            {
+                double e = fabs(y[t * rows + r] - ref) / (mag * sqrt((double)cols) + 1e-30);
+                double e8 = fabs(y8[t * rows + r] - ref8) / (mag8 * sqrt((double)cols) + 1e-30);
+                double eq = fabs(y8[t * rows + r] - ref) - actb * 1.001 - 1e-6 * mag;
+                if (e > worst || e != e) worst = e;
+                if (e8 > worst8 || e8 != e8) worst8 = e8;
+                if (eq > worst_q || eq != eq) worst_q = eq;
+            }
+        }
+    /* float accumulation: relative to sum |terms|, well under 1e-6 * sqrt(n) */
+    CHECK_MSG(worst < 1e-6, "%s matmul %s %lldx%lld nt %lld: scaled error %g", k->name, cism_dtype_name(dt),
+              (long long)rows, (long long)cols, (long long)nt, worst);
+    CHECK_MSG(worst8 < 1e-6, "%s matmul_a8 %s %lldx%lld nt %lld: scaled error %g", k->name, cism_dtype_name(dt),
+              (long long)rows, (long long)cols, (long long)nt, worst8);
+    CHECK_MSG(worst_q <= 0, "%s matmul_a8 %s: beyond the activation rounding bound by %g", k->name, cism_dtype_name(dt), worst_q);
+    free(w); free(wq); free(x); free(xa); free(y); free(y8); free(p); free(xq);
 }
 
 static void test_tier(const cism__kernels *k) {
     int dt;
     int64_t shapes[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 300, 5}, {64, 576, 1}, {5, 1000, 9}};
     size_t s;
-    for (dt = 0; dt < CISM__DTYPE_COUNT; dt++)
+    for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) test_matmul(k, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+    {
+        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S};
+        int64_t qs[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 172, 5}, {64, 576, 1}, {5, 1000, 9}};
+        size_t d;
+        for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
+            for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) test_quant_matmul(k, qdt[d], qs[s][0], qs[s][1], qs[s][2]);
+    }
     test_elementwise(k);
     test_attention(k, CISM_DTYPE_F32);
     test_attention(k, CISM_DTYPE_F16);

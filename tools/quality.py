@@ -1,0 +1,244 @@
+"""The quality table (docs/QUALITY.md): perplexity and bits per weight of
+libcism's formats and recipes against llama.cpp's Q8_0, Q4_0, Q4_K_M and
+IQ4_NL, on the same checkpoints and the same tokens.
+
+Needs the optional comparison extra (llama-cpp-python, gguf):
+    pip install ./bindings_py[compare]
+    python tools/quality.py [--models stories260K-hf,babyllama-tok105-hf] [--out docs/QUALITY.md]
+
+Both engines see identical token ids (tokenized once with the model's
+tokenizer.json) and the same windows (cism.ppl method "half", llama.cpp's
+perplexity method; ctx 256). The GGUF files are written here from the same
+safetensors with the gguf package (F32), then quantized by llama.cpp's own
+llama_model_quantize. Bits per weight everywhere = 8 x (bytes of all tensor
+data: norms, scales, padding) / (elements of the weight matrices).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bindings_py"))
+from cism import format as fmt  # noqa: E402
+from cism.convert import convert, expected_tensors, hparams_from_config  # noqa: E402
+from cism.ppl import METHODS, perplexity  # noqa: E402
+from cism.safetensors import open_checkpoint  # noqa: E402
+
+OURS = [("f32", None, False), ("q8", "q8", False), ("q8 + int8 act", "q8", True), ("q4", "q4", False),
+        ("fp4", "fp4", False), ("nl4", "nl4", False), ("q4s", "q4s", False), ("4bit (default)", "4bit", False),
+        ("4bit + int8 act", "4bit", True), ("mix", "mix", False)]
+LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
+
+
+# ---------------------------------------------------------------------------
+# ours
+
+def bits_cism(path: str) -> float:
+    f = fmt.CismFile(path)
+    data = sum(t.nbytes for t in f.tensors.values())
+    weights = sum(int(np.prod(t.shape)) for t in f.tensors.values() if len(t.shape) == 2)
+    return 8.0 * data / weights
+
+
+# ---------------------------------------------------------------------------
+# llama.cpp
+
+def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """rotate-half row order (HF) -> interleaved pairs (llama.cpp's 'normal' RoPE)."""
+    rows, cols = w.shape
+    hs = rows // n_heads
+    return w.reshape(n_heads, 2, hs // 2, cols).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def write_gguf(folder: str, out: str) -> None:
+    import gguf
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    meta = hparams_from_config(cfg)
+    tok = json.load(open(os.path.join(folder, "tokenizer.json")))
+    ck = open_checkpoint(folder)
+    L, nh, nkv = meta["model.n_layers"], meta["model.n_heads"], meta["model.n_kv_heads"]
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_context_length(meta["model.context_length"])
+    w.add_embedding_length(meta["model.dim"])
+    w.add_block_count(L)
+    w.add_feed_forward_length(meta["model.ffn_dim"])
+    w.add_rope_dimension_count(meta["model.head_dim"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_layer_norm_rms_eps(meta["model.norm_eps"])
+    w.add_rope_freq_base(meta["model.rope_theta"])
+    w.add_file_type(0)
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    assert [i for _, i in vocab] == list(range(meta["model.vocab_size"]))
+    pieces = [p for p, _ in vocab]
+    types = []
+    for i, p in enumerate(pieces):
+        if i in (0,):
+            types.append(gguf.TokenType.UNKNOWN)
+        elif i in (1, 2):
+            types.append(gguf.TokenType.CONTROL)
+        elif p.startswith("<0x") and p.endswith(">") and len(p) == 6:
+            types.append(gguf.TokenType.BYTE)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores([-float(i) for i in range(len(pieces))])
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    names = {"token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight"}
+
+    def get(hf):
+        a, _ = ck[hf].get(hf)
+        return np.ascontiguousarray(a, dtype=np.float32)
+    w.add_tensor("token_embd.weight", get(names["token_embd"]))
+    w.add_tensor("output_norm.weight", get(names["output_norm"]))
+    if not meta["model.tied_embeddings"]:
+        w.add_tensor("output.weight", get("lm_head.weight"))
+    for i in range(L):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", get(p + "input_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.attn_q.weight", _unpermute(get(p + "self_attn.q_proj.weight"), nh))
+        w.add_tensor(f"blk.{i}.attn_k.weight", _unpermute(get(p + "self_attn.k_proj.weight"), nkv))
+        w.add_tensor(f"blk.{i}.attn_v.weight", get(p + "self_attn.v_proj.weight"))
+        w.add_tensor(f"blk.{i}.attn_output.weight", get(p + "self_attn.o_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", get(p + "post_attention_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", get(p + "mlp.gate_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", get(p + "mlp.up_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", get(p + "mlp.down_proj.weight"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize_gguf(src: str, out: str, ftype: str) -> None:
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    p.nthread = 2
+    rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(p))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize {ftype} failed ({rc})")
+
+
+def gguf_info(path: str):
+    import gguf
+    r = gguf.GGUFReader(path)
+    data = sum(int(t.n_bytes) for t in r.tensors)
+    weights = sum(int(t.n_elements) for t in r.tensors if len(t.shape) == 2)
+    types = {}
+    for t in r.tensors:
+        if len(t.shape) == 2:
+            types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    return 8.0 * data / weights, types
+
+
+def ppl_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):
+    import llama_cpp
+    m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
+                        n_threads=2, n_threads_batch=2)
+    stream = np.concatenate([[bos], np.asarray(toks)]).astype(np.int64)
+    first = ctx // 2
+    nll, n = 0.0, 0
+    nwin = len(stream) // ctx
+    if max_windows:
+        nwin = min(nwin, max_windows)
+    for i in range(nwin):
+        win = stream[i * ctx:(i + 1) * ctx].copy()
+        win[0] = bos
+        m.reset()
+        m.eval(win.tolist())
+        lg = np.asarray(m.scores[first:ctx - 1], dtype=np.float64)
+        tg = win[first + 1:]
+        mx = lg.max(1, keepdims=True)
+        lse = mx[:, 0] + np.log(np.exp(lg - mx).sum(1))
+        nll -= float((lg[np.arange(len(tg)), tg] - lse).sum())
+        n += len(tg)
+    del m
+    return float(np.exp(nll / n)), n
+
+
+# ---------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="stories260K-hf,babyllama-tok105-hf")
+    ap.add_argument("--text", default="tinystories_valid_excerpt.txt")
+    ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--max-windows", type=int, default=0)
+    ap.add_argument("--work", default="/tmp/cism-quality")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    shared = os.path.join(ROOT, "..", "shared", "models")
+    text = open(os.path.join(shared, "eval", a.text), encoding="utf-8").read()
+    os.makedirs(a.work, exist_ok=True)
+    sections = []
+    for mname in a.models.split(","):
+        folder = os.path.join(shared, mname)
+        from tokenizers import Tokenizer
+        toks = Tokenizer.from_file(os.path.join(folder, "tokenizer.json")).encode(text, add_special_tokens=False).ids
+        rows = []
+        base = None
+        for label, recipe, act in OURS:
+            path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}.cism")
+            if not os.path.exists(path):
+                convert(folder, path, quant=recipe, overwrite=True, progress=None)
+            t0 = time.time()
+            r = perplexity(path, tokens=toks, ctx=a.ctx, method="half", n_threads=a.threads, act_quant=act,
+                           max_windows=a.max_windows)
+            if base is None:
+                base = r.ppl
+            rows.append(("libcism", label, bits_cism(path), r.ppl, r.n_scored, ""))
+            print(f"{mname} libcism {label}: {r.ppl:.4f} ({time.time() - t0:.0f} s)", flush=True)
+        f32g = os.path.join(a.work, f"{mname}.F32.gguf")
+        if not os.path.exists(f32g):
+            write_gguf(folder, f32g)
+        bos = 1
+        for ft in ["F32"] + LLAMA:
+            path = f32g if ft == "F32" else os.path.join(a.work, f"{mname}.{ft}.gguf")
+            if ft != "F32" and not os.path.exists(path):
+                quantize_gguf(f32g, path, ft)
+            bpw, types = gguf_info(path)
+            p, n = ppl_llama(path, toks, a.ctx, bos, a.max_windows)
+            note = ", ".join(f"{k} {v}" for k, v in sorted(types.items()))
+            rows.append(("llama.cpp", ft, bpw, p, n, note))
+            print(f"{mname} llama.cpp {ft}: {p:.4f} [{note}]", flush=True)
+        sections.append((mname, len(toks), rows, base))
+    cmd = "python tools/quality.py " + " ".join(sys.argv[1:])
+    md = render(sections, a, cmd)
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(md)
+    print(md)
+
+
+def render(sections, a, cmd) -> str:
+    out = [f"<!-- generated by: {cmd} -->",
+           f"Text: `shared/models/eval/{a.text}`. Method `half`, ctx {a.ctx}: {METHODS['half']}.",
+           ""]
+    for mname, ntok, rows, base in sections:
+        f32_llama = next(r[3] for r in rows if r[0] == "llama.cpp" and r[1] == "F32")
+        out += [f"### {mname} ({ntok} tokens)", "",
+                "| engine | format / recipe | bits/weight | PPL | vs own F32 | matrices (llama.cpp) |",
+                "|---|---|---:|---:|---:|---|"]
+        for eng, label, bpw, p, n, note in rows:
+            ref = base if eng == "libcism" else f32_llama
+            out.append(f"| {eng} | {label} | {bpw:.2f} | {p:.4f} | {100 * (p / ref - 1):+.2f}% | {note} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
