@@ -29,4 +29,29 @@ for L in (1, 8, 32):
     ref[f"tokens_{L}"].astype("<i4").tofile(os.path.join(out, f"stories260K.tokens{L}.i32"))
     ref[f"logits_{L}"].astype("<f4").tofile(os.path.join(out, f"stories260K.logits{L}.f32"))
     ref[f"greedy_{L}"].astype("<i4").tofile(os.path.join(out, f"stories260K.greedy{L}.i32"))
+if not os.environ.get("CISM_LIB"):  # a cross build: its library cannot be loaded here
+    print("fixtures written to", out, "(no quantized fixtures: CISM_LIB is not set)")
+    sys.exit(0)
+# quantized stories260K (the C library quantizes: CISM_LIB points at the build's libcism)
+for recipe in ("q8", "4bit"):
+    convert(os.path.join(models, "stories260K-hf"), os.path.join(out, f"stories260K-hf.{recipe}.cism"), quant=recipe,
+            overwrite=True, progress=None)
+# the evaluation text as token ids (tokenizer.json, no special tokens)
+from tokenizers import Tokenizer  # noqa: E402
+text = open(os.path.join(models, "eval", "tinystories_valid_excerpt.txt"), encoding="utf-8").read()
+tok = Tokenizer.from_file(os.path.join(models, "stories260K-hf", "tokenizer.json"))
+np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype="<i4").tofile(os.path.join(out, "tinystories.stories260K.i32"))
+
+# a synthetic model large enough that a hidden f32 copy of its weights would show in the resident memory
+from cism.convert import expected_tensors, write_model  # noqa: E402
+meta = {"general.architecture": "llama", "model.vocab_size": 8192, "model.dim": 512, "model.n_layers": 2,
+        "model.n_heads": 8, "model.n_kv_heads": 8, "model.head_dim": 64, "model.ffn_dim": 1536,
+        "model.context_length": 128, "model.norm_eps": 1e-5, "model.rope_theta": 10000.0,
+        "model.tied_embeddings": 0, "tokenizer.bos_id": 1}
+rng = np.random.default_rng(3)
+shapes = expected_tensors(meta)
+write_model(os.path.join(out, "synthetic.q4s.cism"), meta, list(shapes),
+            lambda n: (np.ones(shapes[n], np.float32) if len(shapes[n]) == 1
+                       else (rng.standard_normal(shapes[n]) * 0.02).astype(np.float32)),
+            lambda n: 0, overwrite=True, quant="q4s")
 print("fixtures written to", out)
