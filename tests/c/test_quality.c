@@ -5,8 +5,9 @@
  * Bounds (set from the measurements in docs/QUALITY.md, with margin):
  *   q8 recipe              PPL within +1% of f32
  *   q8 + int8 activations  PPL within +1% of f32
- *   4bit recipe (default)  PPL within +8% of f32 (measured about +4.5% on the
- *                          whole text; the first windows used here vary more)
+ *   4bit recipe (default)  PPL within +10% of f32 (measured +6.1% on the first
+ *                          24 windows, +7.7% on the first 6, see docs/QUALITY.md
+ *                          for the whole text)
  * Resident memory: loading a q4s model and evaluating through every weight
  * grows the process by about its file size, never by an f32 copy. */
 #include "cism.h"
@@ -128,7 +129,7 @@ int main(int argc, char **argv) {
     CHECK(f32 > 1.0 && f32 < 10.0); /* a trained model on its own domain */
     CHECK_MSG(q8 <= f32 * 1.01, "q8 PPL %.4f vs f32 %.4f", q8, f32);
     CHECK_MSG(q8a <= f32 * 1.01, "q8 + int8 activations PPL %.4f vs f32 %.4f", q8a, f32);
-    CHECK_MSG(q4 <= f32 * 1.08, "4bit PPL %.4f vs f32 %.4f", q4, f32);
+    CHECK_MSG(q4 <= f32 * 1.10, "4bit PPL %.4f vs f32 %.4f", q4, f32);
     CHECK_MSG(q4 > f32 * 1.001, "4bit PPL %.4f equals f32 %.4f: not quantized?", q4, f32);
     free(toks);
 #if defined(__linux__)
