@@ -1,7 +1,8 @@
 /* kernels_scalar_quant.c - the scalar reference kernels of the packed weight
- * formats (quant.h): dot products straight from the packed bytes, against
- * float32 activations or against int8 activation blocks. Nothing is
- * dequantized beyond the block being used. Part of the scalar tier; built with
+ * formats (quant.h): dot products from the packed bytes, against float32
+ * activations (a row is decoded 256 weights at a time into a stack buffer,
+ * never a whole matrix) or against int8 activation blocks (integer products
+ * per block, straight from the packed codes). Part of the scalar tier; built with
  * -ffp-contract=off like kernels_scalar.c. */
 #include "kernels.h"
 #include "quant.h"
@@ -9,14 +10,7 @@
 #include <math.h>
 
 #define LANES 8
-#define TOK 4 /* tokens sharing one decoded block */
-
-static inline float lanes_dot(const float *a, const float *b, int n) {
-    float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int j;
-    for (j = 0; j < n; j++) acc[j % LANES] += a[j] * b[j];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+#define TOK 8 /* token rows sharing one decoded chunk */
 
 /* Decodes the levels (without the scale) of one block; returns its scale. */
 static inline float decode4(const cism__fmt4 *f, const uint8_t *blk, float *lv) {
@@ -36,23 +30,51 @@ static inline float decode8(const uint8_t *blk, float *lv) {
 }
 
 /* ---- float32 activations -------------------------------------------------------- */
+#define CHUNK 256 /* weights decoded at a time: whole blocks of 16 or 32 */
+
+static inline void dot_lanes(float acc[LANES], const float *a, const float *b, int64_t n) {
+    int64_t j;
+    for (j = 0; j + LANES <= n; j += LANES) {
+        int k;
+        for (k = 0; k < LANES; k++) acc[k] += a[j + k] * b[j + k];
+    }
+    for (; j < n; j++) acc[j % LANES] += a[j] * b[j];
+}
+
+/* Weights c0 .. c0+n of a row (c0 a multiple of the block) as scale * level. */
+static void decode_run(const cism__fmt4 *f, const uint8_t *row, int64_t c0, int64_t n, float *out) {
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, c;
+    const uint8_t *blk = row + (c0 / B) * bb;
+    float lv[32];
+    for (c = 0; c < n; c += B, blk += bb) {
+        float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
+        int64_t m = n - c < B ? n - c : B, i;
+        for (i = 0; i < m; i++) out[c + i] = d * lv[i];
+    }
+}
+
+/* Rows are decoded CHUNK weights at a time into a stack buffer (never more)
+   and dotted with up to TOK token rows; partial sums run across chunks. */
 static void matmul_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
                           float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES;
-    float lv[32];
+    float buf[CHUNK];
+    float acc[TOK][LANES];
     int64_t r, t0;
     for (r = r0; r < r1; r++) {
         const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
         for (t0 = 0; t0 < nt; t0 += TOK) {
             int64_t tn = nt - t0 < TOK ? nt - t0 : TOK, c0, t;
-            float acc[TOK] = {0, 0, 0, 0};
-            const uint8_t *blk = wr;
-            for (c0 = 0; c0 < cols; c0 += B, blk += bb) {
-                int n = (int)(cols - c0 < B ? cols - c0 : B);
-                float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
-                for (t = 0; t < tn; t++) acc[t] += d * lanes_dot(lv, x + (t0 + t) * ldx + c0, n);
+            int k;
+            for (t = 0; t < tn; t++)
+                for (k = 0; k < LANES; k++) acc[t][k] = 0.0f;
+            for (c0 = 0; c0 < cols; c0 += CHUNK) {
+                int64_t cn = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+                decode_run(f, wr, c0, cn, buf);
+                for (t = 0; t < tn; t++) dot_lanes(acc[t], buf, x + (t0 + t) * ldx + c0, cn);
             }
-            for (t = 0; t < tn; t++) y[(t0 + t) * ldy + r] = acc[t];
+            for (t = 0; t < tn; t++)
+                y[(t0 + t) * ldy + r] = ((acc[t][0] + acc[t][4]) + (acc[t][1] + acc[t][5])) +
+                                        ((acc[t][2] + acc[t][6]) + (acc[t][3] + acc[t][7]));
         }
     }
 }
@@ -108,18 +130,15 @@ static void matmul_a8_blocks(const cism__fmt4 *f, const void *w, uint64_t row_by
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B;
     int32_t lv[32];
-    int64_t r, t, b;
+    int64_t r, t0, t, b;
     for (r = r0; r < r1; r++) {
         const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
-        for (t = 0; t < nt; t++) {
-            const cism__act8 *a = (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
-            float acc = 0.0f;
+        for (t0 = 0; t0 < nt; t0 += TOK) {
+            int64_t tn = nt - t0 < TOK ? nt - t0 : TOK;
+            float acc[TOK] = {0, 0, 0, 0, 0, 0, 0, 0};
             const uint8_t *blk = wr;
             for (b = 0; b < nb; b++, blk += bb) {
-                const cism__act8 *ab = a + (b * B) / CISM__A8_BLOCK;
-                const int8_t *aq = ab->q + (b * B) % CISM__A8_BLOCK;
                 float d;
-                int32_t s = 0;
                 int i;
                 if (f) {
                     const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
@@ -133,10 +152,16 @@ static void matmul_a8_blocks(const cism__fmt4 *f, const void *w, uint64_t row_by
                     for (i = 0; i < CISM__Q8_BLOCK; i++) lv[i] = (int8_t)blk[2 + i];
                     d = cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
                 }
-                for (i = 0; i < B; i++) s += lv[i] * aq[i];
-                acc += (float)s * (d * ab->d);
+                for (t = 0; t < tn; t++) {
+                    const cism__act8 *ab = (const cism__act8 *)(const void *)((const uint8_t *)xq + (t0 + t) * ldq) +
+                                           (b * B) / CISM__A8_BLOCK;
+                    const int8_t *aq = ab->q + (b * B) % CISM__A8_BLOCK;
+                    int32_t sum = 0;
+                    for (i = 0; i < B; i++) sum += lv[i] * aq[i];
+                    acc[t] += (float)sum * (d * ab->d);
+                }
             }
-            y[t * ldy + r] = acc;
+            for (t = 0; t < tn; t++) y[(t0 + t) * ldy + r] = acc[t];
         }
     }
 }
