@@ -113,7 +113,10 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
         a->d = amax / 127.0f;
         inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (i = 0; i < CISM__A8_BLOCK; i++) {
-            long q = i < m ? lroundf(x[c0 + i] * inv) : 0;
+            float v = i < m ? x[c0 + i] * inv : 0.0f, av = fabsf(v);
+            long q = (long)av; /* round half away from zero */
+            if (av - (float)q >= 0.5f) q++;
+            if (v < 0) q = -q;
             if (q > 127) q = 127;
             if (q < -127) q = -127;
             a->q[i] = (int8_t)q;

@@ -99,6 +99,7 @@ typedef struct sorted4 {
     float mid[15];
     float lmax, lmin;
     int symmetric;
+    int uniform; /* levels -8..7: the nearest index is computed, not searched */
 } sorted4;
 
 static void sort_levels(const cism__fmt4 *f, sorted4 *s) {
@@ -114,11 +115,22 @@ static void sort_levels(const cism__fmt4 *f, sorted4 *s) {
     s->lmin = s->lv[0];
     s->lmax = s->lv[15];
     s->symmetric = s->lmin == -s->lmax;
+    s->uniform = 1;
+    for (i = 0; i < 16; i++)
+        if (s->lv[i] != (float)(i - 8)) s->uniform = 0;
 }
 
 /* Index (into the sorted levels) of the level nearest y. */
 static inline int nearest(const sorted4 *s, float y) {
     int lo = 0, hi = 15; /* answer in [lo, hi] */
+    if (s->uniform) { /* the count of midpoints k - 7.5 below y: ceil(y + 7.5) clamped to 0..15 */
+        float t = y + 7.5f;
+        int i;
+        if (!(t > 0.0f)) return 0;
+        if (t > 15.0f) return 15;
+        i = (int)t;
+        return (float)i < t ? i + 1 : i;
+    }
     while (lo < hi) {
         int m = (lo + hi) >> 1;
         if (y > s->mid[m]) lo = m + 1; else hi = m;
@@ -222,8 +234,10 @@ static void quantize_block8(const float *x, int n, uint8_t *out) {
     out[1] = (uint8_t)(h >> 8);
     inv = d > 0.0f ? 1.0f / d : 0.0f;
     for (i = 0; i < CISM__Q8_BLOCK; i++) {
-        float v = i < n ? x[i] * inv : 0.0f;
-        long r = lroundf(v);
+        float v = i < n ? x[i] * inv : 0.0f, a = fabsf(v);
+        long r = (long)a; /* round half away from zero, as lroundf */
+        if (a - (float)r >= 0.5f) r++;
+        if (v < 0) r = -r;
         if (r > 127) r = 127;
         if (r < -127) r = -127;
         out[2 + i] = (uint8_t)(int8_t)r;
