@@ -93,6 +93,8 @@ const cism__fmt4 *cism__fmt4_of(int32_t dtype) {
 
 /* ---- rounding helpers --------------------------------------------------------------- */
 /* Levels sorted, with their codes, and the midpoints between neighbours. */
+#define NB 1024 /* buckets of the nearest-level table */
+
 typedef struct sorted4 {
     float lv[16];
     uint8_t code[16];
@@ -100,6 +102,10 @@ typedef struct sorted4 {
     float lmax, lmin;
     int symmetric;
     int uniform; /* levels -8..7: the nearest index is computed, not searched */
+    /* other codebooks: the answer for y in bucket b = (y - lo) * inv_w is at
+       least first[b - 1] (buckets are narrower than any gap between midpoints) */
+    float lo, inv_w;
+    uint8_t first[NB];
 } sorted4;
 
 static void sort_levels(const cism__fmt4 *f, sorted4 *s) {
@@ -118,11 +124,22 @@ static void sort_levels(const cism__fmt4 *f, sorted4 *s) {
     s->uniform = 1;
     for (i = 0; i < 16; i++)
         if (s->lv[i] != (float)(i - 8)) s->uniform = 0;
+    { /* buckets over [mid[0], mid[14]] */
+        float w;
+        int b, k = 0;
+        s->lo = s->mid[0];
+        w = (s->mid[14] - s->mid[0]) / (float)(NB - 1);
+        s->inv_w = 1.0f / w;
+        for (b = 0; b < NB; b++) { /* first index whose midpoint is >= the bucket's start */
+            float start = s->lo + w * (float)b;
+            while (k < 15 && s->mid[k] < start) k++;
+            s->first[b] = (uint8_t)k;
+        }
+    }
 }
 
 /* Index (into the sorted levels) of the level nearest y. */
 static inline int nearest(const sorted4 *s, float y) {
-    int lo = 0, hi = 15; /* answer in [lo, hi] */
     if (s->uniform) { /* the count of midpoints k - 7.5 below y: ceil(y + 7.5) clamped to 0..15 */
         float t = y + 7.5f;
         int i;
@@ -131,11 +148,15 @@ static inline int nearest(const sorted4 *s, float y) {
         i = (int)t;
         return (float)i < t ? i + 1 : i;
     }
-    while (lo < hi) {
-        int m = (lo + hi) >> 1;
-        if (y > s->mid[m]) lo = m + 1; else hi = m;
+    {   /* the count of midpoints below y, starting one bucket early */
+        float t = (y - s->lo) * s->inv_w;
+        int b, k;
+        if (!(t >= 0.0f)) return y > s->mid[0] ? 1 : 0;
+        b = t >= (float)(NB - 1) ? NB - 1 : (int)t;
+        k = b > 0 ? s->first[b - 1] : 0;
+        while (k < 15 && y > s->mid[k]) k++;
+        return k;
     }
-    return lo;
 }
 
 static uint8_t e4m3_encode_abs(float a) { /* nearest non-negative E4M3 code of a >= 0, saturating */
@@ -245,7 +266,7 @@ static void quantize_block8(const float *x, int n, uint8_t *out) {
 }
 
 /* ---- rows ------------------------------------------------------------------------------ */
-static void quantize_row(int32_t dtype, const float *x, const float *imp, int64_t cols, uint8_t *out) {
+static void quantize_row(int32_t dtype, const sorted4 *s4, const float *x, const float *imp, int64_t cols, uint8_t *out) {
     const cism__fmt4 *f = cism__fmt4_of(dtype);
     int64_t c;
     if (dtype == CISM_DTYPE_F32) { memcpy(out, x, (size_t)cols * 4); return; }
@@ -263,10 +284,8 @@ static void quantize_row(int32_t dtype, const float *x, const float *imp, int64_
         return;
     }
     {
-        sorted4 s;
-        sort_levels(f, &s);
         for (c = 0; c < cols; c += f->block, out += f->block_bytes)
-            quantize_block4(f, &s, x + c, imp ? imp + c : NULL, (int)(cols - c < f->block ? cols - c : f->block), out);
+            quantize_block4(f, s4, x + c, imp ? imp + c : NULL, (int)(cols - c < f->block ? cols - c : f->block), out);
     }
 }
 
@@ -318,13 +337,14 @@ typedef struct qjob {
     int64_t n_rows, cols;
     uint8_t *dst;
     uint64_t row_bytes;
+    sorted4 s4;
 } qjob;
 
 static void quantize_worker(void *arg, int ith, int nth) {
     qjob *j = (qjob *)arg;
     int64_t r0, r1, r;
     cism__split(j->n_rows, ith, nth, 1, &r0, &r1);
-    for (r = r0; r < r1; r++) quantize_row(j->dtype, j->src + r * j->cols, j->imp, j->cols, j->dst + (uint64_t)r * j->row_bytes);
+    for (r = r0; r < r1; r++) quantize_row(j->dtype, &j->s4, j->src + r * j->cols, j->imp, j->cols, j->dst + (uint64_t)r * j->row_bytes);
 }
 
 cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const float *importance,
@@ -361,6 +381,7 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
     }
     job.dtype = dtype; job.src = src; job.imp = importance; job.n_rows = n_rows; job.cols = cols;
     job.dst = (uint8_t *)dst; job.row_bytes = row_bytes;
+    if (cism__fmt4_of(dtype)) sort_levels(cism__fmt4_of(dtype), &job.s4);
     if (n_threads == 0) n_threads = 1;
     if (n_threads > 64) n_threads = 64;
     if (n_threads > 1 && n_rows >= 2 * n_threads && n_rows * cols >= 65536) {
