@@ -26,6 +26,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bindings_py"))
+_built = os.path.join(ROOT, "build", "release", "libcism", "libcism.so")
+if os.path.exists(_built):
+    os.environ.setdefault("CISM_LIB", _built)  # a source checkout: use its build
 from cism import format as fmt  # noqa: E402
 from cism.convert import convert, expected_tensors, hparams_from_config  # noqa: E402
 from cism.ppl import METHODS, perplexity  # noqa: E402

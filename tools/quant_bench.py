@@ -16,6 +16,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bindings_py"))
+_built = os.path.join(ROOT, "build", "release", "libcism", "libcism.so")
+if os.path.exists(_built):
+    os.environ.setdefault("CISM_LIB", _built)  # a source checkout: use its build
 from cism.quant import QUANT_DTYPES, quantize  # noqa: E402
 
 DIM, FFN, KV, VOCAB, LAYERS = 2048, 8192, 512, 128256, 16

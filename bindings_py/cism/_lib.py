@@ -48,11 +48,13 @@ PARAM_USE_MMAP = 3
 PARAM_N_BATCH = 4
 PARAM_LOGITS_ALL = 5
 PARAM_CHECK_WEIGHTS = 6
+PARAM_ACT_QUANT = 7
 PARAM_KERNEL_TIER = 8
 # cism_kernel_tier
 TIER_AUTO, TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_NEON, TIER_NEON_DOTPROD, TIER_NEON_I8MM = range(7)
 # cism_dtype
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7
 # cism_model_info
 INFO_VOCAB_SIZE = 0
 INFO_DIM = 1
@@ -207,6 +209,17 @@ _fn("cism_measure_read_bandwidth", c_int32, c_int32, c_int64, POINTER(c_double))
 # ---- data types ----------------------------------------------------------------
 # const char *cism_dtype_name(cism_dtype dtype);
 _fn("cism_dtype_name", c_char_p, c_int32)
+# int32_t cism_dtype_block_size(cism_dtype dtype);
+_fn("cism_dtype_block_size", c_int32, c_int32)
+# int64_t cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
+_fn("cism_dtype_row_bytes", c_int64, c_int32, c_int64)
+# cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
+#                           const float *importance, void *dst, int64_t dst_capacity,
+#                           int64_t *dst_size, int32_t n_threads);
+_fn("cism_quantize", c_int32, c_int32, POINTER(c_float), c_int64, c_int64, POINTER(c_float), c_void_p, c_int64,
+    POINTER(c_int64), c_int32)
+# cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst);
+_fn("cism_dequantize", c_int32, c_int32, c_void_p, c_int64, c_int64, POINTER(c_float))
 
 # ---- models --------------------------------------------------------------------
 # cism_status cism_model_load(const char *path, const cism_params *params, cism_model **out);

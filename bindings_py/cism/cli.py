@@ -1,10 +1,11 @@
-"""The `cism` command line: convert, generate, chat, info, bench.
+"""The `cism` command line: convert, generate, chat, info, bench, ppl.
 
-    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16] [--tokenizer tok.bin] [--force]
+    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE] [--tokenizer tok.bin] [--force]
     cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
     cism chat -m MODEL.cism
     cism info [-m MODEL.cism]
     cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
+    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant]
 
 Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
 """
@@ -47,7 +48,7 @@ def _sampling(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
     rep = convert(args.src, args.output, dtype=args.dtype, tokenizer=args.tokenizer, overwrite=args.force,
-                  progress=None if args.quiet else _progress())
+                  progress=None if args.quiet else _progress(), quant=args.quant)
     from .model import Model
     with Model(rep.path) as m:  # the C loader checks what was written
         arch = m.architecture
@@ -55,6 +56,29 @@ def cmd_convert(args: argparse.Namespace) -> int:
     print(f"wrote {rep.path}: {arch}, {rep.n_params / 1e6:.2f}M parameters, {rep.bytes_written / 1e6:.1f} MB "
           f"({rep.bits_per_weight():.1f} bits/weight), {rep.seconds:.1f} s"
           + ("" if has_tok else "; no tokenizer (text input needs --tokenizer for llama2.c files)"), file=sys.stderr)
+    if rep.quant:
+        from .quant import recipe
+        counts = {}
+        for dt in rep.tensors.values():
+            counts[dt] = counts.get(dt, 0) + 1
+        print(f"quantization recipe {rep.quant} ({recipe(rep.quant).description}): "
+              f"{rep.bits_per_weight():.3f} bits/weight counting every byte of tensor data; tensors: "
+              + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=sys.stderr)
+        for note in rep.notes:
+            print("  " + note, file=sys.stderr)
+    return 0
+
+
+# ---- ppl -----------------------------------------------------------------------
+def cmd_ppl(args: argparse.Namespace) -> int:
+    from .ppl import perplexity
+    with open(args.file, encoding="utf-8") as f:
+        text = f.read()
+    r = perplexity(args.model, text=text, ctx=args.ctx, method=args.method, n_threads=args.threads,
+                   act_quant=args.act_quant, max_windows=args.max_windows)
+    print(r.describe())
+    print(f"PPL {r.ppl:.4f}")
+    print(f"({r.seconds:.1f} s)", file=sys.stderr)
     return 0
 
 
@@ -255,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, help="the .cism file to write (never overwritten without --force)")
     c.add_argument("--dtype", default="auto", choices=["auto", "f32", "f16", "bf16"],
                    help="weight type (default auto: the checkpoint's own; f32 for llama2.c)")
+    from .quant import RECIPES
+    c.add_argument("--quant", choices=list(RECIPES), metavar="RECIPE",
+                   help="quantize the weight matrices: " + "; ".join(f"{r.name}: {r.description}" for r in RECIPES.values()))
     c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -289,6 +316,18 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_arguments
     add_arguments(b)
     b.set_defaults(func=cmd_bench)
+
+    from .ppl import METHODS
+    pp = sub.add_parser("ppl", parents=[common], help="perplexity of a model on a text file (teacher-forced NLL)")
+    pp.add_argument("-m", "--model", required=True, help="a .cism model file")
+    pp.add_argument("-f", "--file", required=True, help="a UTF-8 text file")
+    pp.add_argument("--ctx", type=int, default=0, help="window length in tokens (default: the model's context length)")
+    pp.add_argument("--method", choices=sorted(METHODS), default="full",
+                    help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
+    pp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
+    pp.add_argument("--act-quant", action="store_true", help="int8 activations with integer dot products (packed weights)")
+    pp.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = the whole text)")
+    pp.set_defaults(func=cmd_ppl)
     return p
 
 

@@ -282,7 +282,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
             from . import quant as q
             nbytes = shape[0] * q.row_bytes(dt, shape[1])
             note = q.padding_note(name, dt, shape[1])
-            if note:
+            if note and note not in report.notes:
                 report.notes.append(note)
         w.add(name, dt, shape, nbytes)
         report.tensors[name] = fmt.DTYPE_NAMES[dt]

@@ -15,6 +15,7 @@ KEYS: Dict[str, int] = {
     "n_batch": _lib.PARAM_N_BATCH,
     "logits_all": _lib.PARAM_LOGITS_ALL,
     "check_weights": _lib.PARAM_CHECK_WEIGHTS,
+    "act_quant": _lib.PARAM_ACT_QUANT,
     "kernel_tier": _lib.PARAM_KERNEL_TIER,
 }
 TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,

@@ -2,24 +2,21 @@
 
 The packing itself is done by libcism (`cism_quantize`), the one
 implementation of every format; this module picks a format per tensor
-(a *recipe*) and reports what the result costs.
-
-    python -m cism.quant SRC OUT.cism --quant RECIPE [--tokenizer tok.bin] [--force]
+(a *recipe*) and reports what the result costs. From the command line:
+`cism convert SRC -o OUT.cism --quant RECIPE`.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
-import sys
+import os
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import _native as N
 from . import format as fmt
 
-DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7
+DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7  # cism.h's cism_dtype values
 QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S}
 for _n, _v in QUANT_DTYPES.items():
     fmt.DTYPE_NAMES.setdefault(_v, _n)
@@ -30,7 +27,8 @@ def row_bytes(dtype: int, cols: int) -> int:
         return 4 * cols
     if dtype in (fmt.DTYPE_F16, fmt.DTYPE_BF16):
         return 2 * cols
-    n = N.lib().cism_dtype_row_bytes(dtype, cols)
+    from . import _lib
+    n = _lib.lib.cism_dtype_row_bytes(dtype, cols)
     if n <= 0:
         raise ValueError(f"dtype {dtype} cannot hold rows of {cols}")
     return int(n)
@@ -39,11 +37,15 @@ def row_bytes(dtype: int, cols: int) -> int:
 def block_size(dtype: int) -> int:
     if dtype in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
         return 1
-    return int(N.lib().cism_dtype_block_size(dtype))
+    from . import _lib
+    return int(_lib.lib.cism_dtype_block_size(dtype))
 
 
 def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = None, n_threads: int = 0) -> np.ndarray:
-    """Packed rows (uint8, shape [rows, row_bytes]) of a 2-D float array."""
+    """Packed rows (uint8, shape [rows, row_bytes]) of a 2-D float array.
+    n_threads 0 = the machine's cores (at most 8); the bytes do not depend on it."""
+    from . import _lib
+    from .errors import check
     a = np.ascontiguousarray(arr, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError("quantize: need a 2-D array")
@@ -57,19 +59,21 @@ def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = Non
         if imp.shape != (cols,):
             raise ValueError(f"importance must have {cols} values")
     if n_threads <= 0:
-        import os
         n_threads = min(os.cpu_count() or 1, 8)
-    N.check(N.lib().cism_quantize(dtype, a.ctypes.data, rows, cols,
-                                  imp.ctypes.data if imp is not None else None,
-                                  out.ctypes.data, out.nbytes, ctypes.byref(size), n_threads))
+    fp = ctypes.POINTER(ctypes.c_float)
+    check(_lib.lib.cism_quantize(dtype, a.ctypes.data_as(fp), rows, cols,
+                                 imp.ctypes.data_as(fp) if imp is not None else None,
+                                 out.ctypes.data, out.nbytes, ctypes.byref(size), n_threads))
     return out
 
 
 def dequantize(packed: np.ndarray, dtype: int, cols: int) -> np.ndarray:
+    from . import _lib
+    from .errors import check
     p = np.ascontiguousarray(packed, dtype=np.uint8)
     rows = p.size // row_bytes(dtype, cols)
     out = np.empty((rows, cols), dtype=np.float32)
-    N.check(N.lib().cism_dequantize(dtype, p.ctypes.data, rows, cols, out.ctypes.data))
+    check(_lib.lib.cism_dequantize(dtype, p.ctypes.data, rows, cols, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
     return out
 
 
@@ -113,6 +117,10 @@ def recipe(name: str) -> Recipe:
 
 
 def padding_note(name: str, dtype: int, cols: int) -> Optional[str]:
+    """What the converter reports for a matrix whose rows are not whole blocks
+    (one line for all layers' tensors of that name)."""
+    import re
+    name = re.sub(r"^blk\.\d+\.", "blk.*.", name)
     b = block_size(dtype)
     if b > 1 and cols % b:
         stored = (cols + b - 1) // b * b
@@ -120,21 +128,3 @@ def padding_note(name: str, dtype: int, cols: int) -> Optional[str]:
                 f"the last block of each row is padded with zeros ({stored} stored, "
                 f"{8 * row_bytes(dtype, cols) / cols:.2f} bits/weight for this tensor)")
     return None
-
-
-def main(argv=None) -> int:
-    from .convert import convert
-    ap = argparse.ArgumentParser(prog="cism convert --quant", description="convert a checkpoint to a quantized .cism")
-    ap.add_argument("src")
-    ap.add_argument("out")
-    ap.add_argument("--quant", required=True, choices=sorted(RECIPES))
-    ap.add_argument("--tokenizer")
-    ap.add_argument("--force", action="store_true")
-    a = ap.parse_args(argv)
-    rep = convert(a.src, a.out, quant=a.quant, tokenizer=a.tokenizer, overwrite=a.force)
-    print(rep.summary())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,28 +1,17 @@
 """Quantized conversion through the Python converter (which packs through
 libcism's cism_quantize), the file round trip, the perplexity tool against
 transformers, and generation from a quantized model."""
-import ctypes
 import os
 
 import numpy as np
 import pytest
 
-from cism import _native as N
 from cism import format as fmt
 from cism import quant as q
 from cism.convert import convert
+from cism.errors import CismError
+from cism.model import Model
 from cism.ppl import perplexity, tokenize
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS = os.path.join(ROOT, "..", "shared", "models")
-TEXT = os.path.join(MODELS, "eval", "tinystories_valid_excerpt.txt")
-
-
-def need_shared():
-    if not os.path.isdir(MODELS):
-        if os.environ.get("CISM_REQUIRE_SHARED") == "1":
-            pytest.fail(f"{MODELS} is required (CISM_REQUIRE_SHARED=1)")
-        pytest.skip("shared models absent")
 
 
 def test_quantize_roundtrip_all_formats():
@@ -40,14 +29,14 @@ def test_quantize_roundtrip_all_formats():
 def test_quantize_refuses_bad_input():
     w = np.zeros((2, 32), np.float32)
     w[1, 3] = np.nan
-    with pytest.raises(N.CismError, match="not finite"):
+    with pytest.raises(CismError, match="not finite"):
         q.quantize(w, q.DTYPE_Q4S)
     with pytest.raises(ValueError, match="unknown quantization recipe"):
         q.recipe("q3")
 
 
-def test_convert_recipes_file_roundtrip(tmp_path):
-    need_shared()
+def test_convert_recipes_file_roundtrip(tmp_path, shared_models):
+    MODELS = shared_models
     src = os.path.join(MODELS, "stories260K-hf")
     f32 = str(tmp_path / "f32.cism")
     convert(src, f32, progress=None)
@@ -72,10 +61,11 @@ def test_convert_recipes_file_roundtrip(tmp_path):
             convert(src, out, quant=recipe, progress=None)
 
 
-def test_ppl_matches_transformers(tmp_path):
+def test_ppl_matches_transformers(tmp_path, shared_models):
+    MODELS = shared_models
+    TEXT = os.path.join(MODELS, "eval", "tinystories_valid_excerpt.txt")
     """Method 'full' on the first windows of the text, against the same
     computation in transformers (fp32, eager): within 0.1% PPL."""
-    need_shared()
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     src = os.path.join(MODELS, "stories260K-hf")
@@ -103,26 +93,19 @@ def test_ppl_matches_transformers(tmp_path):
 
 
 def _greedy(path, n):
-    L = N.lib()
-    m, s = ctypes.c_void_p(), ctypes.c_void_p()
-    N.check(L.cism_model_load(path.encode(), None, ctypes.byref(m)))
-    N.check(L.cism_session_create(m, None, ctypes.byref(s)))
+    from cism.session import Session
     out, tok = [], 1
-    lp, nv = ctypes.POINTER(ctypes.c_float)(), ctypes.c_int32()
-    try:
+    with Model(path) as m, Session(m) as s:
         for _ in range(n):
-            N.check(L.cism_session_eval(s, (ctypes.c_int32 * 1)(tok), 1))
-            N.check(L.cism_session_logits(s, -1, ctypes.byref(lp), ctypes.byref(nv)))
-            tok = int(np.argmax(np.ctypeslib.as_array(lp, shape=(nv.value,))))
+            s.eval([tok])
+            tok = int(np.argmax(s.logits()))
             out.append(tok)
-    finally:
-        L.cism_session_free(s)
-        L.cism_model_free(m)
     return out
 
 
-def test_quantized_ppl_and_generation(tmp_path):
-    need_shared()
+def test_quantized_ppl_and_generation(tmp_path, shared_models):
+    MODELS = shared_models
+    TEXT = os.path.join(MODELS, "eval", "tinystories_valid_excerpt.txt")
     from tokenizers import Tokenizer
     src = os.path.join(MODELS, "stories260K-hf")
     tok = Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
@@ -139,3 +122,22 @@ def test_quantized_ppl_and_generation(tmp_path):
     assert gen["q8"][:8] == gen[None][:8]
     story = tok.decode(gen["4bit"])
     assert len(story.split()) >= 4 and sum(c.isalpha() for c in story) > len(story) / 2, story
+
+
+def test_cli_convert_quant_ppl_generate(tmp_path, shared_models, run_cli):
+    src = os.path.join(shared_models, "stories260K-hf")
+    text = os.path.join(shared_models, "eval", "tinystories_valid_excerpt.txt")
+    out = str(tmp_path / "s.4bit.cism")
+    p = run_cli("convert", src, "-o", out, "--quant", "4bit", "-q")
+    assert "bits/weight" in p.stderr and "recipe 4bit" in p.stderr and "q4s" in p.stderr
+    assert "blk.*.ffn_down: 172 columns" in p.stderr  # the padded matrix is named
+    p = run_cli("ppl", "-m", out, "-f", text, "--ctx", "256", "--method", "half", "--max-windows", "2", "-t", "1")
+    assert "method half" in p.stdout and "second half of each window scored" in p.stdout
+    ppl = float(p.stdout.strip().split("PPL ")[-1])
+    assert 1.5 < ppl < 10
+    p = run_cli("ppl", "-m", out, "-f", text, "--max-windows", "1", "--act-quant", "-t", "1")
+    assert "method full" in p.stdout
+    p = run_cli("generate", "-m", out, "-p", "Once upon a time", "-n", "16", "--seed", "1")
+    assert p.stdout.startswith("Once upon a time") and len(p.stdout.split()) > 6
+    p = run_cli("convert", src, "-o", str(tmp_path / "x.cism"), "--quant", "q3", check=False)
+    assert p.returncode != 0
