@@ -150,7 +150,7 @@ def gguf_info(path: str):
 def ppl_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):
     import llama_cpp
     m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
-                        n_threads=2, n_threads_batch=2)
+                        n_threads=1, n_threads_batch=1)  # one thread: no spinning barriers on a shared machine
     stream = np.concatenate([[bos], np.asarray(toks)]).astype(np.int64)
     first = ctx // 2
     nll, n = 0.0, 0
