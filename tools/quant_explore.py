@@ -82,7 +82,7 @@ def nearest(levels, y):
     return np.searchsorted(th, y)
 
 
-def fake_quant_blocks(x, levels, scale_enc, search=True, min_offset=False):
+def fake_quant_blocks(x, levels, scale_enc, search=True, min_offset=False, weight=None):
     """x: [n_blocks, B] -> dequantized. Scale search: candidates map the block's
     largest-magnitude element to various points of the codebook's range; the
     least-squares scale of each candidate assignment is kept if it lowers the
@@ -105,16 +105,17 @@ def fake_quant_blocks(x, levels, scale_enc, search=True, min_offset=False):
             cands.append(xm / (tgt * f))
     best_err = np.full(nb, np.inf)
     best_d = np.ones(nb)
+    W = np.ones_like(x) if weight is None else weight
     for s in cands:
         s = np.where(s == 0, 1e-30, s)
         q = levels[nearest(levels, x / s[:, None])]
         if search:
-            num = (x * q).sum(1)
-            den = (q * q).sum(1)
+            num = (W * x * q).sum(1)
+            den = (W * q * q).sum(1)
             d = np.where(den > 0, num / np.maximum(den, 1e-30), s)
         else:
             d = s
-        err = ((x - d[:, None] * q) ** 2).sum(1)
+        err = (W * (x - d[:, None] * q) ** 2).sum(1)
         better = err < best_err
         best_err = np.where(better, err, best_err)
         best_d = np.where(better, d, best_d)
@@ -125,12 +126,22 @@ def fake_quant_blocks(x, levels, scale_enc, search=True, min_offset=False):
     return dq[:, None] * q
 
 
+WEIGHTING = None
+
+
 def fake_quant_matrix(w, spec):
     block, levels, scale, search, minoff = spec
     rows, cols = w.shape
     pad = (-cols) % block
-    x = np.pad(w.astype(np.float64), ((0, 0), (0, pad))).reshape(-1, block)
-    y = fake_quant_blocks(x, levels, SCALES[scale], search, minoff)
+    xr = np.pad(w.astype(np.float64), ((0, 0), (0, pad)))
+    x = xr.reshape(-1, block)
+    W = None
+    if WEIGHTING:
+        s2 = (xr ** 2).sum(1, keepdims=True) / cols
+        full = {"x2": xr ** 2 + 1e-12, "sqrt": np.sqrt(2 * s2 + xr ** 2),
+                "x2s": xr ** 2 + s2}[WEIGHTING]
+        W = np.broadcast_to(full, xr.shape).reshape(-1, block)
+    y = fake_quant_blocks(x, levels, SCALES[scale], search, minoff, W)
     return y.reshape(rows, cols + pad)[:, :cols].astype(np.float32)
 
 
@@ -164,7 +175,10 @@ def main():
     ap.add_argument("--windows", type=int, default=0)
     ap.add_argument("--models", default="stories260K-hf,babyllama-tok105-hf")
     ap.add_argument("--only", default="")
+    ap.add_argument("--weighting", default="", help="x2, sqrt or x2s: error weights of the scale search")
     a = ap.parse_args()
+    global WEIGHTING
+    WEIGHTING = a.weighting or None
     shared = os.path.join(ROOT, "..", "shared", "models")
     text = open(os.path.join(shared, "eval", "tinystories_valid_excerpt.txt"), encoding="utf-8").read()
     os.makedirs(a.out, exist_ok=True)
