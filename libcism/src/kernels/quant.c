@@ -172,48 +172,99 @@ static uint8_t e4m3_encode_abs(float a) { /* nearest non-negative E4M3 code of a
 
 /* Squared error of x against d * levels with nearest rounding; codes out (sorted indices). */
 static double assign_error(const sorted4 *s, const float *x, const float *w, int n, float d, int *idx) {
-    double err = 0;
+    float inv = d != 0.0f ? 1.0f / d : 0.0f, e4[4] = {0, 0, 0, 0};
     int i;
-    float inv = d != 0.0f ? 1.0f / d : 0.0f;
-    for (i = 0; i < n; i++) {
-        int k = nearest(s, x[i] * inv);
-        double e = (double)x[i] - (double)d * s->lv[k];
-        idx[i] = k;
-        err += (w ? w[i] : 1.0) * e * e;
+    if (s->uniform) {
+        for (i = 0; i < n; i++) { /* as nearest(): ceil(y + 7.5) clamped to 0..15 */
+            float t = x[i] * inv + 7.5f, kf;
+            t = t > 0.0f ? t : 0.0f;
+            t = t < 15.0f ? t : 15.0f;
+            kf = (float)(int)t;
+            idx[i] = (int)(kf + (kf < t ? 1.0f : 0.0f));
+        }
+    } else {
+        for (i = 0; i < n; i++) idx[i] = nearest(s, x[i] * inv);
     }
-    return err;
+    for (i = 0; i < n; i++) {
+        float e = x[i] - d * s->lv[idx[i]];
+        e4[i & 3] += (w ? w[i] : 1.0f) * e * e;
+    }
+    return (double)((e4[0] + e4[2]) + (e4[1] + e4[3]));
 }
 
-#define N_FRACS 13
+#define N_FRACS 5 /* coarse candidates per end of the codebook */
+
+/* Scores one candidate (weights onto levels at y = x * inv): keeps the
+   least-squares scale of the assignment if it lowers the weighted error.
+   Whole blocks (padding has weight 0) so the loops vectorize; four partial
+   sums in a fixed order. */
+static inline int try_scale(const sorted4 *s, const float *xs, const float *wx, const float *ww, int B, float inv,
+                     double *best, float *best_d) {
+    float lv[32], a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+    double sxl, sll;
+    int i, j, l;
+    if (s->uniform) {
+        for (i = 0; i < B; i++) { /* nearest of -8..7, ties down: ceil(y + 7.5) - 8, clamped */
+            float t = xs[i] * inv + 7.5f, kf;
+            t = t > 0.0f ? t : 0.0f;
+            t = t < 15.0f ? t : 15.0f;
+            kf = (float)(int)t;
+            kf += kf < t ? 1.0f : 0.0f;
+            lv[i] = kf - 8.0f;
+        }
+    } else {
+        for (i = 0; i < B; i++) lv[i] = s->lv[nearest(s, xs[i] * inv)];
+    }
+    for (j = 0; j < B; j += 4)
+        for (l = 0; l < 4; l++) {
+            a[l] += wx[j + l] * lv[j + l];
+            b[l] += ww[j + l] * lv[j + l] * lv[j + l];
+        }
+    sxl = (double)((a[0] + a[2]) + (a[1] + a[3]));
+    sll = (double)((b[0] + b[2]) + (b[1] + b[3]));
+    if (sll > 0 && sxl * sxl / sll > *best) {
+        *best = sxl * sxl / sll;
+        *best_d = (float)(sxl / sll);
+        return 1;
+    }
+    return 0;
+}
 
 /* One 4-bit block: n <= block real weights (the rest is padding), out gets block_bytes. */
 static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *x, const float *w, int n, uint8_t *out) {
     float xm = 0.0f, best_d = 0.0f, d_enc;
     double best = -1.0;
-    int idx[32], i, c, half = f->block / 2;
+    int idx[32], i, c, half = f->block / 2, B = f->block;
     uint8_t *q = out + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
     for (i = 0; i < n; i++)
         if (fabsf(x[i]) > fabsf(xm)) xm = x[i];
     if (xm != 0.0f) {
-        for (c = 0; c < N_FRACS * 2; c++) {
-            float frac = 0.80f + 0.025f * (float)(c >> 1);
-            float tgt = (c & 1) ? s->lmin : s->lmax;
-            float sc, inv;
-            double sxl = 0, sll = 0;
-            if ((c & 1) && s->symmetric) continue;
-            sc = xm / (tgt * frac);
-            inv = 1.0f / sc;
-            for (i = 0; i < n; i++) {
-                float lv = s->lv[nearest(s, x[i] * inv)];
-                double wi = w ? w[i] : 1.0;
-                sxl += wi * x[i] * lv;
-                sll += wi * lv * lv;
-            }
-            if (sll > 0 && sxl * sxl / sll > best) {
-                best = sxl * sxl / sll;
-                best_d = (float)(sxl / sll);
-            }
+        /* whole blocks (padding: x = 0 with weight 0), so the loops have a fixed
+           length the compiler vectorizes; four partial sums in a fixed order */
+        float xs[32], wx[32], ww[32], best_f = 1.0f;
+        int best_c = -1;
+        for (i = 0; i < B; i++) {
+            xs[i] = i < n ? x[i] : 0.0f;
+            ww[i] = i < n ? (w ? w[i] : 1.0f) : 0.0f;
+            wx[i] = ww[i] * xs[i];
         }
+        /* coarse: the max onto 0.80, 0.875, ..., 1.10 of either end; then +-0.0375
+           around the best */
+        /* the block length as a constant in each branch, so the loops unroll and vectorize */
+#define TRY(inv_) (B == 16 ? try_scale(s, xs, wx, ww, 16, (inv_), &best, &best_d) \
+                           : try_scale(s, xs, wx, ww, 32, (inv_), &best, &best_d))
+        for (c = 0; c < N_FRACS * 2; c++) {
+            float frac = 0.80f + 0.075f * (float)(c >> 1);
+            float tgt = (c & 1) ? s->lmin : s->lmax;
+            if ((c & 1) && s->symmetric) continue;
+            if (TRY((tgt * frac) / xm)) { best_c = c; best_f = frac; }
+        }
+        if (best_c >= 0) {
+            float tgt = (best_c & 1) ? s->lmin : s->lmax;
+            TRY((tgt * (best_f - 0.0375f)) / xm);
+            TRY((tgt * (best_f + 0.0375f)) / xm);
+        }
+#undef TRY
     }
     /* encode the scale */
     if (f->scale_kind == CISM__SCALE_F16) {
