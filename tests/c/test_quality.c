@@ -5,9 +5,9 @@
  * Bounds (set from the measurements in docs/QUALITY.md, with margin):
  *   q8 recipe              PPL within +1% of f32
  *   q8 + int8 activations  PPL within +1% of f32
- *   4bit recipe (default)  PPL within +10% of f32 (measured +6.1% on the first
- *                          24 windows, +7.7% on the first 6, see docs/QUALITY.md
- *                          for the whole text)
+ *   4bit recipe (default)  PPL within +10% of f32 (measured +6.2% on the first
+ *                          24 windows, +7.8% on the first 6; +5.1% on the whole
+ *                          text, docs/QUALITY.md)
  * Resident memory: loading a q4s model and evaluating through every weight
  * grows the process by about its file size, never by an f32 copy. */
 #include "cism.h"
