@@ -357,6 +357,8 @@ static void vs_scalar(const cism__kernels *k) {
     printf("  vs scalar, worst error / bound:");
     for (op = 0; op < N_OPS; op++) printf(" %s %.3f", g_op_names[op], g_worst[op]);
     printf("\n");
+}
+
 /* Packed weights: the kernels against dequantize-then-dot in double, for float
    activations and for int8 activation blocks (whose reference uses the
    dequantized activations, and which must stay within the activation

@@ -11,6 +11,9 @@
  *          SwiGLU, by row chunks
  *   units: down projection + residual, by row chunks
  * then begin: final norm | units: the output head by chunks of vocabulary rows.
+ * With CISM_PARAM_ACT_QUANT, each begin also quantizes the stage's matmul input
+ * (the norm output, the attention output, the SwiGLU output) once into int8
+ * blocks (s->xq) that every unit of the stage reads.
  * Every matmul in a unit takes all tokens of the chunk for its weight rows (the
  * kernels tile several tokens per weight load), so prefill streams each weight
  * row once per token block rather than once per token.
@@ -41,9 +44,34 @@ typedef struct fwd {
 
 enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
 
-static void linear_rows(const cism__kernels *k, const cism__weight *w, const float *x, int64_t ldx, float *y,
-                        int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    if (r1 > r0 && nt > 0) k->matmul[w->dtype](w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
+/* Every matmul goes through here. xq (NULL unless CISM_PARAM_ACT_QUANT) holds
+   the same nt input rows quantized (rows xq_row_bytes apart): packed weights
+   then take the integer-dot kernels. */
+static void linear_rows(const cism_session *s, const cism__weight *w, const float *x, int64_t ldx, const uint8_t *xq,
+                        float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const cism__kernels *k = s->k;
+    if (r1 <= r0 || nt <= 0) return;
+    if (xq) {
+        cism__matmul_a8_fn mq = k->matmul_a8[w->dtype] ? k->matmul_a8[w->dtype] : cism__kernels_scalar()->matmul_a8[w->dtype];
+        if (mq) {
+            mq(w->data, w->row_bytes, w->cols, xq, s->xq_row_bytes, y, ldy, nt, r0, r1);
+            return;
+        }
+    }
+    k->matmul[w->dtype](w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
+}
+
+/* The quantized copy of input row t (NULL on the float path). */
+static const uint8_t *qrow(const cism_session *s, int64_t t) {
+    return s->act_quant ? s->xq + t * s->xq_row_bytes : NULL;
+}
+
+/* Rows [t0, t1) of a stage's matmul input into s->xq (run once, in begin). */
+static void quantize_rows(cism_session *s, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
+    void (*quant)(const float *, int64_t, void *) = s->k->quantize_act ? s->k->quantize_act : cism__kernels_scalar()->quantize_act;
+    int64_t t;
+    if (!s->act_quant) return;
+    for (t = t0; t < t1; t++) quant(x + t * ld, cols, s->xq + t * s->xq_row_bytes);
 }
 
 /* Rows per work unit of a row-split stage: multiples of 16 (whole register
@@ -86,7 +114,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     float *tmp = s->tmp + (int64_t)ith * s->n_batch * hd;
     if (u < hp->n_heads) { /* query head u */
         int64_t r0 = u * hd;
-        linear_rows(k, &L->wq, xb + t_lo * dim, dim, s->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
+        linear_rows(s, &L->wq, xb + t_lo * dim, dim, qrow(s, t_lo), s->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
         for (t = t_lo; t < nt; t++) {
             float *v = s->q + t * q_rows + r0;
             int64_t i;
@@ -101,7 +129,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
         const float *bias = is_k ? L->k_bias : L->v_bias;
         cism__weight sub = *w;
         sub.data = (const uint8_t *)w->data + (uint64_t)(h * hd) * w->row_bytes;
-        linear_rows(k, &sub, xb, dim, tmp, hd, nt, 0, hd);
+        linear_rows(s, &sub, xb, dim, qrow(s, 0), tmp, hd, nt, 0, hd);
         for (t = 0; t < nt; t++) {
             float *v = tmp + t * hd;
             int64_t i;
@@ -142,7 +170,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t t_l
 static void proj_residual(fwd *f, const cism__weight *w, const float *in, int64_t ld_in, int64_t r0, int64_t r1, int64_t t_lo) {
     cism_session *s = f->s;
     int64_t dim = s->model->hp.dim, t, r;
-    linear_rows(s->k, w, in + t_lo * ld_in, ld_in, s->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
+    linear_rows(s, w, in + t_lo * ld_in, ld_in, qrow(s, t_lo), s->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
     for (t = t_lo; t < f->nt; t++)
         for (r = r0; r < r1; r++) s->x[t * dim + r] += s->ob[t * dim + r];
 }
@@ -150,8 +178,8 @@ static void proj_residual(fwd *f, const cism__weight *w, const float *in, int64_
 static void ffn_up_rows(fwd *f, const cism__layer *L, const float *xb, int64_t r0, int64_t r1, int64_t t_lo) {
     cism_session *s = f->s;
     int64_t ffn = s->model->hp.ffn_dim, dim = s->model->hp.dim, t;
-    linear_rows(s->k, &L->gate, xb + t_lo * dim, dim, s->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
-    linear_rows(s->k, &L->up, xb + t_lo * dim, dim, s->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    linear_rows(s, &L->gate, xb + t_lo * dim, dim, qrow(s, t_lo), s->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    linear_rows(s, &L->up, xb + t_lo * dim, dim, qrow(s, t_lo), s->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
     for (t = t_lo; t < f->nt; t++) s->k->silu_mul(s->hb + t * ffn + r0, s->hb2 + t * ffn + r0, r1 - r0);
 }
 
@@ -173,6 +201,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     float eps = (float)hp->norm_eps;
     if (l == hp->n_layers && kind == 0 && f->rows_out > 0) { /* final norm, output head */
         norm_rows(s->k, s->xb, s->x, m->output_norm, nt - f->rows_out, nt, dim, eps);
+        quantize_rows(s, s->xb, dim, dim, nt - f->rows_out, nt);
         return units_of(hp->vocab, f->c_voc);
     }
     if (l >= hp->n_layers) return -1;
@@ -185,14 +214,20 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
             return -1;
         }
         norm_rows(s->k, s->xb, s->x, m->layers[l].attn_norm, 0, nt, dim, eps);
+        quantize_rows(s, s->xb, dim, dim, 0, nt);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
         f->hpu = att_heads_per_unit(hp, nt - f->t_lo, cism__pool_size(s->pool));
         return units_of(nt - f->t_lo, CISM__ATT_TOKENS) * (hp->n_heads / f->hpu);
     case ST_UP:
         norm_rows(s->k, s->xb, s->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
+        quantize_rows(s, s->xb, dim, dim, f->t_lo, nt);
         return units_of(hp->ffn_dim, f->c_ffn);
-    default: /* ST_WO, ST_DOWN */
+    case ST_WO:
+        quantize_rows(s, s->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
+        return units_of(dim, f->c_dim);
+    default: /* ST_DOWN */
+        quantize_rows(s, s->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
         return units_of(dim, f->c_dim);
     }
 }
@@ -212,7 +247,7 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
     if (l == hp->n_layers) {
         int64_t t0 = f->nt - f->rows_out;
         row_range(u, f->c_voc, hp->vocab, &r0, &r1);
-        linear_rows(s->k, &m->output, s->xb + t0 * hp->dim, hp->dim, f->logits, hp->vocab, f->nt - t0, r0, r1);
+        linear_rows(s, &m->output, s->xb + t0 * hp->dim, hp->dim, qrow(s, t0), f->logits, hp->vocab, f->nt - t0, r0, r1);
         return;
     }
     switch (stage % ST_PER_LAYER) {

@@ -107,12 +107,11 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->logits = (float *)alloc_floats(hp->vocab, &failed);
-    if (s->act_quant) { /* one quantized row per token per thread, for the widest matmul input */
+    if (s->act_quant) { /* one quantized row per token, for the widest matmul input */
         int64_t widest = hp->dim > q_rows ? hp->dim : q_rows;
         if (hp->ffn_dim > widest) widest = hp->ffn_dim;
         s->xq_row_bytes = cism__act8_row_bytes(widest);
-        s->xq_stride = s->xq_row_bytes * s->n_batch;
-        s->xq = alloc_floats(((int64_t)s->nth * s->xq_stride + 3) / 4, &failed);
+        s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4, &failed);
     }
     s->logits_cap = 1;
     if (failed) {

@@ -34,8 +34,8 @@ struct cism_session {
     float *scores;   /* [nth][scores_per_thread] attention scratch */
     int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
     float *rope_cos, *rope_sin; /* [n_batch][head_dim/2] */
-    void *xq;        /* act_quant: [nth][n_batch] quantized activation rows, xq_stride bytes per thread */
-    int64_t xq_row_bytes, xq_stride;
+    uint8_t *xq;     /* act_quant: [n_batch] quantized rows of the current stage's matmul input */
+    int64_t xq_row_bytes;
 
     float *logits;   /* [logit_rows][vocab] */
     int64_t logits_cap;   /* rows allocated */
