@@ -1,7 +1,6 @@
-/* cpu.c - CPU feature detection. */
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE 1   /* getauxval */
-#endif
+/* cpu.c - CPU feature detection: CPUID/XGETBV on x86; on ARM64 getauxval
+ * (Linux, Android >= 18; declared without feature macros), sysctl (Apple) or
+ * IsProcessorFeaturePresent (Windows). */
 #include "cpu.h"
 #include "platform.h"
 
@@ -106,6 +105,17 @@ static void detect(cism__cpu *c) {
     c->dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
     c->i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
     if (sysctlbyname("machdep.cpu.brand_string", c->name, &n, NULL, 0) != 0) snprintf(c->name, sizeof(c->name), "Apple ARM64");
+}
+#elif defined(_WIN32)
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
+#define PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE 43
+#endif
+static void detect(cism__cpu *c) {
+    c->neon = 1; /* baseline of ARM64 */
+    c->dotprod = IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
+    snprintf(c->name, sizeof(c->name), "ARM64");
 }
 #else
 static void detect(cism__cpu *c) {
