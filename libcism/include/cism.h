@@ -86,7 +86,8 @@ enum {
     CISM_ERR_CANCELLED      = 9,  /* cism_session_cancel was called, or a callback asked to stop */
     CISM_ERR_STATE          = 10, /* call not valid in the handle's current state */
     CISM_ERR_EXISTS         = 11, /* output file exists and overwriting was not allowed */
-    CISM_ERR_INTERNAL       = 12  /* a bug in libcism; please report it */
+    CISM_ERR_INTERNAL       = 12, /* a bug in libcism; please report it */
+    CISM_ERR_PERMISSION     = 13  /* the OS refused: memory-lock limit, missing privilege */
 };
 /* Static, never NULL: "ok", "invalid argument", ... */
 CISM_API const char *cism_status_str(cism_status status);
@@ -108,7 +109,7 @@ CISM_API void cism_set_log_callback(cism_log_callback callback, void *user_data,
 typedef struct cism_params cism_params;
 typedef int32_t cism_param;
 enum {
-    CISM_PARAM_N_THREADS  = 0,  /* int, >= 1; 0 = default (physical cores, at most 8) */
+    CISM_PARAM_N_THREADS  = 0,  /* int, >= 1; 0 = default (cism_default_n_threads) */
     CISM_PARAM_N_CTX      = 1,  /* int, session context length in tokens; 0 = min(model, 4096) */
     CISM_PARAM_KV_TYPE    = 2,  /* int, CISM_DTYPE_F32 or CISM_DTYPE_F16 (default F16) */
     CISM_PARAM_USE_MMAP   = 3,  /* int bool, default 1; 0 reads the file into memory */
@@ -411,6 +412,49 @@ CISM_API cism_status cism_chat_apply(const cism_model *model, cism_chat_format f
                                      const char *const *contents, const size_t *content_lens,
                                      int32_t n_messages, int32_t add_generation_prompt,
                                      char *text, size_t capacity, size_t *text_len);
+
+/* ---- device: threads and memory (phones) -----------------------------------
+ * A model's weights are used in place from a read-only file mapping (unless
+ * CISM_PARAM_USE_MMAP is 0): they are never copied, cost no heap, and the OS
+ * may drop their pages under memory pressure and read them back when used.
+ * These calls let an app warm, pin and measure that memory, size a session
+ * before creating it, and give memory back when the system asks (Android
+ * onTrimMemory, iOS didReceiveMemoryWarning). The model calls are thread-safe. */
+
+/* The thread count used when CISM_PARAM_N_THREADS is 0: the CPUs outside the
+   slowest cluster on big.LITTLE / P+E designs (phones: the big cores), all
+   logical CPUs otherwise; at most 8. */
+CISM_API int32_t     cism_default_n_threads(void);
+/* 1 when the model's weights are used from a file mapping, 0 when they were
+   read into memory (CISM_PARAM_USE_MMAP = 0, or the file could not be mapped). */
+CISM_API int32_t     cism_model_is_mapped(const cism_model *model);
+/* Asks the OS to read the weights in ahead of use (madvise WILLNEED,
+   PrefetchVirtualMemory). wait != 0 also reads every page, so the weights are
+   resident when the call returns (slow on a cold file cache). */
+CISM_API cism_status cism_model_prefetch(const cism_model *model, int32_t wait);
+/* Pins the weights in RAM (mlock, VirtualLock) so they are never evicted.
+   Best effort: CISM_ERR_PERMISSION when the OS refuses (RLIMIT_MEMLOCK,
+   working-set quota; the message says which limit); nothing is then locked.
+   Unlocked by cism_model_unlock or when the model is destroyed. */
+CISM_API cism_status cism_model_lock(const cism_model *model);
+CISM_API cism_status cism_model_unlock(const cism_model *model);
+/* *resident: bytes of the weight storage (the whole file) resident in RAM now
+   (mincore, QueryWorkingSetEx), counted in whole pages. *total (may be NULL):
+   its size, CISM_INFO_FILE_BYTES. */
+CISM_API cism_status cism_model_resident_bytes(const cism_model *model, int64_t *resident, int64_t *total);
+/* Resident memory of the whole process (RSS, working set); CISM_ERR_UNSUPPORTED
+   where the OS does not tell. */
+CISM_API cism_status cism_process_resident_bytes(int64_t *bytes);
+/* Bytes a session created from model with params (may be NULL) would allocate
+   (KV cache, scratch, logits), without allocating anything. Fails as
+   cism_session_create would for invalid params. */
+CISM_API cism_status cism_session_estimate_bytes(const cism_model *model, const cism_params *params, int64_t *bytes);
+/* Bytes the session holds now (KV cache, scratch, logits); 0 for NULL. */
+CISM_API int64_t     cism_session_memory_bytes(const cism_session *session);
+/* Frees what the session can rebuild: scratch buffers, the worker threads and
+   all rows of logits but the last. The KV cache and position are kept, so the
+   conversation continues; the next eval allocates the scratch again. */
+CISM_API cism_status cism_session_trim(cism_session *session);
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,7 @@ const char *cism_status_str(cism_status status) {
     case CISM_ERR_STATE: return "invalid state";
     case CISM_ERR_EXISTS: return "file exists";
     case CISM_ERR_INTERNAL: return "internal error";
+    case CISM_ERR_PERMISSION: return "not permitted";
     default: return "unknown status";
     }
 }

@@ -21,9 +21,12 @@ void cism__params_defaults(struct cism_params *p) {
 }
 
 int cism__default_threads(void) {
-    int n = cism__cpu_count();
+    int n = cism__cpu_perf_count();
+    if (n < 1) n = cism__cpu_count();
     return n > 8 ? 8 : n;
 }
+
+int32_t cism_default_n_threads(void) { return cism__default_threads(); }
 
 cism_status cism_params_create(cism_params **out) {
     cism_params *p;

@@ -17,34 +17,163 @@ static void *alloc_floats(int64_t n, int *failed) {
     return p;
 }
 
+/* Attention scratch of one thread (forward.c works on CISM__ATT_TOKENS tokens
+   times the query heads of one KV head at a time). */
+static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
+    return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
+}
+
+/* Bytes of one int8 activation row (CISM_PARAM_ACT_QUANT): the widest matmul input. */
+static int64_t xq_row_bytes(const cism__hparams *hp) {
+    int64_t q_rows = hp->n_heads * hp->head_dim, widest = hp->dim > q_rows ? hp->dim : q_rows;
+    if (hp->ffn_dim > widest) widest = hp->ffn_dim;
+    return cism__act8_row_bytes(widest);
+}
+
+/* Floats of scratch a session needs (everything cism_session_trim frees). */
+static int64_t scratch_floats(const cism__hparams *hp, int64_t n_batch, int64_t n_ctx, int nth, int act_quant) {
+    int64_t q_rows = hp->n_heads * hp->head_dim;
+    return n_batch * hp->dim * 3 + n_batch * q_rows * 2 + n_batch * hp->ffn_dim * 2 +
+           (int64_t)nth * n_batch * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
+           n_batch * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_batch + 3) / 4 : 0);
+}
+
+static void scratch_free(cism_session *s) {
+    free(s->x); free(s->xb); free(s->q); free(s->att); free(s->ob); free(s->hb); free(s->hb2);
+    free(s->tmp); free(s->scores); free(s->rope_cos); free(s->rope_sin); free(s->xq);
+    s->x = s->xb = s->q = s->att = s->ob = s->hb = s->hb2 = s->tmp = s->scores = s->rope_cos = s->rope_sin = NULL;
+    s->xq = NULL;
+}
+
+/* Allocates the scratch buffers and starts the worker threads if they are
+   missing (after cism_session_trim). */
+static cism_status scratch_ensure(cism_session *s) {
+    const cism__hparams *hp = &s->model->hp;
+    int64_t q_rows = hp->n_heads * hp->head_dim;
+    int failed = 0;
+    if (!s->x) {
+        s->x = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
+        s->xb = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
+        s->q = (float *)alloc_floats(s->n_batch * q_rows, &failed);
+        s->att = (float *)alloc_floats(s->n_batch * q_rows, &failed);
+        s->ob = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
+        s->hb = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
+        s->hb2 = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
+        s->tmp = (float *)alloc_floats((int64_t)s->nth * s->n_batch * hp->head_dim, &failed);
+        s->scores_per_thread = scores_per_thread(hp, s->n_ctx);
+        s->scores = (float *)alloc_floats((int64_t)s->nth * s->scores_per_thread, &failed);
+        s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
+        s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
+        if (s->act_quant) { /* one quantized row per token, for the widest matmul input */
+            s->xq_row_bytes = xq_row_bytes(hp);
+            s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4, &failed);
+        }
+        if (failed) {
+            scratch_free(s);
+            return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the session's scratch buffers (%.1f MiB)",
+                              (double)scratch_floats(hp, s->n_batch, s->n_ctx, s->nth, s->act_quant) * 4.0 / 1048576.0);
+        }
+    }
+    if (!s->pool) {
+        s->pool = cism__pool_create(s->nth);
+        if (!s->pool) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot start %d threads", s->nth);
+    }
+    return CISM_OK;
+}
+
 void cism_session_free(cism_session *s) {
     if (!s) return;
     cism__pool_free(s->pool);
     free(s->k_cache);
     free(s->v_cache);
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->att);
-    free(s->ob);
-    free(s->hb);
-    free(s->hb2);
-    free(s->tmp);
-    free(s->scores);
-    free(s->rope_cos);
-    free(s->rope_sin);
-    free(s->xq);
+    scratch_free(s);
     free(s->logits);
     cism__model_release(s->model);
     free(s);
 }
 
-cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out) {
+/* The session shape params ask for, checked against the model. */
+typedef struct shape { int64_t n_ctx, n_batch, kv_elem, kv_elems; int nth, act_quant; } shape;
+
+static cism_status resolve_shape(const cism_model *model, const cism_params *params, shape *sh) {
     struct cism_params defaults;
+    const cism__hparams *hp = &model->hp;
+    memset(sh, 0, sizeof(*sh));
+    if (!params) {
+        cism__params_defaults(&defaults);
+        params = &defaults;
+    }
+    sh->n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->ctx_len < DEFAULT_CTX ? hp->ctx_len : DEFAULT_CTX);
+    if (sh->n_ctx > hp->ctx_len)
+        return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions",
+                          (long long)sh->n_ctx, (long long)hp->ctx_len);
+    if (hp->sliding_window > 0 && sh->n_ctx > hp->sliding_window)
+        return cism__fail(CISM_ERR_UNSUPPORTED,
+                          "this model uses sliding-window attention (window %lld), which is not implemented; "
+                          "use a context length of at most %lld", (long long)hp->sliding_window, (long long)hp->sliding_window);
+    sh->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
+    sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
+    sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;
+    sh->act_quant = params->act_quant != 0;
+    sh->kv_elems = sh->n_ctx * hp->head_dim * hp->n_kv_heads * hp->n_layers;
+    return CISM_OK;
+}
+
+static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
+    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4;
+    if (with_scratch) b += scratch_floats(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant) * 4;
+    return b;
+}
+
+cism_status cism_session_estimate_bytes(const cism_model *model, const cism_params *params, int64_t *bytes) {
+    shape sh;
+    cism_status st;
+    cism__clear_error();
+    if (!model || !bytes) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_estimate_bytes: NULL argument");
+    if ((st = resolve_shape(model, params, &sh)) != CISM_OK) return st;
+    *bytes = shape_bytes(&model->hp, &sh, 1, 1);
+    return CISM_OK;
+}
+
+int64_t cism_session_memory_bytes(const cism_session *s) {
+    shape sh;
+    if (!s) return 0;
+    sh.n_ctx = s->n_ctx;
+    sh.n_batch = s->n_batch;
+    sh.nth = s->nth;
+    sh.kv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
+    sh.kv_elems = (int64_t)s->kv_layer_stride * s->model->hp.n_layers;
+    sh.act_quant = s->act_quant;
+    return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->x != NULL);
+}
+
+cism_status cism_session_trim(cism_session *s) {
+    int64_t vocab;
+    cism__clear_error();
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_trim: session is NULL");
+    scratch_free(s);
+    cism__pool_free(s->pool);
+    s->pool = NULL;
+    vocab = s->model->hp.vocab;
+    if (s->logits_cap > 1) {
+        float *p;
+        if (s->logit_rows > 1)
+            memmove(s->logits, s->logits + (int64_t)(s->logit_rows - 1) * vocab, (size_t)vocab * sizeof(float));
+        p = (float *)realloc(s->logits, (size_t)vocab * sizeof(float));
+        if (p) s->logits = p; /* a failed shrink keeps the larger block */
+        s->logits_cap = p ? 1 : s->logits_cap;
+        if (s->logit_rows > 1) s->logit_rows = 1;
+    }
+    return CISM_OK;
+}
+
+cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out) {
     const cism__hparams *hp;
     cism_session *s;
+    struct cism_params defaults;
+    shape sh;
     int failed = 0;
-    int64_t n_ctx, q_rows, kv_elems, elem;
+    cism_status st;
     cism__clear_error();
     if (!out) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_create: out is NULL");
     *out = NULL;
@@ -53,75 +182,46 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
         cism__params_defaults(&defaults);
         params = &defaults;
     }
+    if ((st = resolve_shape(model, params, &sh)) != CISM_OK) return st;
     hp = &model->hp;
     if (!cism__kernels_tier((int32_t)params->kernel_tier))
         return cism__fail(CISM_ERR_UNSUPPORTED, "kernel tier %s cannot run on this CPU (or is not compiled into this build)",
                           cism_kernel_tier_name((cism_kernel_tier)params->kernel_tier));
-    n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->ctx_len < DEFAULT_CTX ? hp->ctx_len : DEFAULT_CTX);
-    if (n_ctx > hp->ctx_len)
-        return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions",
-                          (long long)n_ctx, (long long)hp->ctx_len);
-    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window)
-        return cism__fail(CISM_ERR_UNSUPPORTED,
-                          "this model uses sliding-window attention (window %lld), which is not implemented; "
-                          "use a context length of at most %lld", (long long)hp->sliding_window, (long long)hp->sliding_window);
     s = (cism_session *)calloc(1, sizeof(*s));
     if (!s) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory");
     cism__model_retain(model);
     s->model = model;
     s->k = cism__kernels_tier((int32_t)params->kernel_tier);
-    s->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
-    s->n_ctx = n_ctx;
-    s->n_batch = params->n_batch < n_ctx ? params->n_batch : n_ctx;
+    s->nth = sh.nth;
+    s->n_ctx = sh.n_ctx;
+    s->n_batch = sh.n_batch;
     s->kv_type = (int32_t)params->kv_type;
     s->logits_all = (int)params->logits_all;
     s->act_quant = (int)params->act_quant;
 
-    q_rows = hp->n_heads * hp->head_dim;
-    elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
-    s->kv_head_stride = (uint64_t)n_ctx * (uint64_t)hp->head_dim;
+    s->kv_head_stride = (uint64_t)sh.n_ctx * (uint64_t)hp->head_dim;
     s->kv_layer_stride = s->kv_head_stride * (uint64_t)hp->n_kv_heads;
-    kv_elems = (int64_t)s->kv_layer_stride * hp->n_layers;
-    if ((uint64_t)kv_elems > (uint64_t)SIZE_MAX / (uint64_t)elem) failed = 1;
+    if ((uint64_t)sh.kv_elems > (uint64_t)SIZE_MAX / (uint64_t)sh.kv_elem) failed = 1;
     if (!failed) {
-        s->k_cache = malloc((size_t)(kv_elems * elem));
-        s->v_cache = malloc((size_t)(kv_elems * elem));
+        s->k_cache = malloc((size_t)(sh.kv_elems * sh.kv_elem));
+        s->v_cache = malloc((size_t)(sh.kv_elems * sh.kv_elem));
         if (!s->k_cache || !s->v_cache) failed = 1;
     }
     if (failed) {
-        double mb = 2.0 * (double)kv_elems * (double)elem / 1048576.0;
+        double mb = 2.0 * (double)sh.kv_elems * (double)sh.kv_elem / 1048576.0;
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (%.1f MiB for %lld positions); use a smaller context length",
-                          mb, (long long)n_ctx);
+                          mb, (long long)sh.n_ctx);
     }
-    s->x = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-    s->xb = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-    s->q = (float *)alloc_floats(s->n_batch * q_rows, &failed);
-    s->att = (float *)alloc_floats(s->n_batch * q_rows, &failed);
-    s->ob = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-    s->hb = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
-    s->hb2 = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
-    s->tmp = (float *)alloc_floats((int64_t)s->nth * s->n_batch * hp->head_dim, &failed);
-    s->scores_per_thread = CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
-    s->scores = (float *)alloc_floats((int64_t)s->nth * s->scores_per_thread, &failed);
-    s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
-    s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
     s->logits = (float *)alloc_floats(hp->vocab, &failed);
-    if (s->act_quant) { /* one quantized row per token, for the widest matmul input */
-        int64_t widest = hp->dim > q_rows ? hp->dim : q_rows;
-        if (hp->ffn_dim > widest) widest = hp->ffn_dim;
-        s->xq_row_bytes = cism__act8_row_bytes(widest);
-        s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4, &failed);
-    }
     s->logits_cap = 1;
     if (failed) {
         cism_session_free(s);
-        return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory for scratch buffers");
+        return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory for logits");
     }
-    s->pool = cism__pool_create(s->nth);
-    if (!s->pool) {
+    if ((st = scratch_ensure(s)) != CISM_OK) {
         cism_session_free(s);
-        return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: cannot start %d threads", s->nth);
+        return st;
     }
     *out = s;
     return CISM_OK;
@@ -154,6 +254,7 @@ cism_status cism_session_eval(cism_session *s, const int32_t *tokens, int32_t n_
 cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens) {
     const cism__hparams *hp;
     int64_t i, done;
+    cism_status st;
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: session is NULL");
     if (n_tokens <= 0 || !tokens)
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: need at least one token (got %d%s)", (int)n_tokens,
@@ -172,12 +273,13 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         s->logits = p;
         s->logits_cap = n_tokens;
     }
+    if ((st = scratch_ensure(s)) != CISM_OK) return st;
     s->logit_rows = 0;
     for (done = 0; done < n_tokens; done += s->n_batch) {
         int64_t nt = n_tokens - done < s->n_batch ? n_tokens - done : s->n_batch;
         int last = done + nt == n_tokens;
         int rows_out = s->logits_all ? (int)nt : (last ? 1 : 0);
-        cism_status st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0);
+        st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0);
         if (st != CISM_OK) return st; /* chunks completed before the stop are kept */
         s->n_past += (int32_t)nt;
     }

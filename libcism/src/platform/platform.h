@@ -18,10 +18,20 @@ typedef struct cism__file_view {
 /* Returns 0 on success; on failure fills errbuf with the OS reason. */
 int  cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen);
 void cism__file_view_close(cism__file_view *view);
-/* Best-effort hint that the whole view will be read soon. */
-void cism__file_view_prefetch(const cism__file_view *view);
 /* 1 if a regular file exists at path. */
 int  cism__file_exists(const char *path);
+
+/* ---- residency of a memory range (weights) --------------------------------- *
+ * The range may start and end anywhere; the calls work on the pages it touches.
+ * They return CISM__MEM_OK or another code with the OS reason in errbuf. */
+enum { CISM__MEM_OK = 0, CISM__MEM_DENIED = 1, CISM__MEM_UNSUPPORTED = 2, CISM__MEM_FAILED = 3 };
+/* Asks the OS to read the pages in ahead of use; wait != 0 also reads one byte
+   of every page, so the range is resident when the call returns. */
+int cism__mem_prefetch(const void *p, uint64_t n, int wait, char *errbuf, size_t errlen);
+/* lock != 0: pins the pages in RAM (mlock / VirtualLock); 0: unpins them. */
+int cism__mem_lock(const void *p, uint64_t n, int lock, char *errbuf, size_t errlen);
+/* Bytes of the range resident in RAM (whole pages, clipped to n), -1 unknown. */
+int64_t cism__mem_resident(const void *p, uint64_t n);
 
 /* ---- threads ------------------------------------------------------------- */
 typedef struct cism__thread cism__thread;
@@ -45,7 +55,8 @@ typedef struct cism__once { volatile int32_t state; } cism__once;
 #define CISM__ONCE_INIT {0}
 void cism__call_once(cism__once *once, void (*fn)(void));
 
-/* Thread-local pointer slot, created once. */
+/* Thread-local pointer slot, created once. A value still set when its thread
+   exits is released with free(). */
 typedef struct cism__tls cism__tls;
 cism__tls *cism__tls_create(void);
 void *cism__tls_get(cism__tls *key);
@@ -84,8 +95,15 @@ static inline int64_t cism__atomic_cas64_seen(volatile int64_t *p, int64_t expec
 
 /* ---- system ---------------------------------------------------------------- */
 int    cism__cpu_count(void);         /* logical CPUs online, >= 1 */
+/* CPUs outside the slowest cluster of a big.LITTLE / P+E design (all CPUs when
+   they are all alike), or 0 when the OS does not tell. */
+int    cism__cpu_perf_count(void);
 double cism__time_seconds(void);      /* monotonic */
 /* Bytes of this process resident in RAM, or -1 when unknown. */
 int64_t cism__resident_bytes(void);
+#if defined(_WIN32)
+/* Undoes process-wide registrations when cism.dll is unloaded (DllMain). */
+void cism__platform_unload(void);
+#endif
 
 #endif

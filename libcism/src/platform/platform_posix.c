@@ -1,9 +1,17 @@
-/* platform_posix.c - Linux, Android, macOS/iOS. */
+/* platform_posix.c - Linux, Android, macOS/iOS.
+ *
+ * POSIX.1-2008 plus mincore(), which is not POSIX but exists on every target
+ * here (Linux and Android kernels, Darwin); glibc and musl declare it only
+ * with _DEFAULT_SOURCE (BSD/SVID, not a GNU extension), Darwin with
+ * _DARWIN_C_SOURCE. Nothing here needs _GNU_SOURCE. */
 #if !defined(_WIN32)
 
 #if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
 #undef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
+#endif
+#if !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1
 #endif
 #if defined(__APPLE__) && !defined(_DARWIN_C_SOURCE)
 #define _DARWIN_C_SOURCE 1
@@ -19,9 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__APPLE__)
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
 
 /* ---- file view ------------------------------------------------------------- */
 int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen) {
@@ -98,12 +111,99 @@ void cism__file_view_close(cism__file_view *view) {
     memset(view, 0, sizeof(*view));
 }
 
-void cism__file_view_prefetch(const cism__file_view *view) {
-#if defined(POSIX_MADV_WILLNEED)
-    if (view && view->mapped) posix_madvise((void *)view->data, (size_t)view->size, POSIX_MADV_WILLNEED);
+/* ---- residency ------------------------------------------------------------- */
+static uintptr_t page_size(void) {
+    long n = sysconf(_SC_PAGESIZE);
+    return n > 0 ? (uintptr_t)n : 4096u;
+}
+
+/* The whole pages covering [p, p + n). */
+static void page_span(const void *p, uint64_t n, uintptr_t ps, void **start, size_t *len) {
+    uintptr_t a = (uintptr_t)p & ~(ps - 1), e = ((uintptr_t)p + (uintptr_t)n + ps - 1) & ~(ps - 1);
+    *start = (void *)a;
+    *len = (size_t)(e - a);
+}
+
+int cism__mem_prefetch(const void *p, uint64_t n, int wait, char *errbuf, size_t errlen) {
+    uintptr_t ps = page_size();
+    void *start;
+    size_t len;
+    int rc;
+    if (!p || n == 0) return CISM__MEM_OK;
+    page_span(p, n, ps, &start, &len);
+    rc = posix_madvise(start, len, POSIX_MADV_WILLNEED);
+    if (rc != 0 && !wait) {
+        snprintf(errbuf, errlen, "posix_madvise(WILLNEED) failed: %s", strerror(rc));
+        return CISM__MEM_FAILED;
+    }
+    if (wait) {
+        /* one read per page faults it in; volatile so the loads stay */
+        const volatile uint8_t *b = (const volatile uint8_t *)p;
+        uint64_t off;
+        unsigned sum = 0;
+        for (off = 0; off < n; off += ps) sum += b[off];
+        sum += b[n - 1];
+        (void)sum;
+    }
+    return CISM__MEM_OK;
+}
+
+int cism__mem_lock(const void *p, uint64_t n, int lock, char *errbuf, size_t errlen) {
+    uintptr_t ps = page_size();
+    void *start;
+    size_t len;
+    if (!p || n == 0) return CISM__MEM_OK;
+    page_span(p, n, ps, &start, &len);
+    if (!lock) {
+        if (munlock(start, len) == 0) return CISM__MEM_OK;
+        snprintf(errbuf, errlen, "munlock failed: %s", strerror(errno));
+        return CISM__MEM_FAILED;
+    }
+    if (mlock(start, len) == 0) return CISM__MEM_OK;
+    {
+        int e = errno;
+        struct rlimit rl;
+        char limit[64] = "unknown";
+        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+            if (rl.rlim_cur == RLIM_INFINITY) snprintf(limit, sizeof(limit), "unlimited");
+            else snprintf(limit, sizeof(limit), "%llu KiB", (unsigned long long)rl.rlim_cur / 1024u);
+        }
+        snprintf(errbuf, errlen, "mlock of %llu KiB refused: %s (RLIMIT_MEMLOCK %s)",
+                 (unsigned long long)len / 1024u, strerror(e), limit);
+        return (e == EPERM || e == ENOMEM || e == EAGAIN) ? CISM__MEM_DENIED : CISM__MEM_FAILED;
+    }
+}
+
+int64_t cism__mem_resident(const void *p, uint64_t n) {
+    uintptr_t ps = page_size();
+    void *start;
+    size_t len, pages, done = 0, i;
+    uint64_t bytes = 0;
+    uintptr_t first, last;
+#if defined(__APPLE__)
+    char vec[1024];
 #else
-    (void)view;
+    unsigned char vec[1024];
 #endif
+    if (!p || n == 0) return 0;
+    page_span(p, n, ps, &start, &len);
+    pages = len / ps;
+    first = (uintptr_t)p - (uintptr_t)start;                 /* bytes of the first page before p */
+    last = (uintptr_t)start + len - ((uintptr_t)p + (uintptr_t)n); /* bytes of the last page after the range */
+    while (done < pages) {
+        size_t chunk = pages - done < sizeof(vec) ? pages - done : sizeof(vec);
+        if (mincore((char *)start + done * ps, chunk * ps, vec) != 0) return -1;
+        for (i = 0; i < chunk; i++) {
+            if (vec[i] & 1) {
+                uint64_t b = ps;
+                if (done + i == 0) b -= first;
+                if (done + i == pages - 1) b -= last;
+                bytes += b;
+            }
+        }
+        done += chunk;
+    }
+    return (int64_t)bytes;
 }
 
 int cism__file_exists(const char *path) {
@@ -202,8 +302,67 @@ double cism__time_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int64_t cism__resident_bytes(void) {
 #if defined(__linux__)
+/* cpu_capacity (EAS, big.LITTLE kernels) or else the maximum frequency of cpu i; 0 unknown. */
+static long cpu_speed(int i) {
+    static const char *files[2] = {"cpu_capacity", "cpufreq/cpuinfo_max_freq"};
+    char path[96];
+    int f;
+    for (f = 0; f < 2; f++) {
+        FILE *fp;
+        long v = 0;
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/%s", i, files[f]);
+        fp = fopen(path, "r");
+        if (!fp) continue;
+        if (fscanf(fp, "%ld", &v) != 1) v = 0;
+        fclose(fp);
+        if (v > 0) return v;
+    }
+    return 0;
+}
+#endif
+
+int cism__cpu_perf_count(void) {
+#if defined(__linux__)
+    /* Phones mix fast and slow clusters (1+3+4, 2+6, 4+4, ...). Threads on the
+       slow cluster hold the fast ones back at every barrier, so the slowest
+       cluster is left out. All CPUs alike: all of them. */
+    enum { MAX_CPUS = 256 };
+    long speed[MAX_CPUS], lo = 0, hi = 0;
+    int n = (int)sysconf(_SC_NPROCESSORS_CONF), i, count = 0, known = 0;
+    if (n < 1) return 0;
+    if (n > MAX_CPUS) n = MAX_CPUS;
+    for (i = 0; i < n; i++) {
+        speed[i] = cpu_speed(i);
+        if (speed[i] <= 0) continue;
+        if (!known || speed[i] < lo) lo = speed[i];
+        if (!known || speed[i] > hi) hi = speed[i];
+        known++;
+    }
+    if (known == 0) return 0;
+    if (lo == hi) return cism__cpu_count();
+    for (i = 0; i < n; i++) count += speed[i] > lo;
+    return count;
+#elif defined(__APPLE__)
+    /* perflevel0 is the performance cluster on Apple silicon; Intel Macs have one level */
+    int v = 0;
+    size_t len = sizeof(v);
+    if (sysctlbyname("hw.perflevel0.physicalcpu", &v, &len, NULL, 0) == 0 && v > 0) return v;
+    len = sizeof(v);
+    if (sysctlbyname("hw.physicalcpu", &v, &len, NULL, 0) == 0 && v > 0) return v;
+    return 0;
+#else
+    return 0;
+#endif
+}
+
+int64_t cism__resident_bytes(void) {
+#if defined(__APPLE__)
+    mach_task_basic_info_data_t info;
+    mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
+    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&info, &count) != KERN_SUCCESS) return -1;
+    return (int64_t)info.resident_size;
+#elif defined(__linux__)
     FILE *f = fopen("/proc/self/statm", "r");
     long long pages_total = 0, pages_res = 0;
     int ok;
