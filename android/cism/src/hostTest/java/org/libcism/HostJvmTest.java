@@ -1,0 +1,425 @@
+package org.libcism;
+
+import static org.junit.Assert.assertArrayEquals;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertSame;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+
+import org.junit.BeforeClass;
+import org.junit.Test;
+
+/**
+ * The Java API and its JNI glue on a desktop JVM (run with -Xcheck:jni), on
+ * the real stories260K checkpoint. Properties (set by
+ * tests/platforms/run_platform_checks.sh):
+ *   cism.fixtures  folder with stories260K.cism and the transformers reference
+ *   cism.expected  folder with the Python API's tokens (greedy.txt, sampled.txt)
+ */
+public class HostJvmTest {
+    /** Most tests use one worker thread: CI machines are small and shared. */
+    private static final Session.Options ONE_THREAD = new Session.Options().threads(1);
+
+    private static Path fixtures;
+    private static Path expected;
+    private static String modelPath;
+
+    @BeforeClass
+    public static void setUp() {
+        fixtures = Paths.get(System.getProperty("cism.fixtures", "missing"));
+        expected = Paths.get(System.getProperty("cism.expected", "missing"));
+        modelPath = fixtures.resolve("stories260K.cism").toString();
+        assertTrue("no model at " + modelPath, Files.exists(Paths.get(modelPath)));
+    }
+
+    private static int[] readI32(String name) throws IOException {
+        byte[] b = Files.readAllBytes(fixtures.resolve(name));
+        int[] out = new int[b.length / 4];
+        ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(out);
+        return out;
+    }
+
+    private static int[] readTokens(String name) throws IOException {
+        String text = new String(Files.readAllBytes(expected.resolve(name)), StandardCharsets.UTF_8).trim();
+        String[] parts = text.split("\\s+");
+        int[] out = new int[parts.length];
+        for (int i = 0; i < parts.length; i++) out[i] = Integer.parseInt(parts[i]);
+        return out;
+    }
+
+    private static int[] toArray(List<Integer> list) {
+        int[] out = new int[list.size()];
+        for (int i = 0; i < out.length; i++) out[i] = list.get(i);
+        return out;
+    }
+
+    private static int[] slice(int[] a, int from, int to) {
+        int[] out = new int[to - from];
+        System.arraycopy(a, from, out, 0, out.length);
+        return out;
+    }
+
+    /** Lines of /proc/self/maps that map the model file. */
+    private static int mappingsOfModel() throws IOException {
+        int n = 0;
+        for (String line : Files.readAllLines(Paths.get("/proc/self/maps"))) if (line.endsWith(modelPath)) n++;
+        return n;
+    }
+
+    @Test
+    public void libraryInfo() {
+        assertEquals("0.1.0", Cism.version());
+        assertTrue(Cism.systemInfo().contains("kernel tier"));
+        int threads = Cism.defaultThreadCount();
+        assertTrue(threads >= 1 && threads <= 8);
+        assertTrue(Cism.processResidentBytes() > 0);
+    }
+
+    @Test
+    public void modelInfo() {
+        try (Model model = Model.load(modelPath)) {
+            assertEquals("llama", model.architecture());
+            assertEquals(512, model.vocabSize());
+            assertEquals(5, model.layerCount());
+            assertEquals(512, model.contextLength());
+            assertEquals(259328, model.parameterCount());
+            assertTrue(model.isMapped());
+            assertTrue(model.eosIds().length >= 1);
+            assertTrue(model.isEos(model.eosId()));
+        }
+    }
+
+    /** Greedy tokens equal the Python API's and the transformers reference. */
+    @Test
+    public void greedyMatchesPythonAndTransformers() throws IOException {
+        int[] prompt = readI32("stories260K.tokens8.i32");
+        int[] reference = readI32("stories260K.greedy8.i32");
+        int[] python = readTokens("greedy.txt");
+        List<Integer> got = new ArrayList<>();
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, new Session.Options().threads(2));
+             Sampler sampler = Sampler.greedy()) {
+            GenerationResult r = session.generate(prompt, 32, sampler, true, token -> got.add(token));
+            assertEquals(GenerationResult.StopReason.MAX_TOKENS, r.getStopReason());
+            assertEquals(32, r.getTokenCount());
+            assertEquals(prompt.length + 32, session.position());
+        }
+        assertArrayEquals("vs transformers", slice(reference, prompt.length, prompt.length + 32), toArray(got));
+        assertArrayEquals("vs the Python API", python, toArray(got));
+    }
+
+    /** Seeded sampling is reproducible and equals the Python API's. */
+    @Test
+    public void sampledMatchesPython() throws IOException {
+        int[] python = readTokens("sampled.txt");
+        for (int run = 0; run < 2; run++) {
+            List<Integer> got = new ArrayList<>();
+            try (Model model = Model.load(modelPath);
+                 Session session = new Session(model, ONE_THREAD);
+                 Sampler sampler = new Sampler.Builder().temperature(0.8).topP(0.95).seed(42).build()) {
+                session.generate(new int[] {model.bosId()}, 48, sampler, true, got::add);
+            }
+            assertArrayEquals("run " + run, python, toArray(got));
+        }
+    }
+
+    @Test
+    public void callbackStopsEarlyAndEosEnds() {
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, ONE_THREAD);
+             Sampler sampler = Sampler.greedy()) {
+            List<Integer> got = new ArrayList<>();
+            GenerationResult r = session.generate(new int[] {1}, 100, sampler, token -> got.add(token) && got.size() < 5);
+            assertEquals(GenerationResult.StopReason.STOPPED, r.getStopReason());
+            assertEquals(5, r.getTokenCount());
+            assertEquals(5, got.size());
+            // tokens() mirrors the context: the prompt, then every generated token that was evaluated
+            int[] expectedContext = {1, got.get(0), got.get(1), got.get(2), got.get(3), got.get(4)};
+            assertArrayEquals(expectedContext, session.tokens());
+            assertEquals(6, session.position());
+            session.rewind(3);
+            assertArrayEquals(slice(expectedContext, 0, 3), session.tokens());
+            session.eval(7, 8);
+            assertArrayEquals(new int[] {1, got.get(0), got.get(1), 7, 8}, session.tokens());
+            try {
+                session.eval(9, 600);
+            } catch (CismException e) {
+                assertEquals(5, session.tokens().length); // a failed eval changes nothing
+            }
+            // continue the same conversation until the model ends its story
+            session.reset();
+            List<Integer> story = new ArrayList<>();
+            r = session.generate(new int[] {1}, 400, sampler, story::add);
+            assertEquals(GenerationResult.StopReason.END_OF_TEXT, r.getStopReason());
+            assertTrue(model.isEos(story.get(story.size() - 1)));
+            // the end-of-text token is reported, not evaluated
+            assertEquals(1 + story.size() - 1, session.position());
+            assertEquals(session.position(), session.tokens().length);
+        }
+    }
+
+    @Test
+    public void contextFullIsAStopReason() {
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, new Session.Options().contextLength(16).threads(1));
+             Sampler sampler = Sampler.greedy()) {
+            GenerationResult r = session.generate(new int[] {1}, 100, sampler, true, t -> true);
+            assertEquals(GenerationResult.StopReason.CONTEXT_FULL, r.getStopReason());
+            assertEquals(16, session.position());
+        }
+    }
+
+    @Test
+    public void cancelFromAnotherThread() throws Exception {
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, ONE_THREAD);
+             Sampler sampler = Sampler.greedy()) {
+            CountDownLatch started = new CountDownLatch(1);
+            Thread canceller = new Thread(() -> {
+                try {
+                    started.await();
+                    Thread.sleep(30);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                session.cancel();
+            });
+            canceller.start();
+            GenerationResult r = session.generate(new int[] {1}, 100000, sampler, true, token -> {
+                started.countDown();
+                try {
+                    Thread.sleep(2); // slow consumer: ~1 s for the whole context without the cancel
+                } catch (InterruptedException e) {
+                    return false;
+                }
+                return true;
+            });
+            canceller.join();
+            assertEquals(GenerationResult.StopReason.CANCELLED, r.getStopReason());
+            assertTrue("cancelled after " + r.getTokenCount(), r.getTokenCount() > 0 && r.getTokenCount() < 400);
+            // the tokens before the cancel stay in the context, and the session goes on
+            int kept = session.position();
+            assertTrue(kept >= r.getTokenCount() && kept <= r.getTokenCount() + 1);
+            assertEquals(3, session.generate(new int[] {1}, 3, sampler, true, t -> true).getTokenCount());
+            assertEquals(kept + 1 + 3, session.position());
+        }
+    }
+
+    @Test
+    public void callbackExceptionPropagates() {
+        RuntimeException boom = new IllegalStateException("boom from the callback");
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, ONE_THREAD);
+             Sampler sampler = Sampler.greedy()) {
+            try {
+                session.generate(new int[] {1}, 50, sampler, token -> { throw boom; });
+                fail("no exception");
+            } catch (IllegalStateException e) {
+                assertSame(boom, e);
+            }
+            assertEquals(2, session.position()); // prompt + the first token; nothing after the throw
+            session.generate(new int[0], 2, sampler, t -> true); // still usable
+        }
+    }
+
+    @Test
+    public void errorsCarryStatusAndUtf8Message() {
+        String path = fixtures.resolve("no-such-model-\u00e9\u4e2d\uD83D\uDE00.cism").toString(); // é 中 😀
+        try {
+            Model.load(path);
+            fail("loaded a missing file");
+        } catch (CismException e) {
+            assertEquals(CismException.IO, e.getStatus());
+            assertEquals("input/output error", e.getStatusName());
+            assertTrue(e.getMessage(), e.getMessage().contains(path)); // the emoji survived the round trip
+        }
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model)) {
+            try {
+                session.eval(5, 512);
+                fail("token 512 accepted");
+            } catch (CismException e) {
+                assertEquals(CismException.TOKEN_RANGE, e.getStatus());
+                assertTrue(e.getMessage().contains("512"));
+            }
+            assertEquals(0, session.position());
+            try {
+                new Session(model, new Session.Options().contextLength(100000)).close();
+                fail("context longer than the model accepted");
+            } catch (CismException e) {
+                assertEquals(CismException.INVALID_ARG, e.getStatus());
+            }
+            try {
+                new Sampler.Builder().topP(2.0).build().close();
+                fail("top_p 2 accepted");
+            } catch (CismException e) {
+                assertEquals(CismException.INVALID_ARG, e.getStatus());
+            }
+        }
+    }
+
+    @Test
+    public void closeOrderAndReuse() throws IOException {
+        Model model = Model.load(modelPath);
+        Session session = new Session(model, ONE_THREAD);
+        Sampler sampler = Sampler.greedy();
+        assertTrue(mappingsOfModel() > 0);
+        model.close();
+        model.close(); // idempotent
+        assertTrue(model.isClosed());
+        // the session keeps the native model (and its mapping) alive
+        assertEquals(4, session.generate(new int[] {1}, 4, sampler, true, t -> true).getTokenCount());
+        assertTrue(mappingsOfModel() > 0);
+        session.close();
+        session.close();
+        sampler.close();
+        assertEquals("the model file is still mapped", 0, mappingsOfModel());
+        try {
+            session.eval(1);
+            fail("closed session used");
+        } catch (IllegalStateException expectedException) {
+            // expected
+        }
+        try {
+            new Session(model);
+            fail("closed model used");
+        } catch (IllegalStateException expectedException) {
+            // expected
+        }
+    }
+
+    @Test
+    public void closeFromInsideTheCallbackIsDeferred() {
+        try (Model model = Model.load(modelPath);
+             Sampler sampler = Sampler.greedy()) {
+            Session session = new Session(model, ONE_THREAD);
+            GenerationResult r = session.generate(new int[] {1}, 50, sampler, true, token -> {
+                session.close(); // cancels; freed once generate returns
+                return true;
+            });
+            assertEquals(GenerationResult.StopReason.CANCELLED, r.getStopReason());
+            try {
+                session.position();
+                fail("session not closed");
+            } catch (IllegalStateException expectedException) {
+                // expected
+            }
+        }
+    }
+
+    @Test
+    public void closeFromAnotherThreadWaitsForGeneration() throws Exception {
+        try (Model model = Model.load(modelPath);
+             Sampler sampler = Sampler.greedy()) {
+            Session session = new Session(model, ONE_THREAD);
+            CountDownLatch started = new CountDownLatch(1);
+            AtomicReference<GenerationResult> result = new AtomicReference<>();
+            Thread worker = new Thread(() -> result.set(session.generate(new int[] {1}, 100000, sampler, true, t -> {
+                started.countDown();
+                return true;
+            })));
+            worker.start();
+            assertTrue(started.await(10, TimeUnit.SECONDS));
+            session.close(); // cancels, then frees after the worker is out of native code
+            worker.join();
+            assertNotNull(result.get());
+            assertTrue(result.get().getStopReason() == GenerationResult.StopReason.CANCELLED
+                       || result.get().getStopReason() == GenerationResult.StopReason.CONTEXT_FULL);
+        }
+    }
+
+    /** One model, sessions on several threads at once: the same greedy tokens. */
+    @Test
+    public void sessionsOnThreadsShareOneModel() throws Exception {
+        try (Model model = Model.load(modelPath)) {
+            int[][] outputs = new int[3][];
+            Thread[] threads = new Thread[3];
+            for (int i = 0; i < 3; i++) {
+                final int k = i;
+                threads[i] = new Thread(() -> {
+                    List<Integer> got = new ArrayList<>();
+                    try (Session s = new Session(model, new Session.Options().threads(1));
+                         Sampler sampler = Sampler.greedy()) {
+                        s.generate(new int[] {1}, 24, sampler, true, got::add);
+                    }
+                    outputs[k] = toArray(got);
+                });
+                threads[i].start();
+            }
+            for (Thread t : threads) t.join();
+            assertEquals(24, outputs[0].length);
+            assertArrayEquals(outputs[0], outputs[1]);
+            assertArrayEquals(outputs[0], outputs[2]);
+        }
+    }
+
+    @Test
+    public void memoryApi() {
+        try (Model model = Model.load(modelPath)) {
+            assertTrue(model.isMapped());
+            model.prefetch(false);
+            model.prefetch(true);
+            assertEquals(model.fileBytes(), model.residentBytes());
+            try {
+                model.lock();
+                model.unlock();
+            } catch (CismException e) {
+                assertEquals(CismException.PERMISSION, e.getStatus()); // allowed: best effort
+            }
+            Session.Options options = new Session.Options().contextLength(256).threads(2);
+            long estimate = model.estimateSessionBytes(options);
+            try (Session session = new Session(model, options);
+                 Sampler sampler = Sampler.greedy()) {
+                assertEquals(estimate, session.memoryBytes());
+                session.generate(new int[] {1}, 8, sampler, true, t -> true);
+                session.trim();
+                assertTrue(session.memoryBytes() < estimate);
+                assertEquals(9, session.position());
+                session.generate(new int[0], 8, sampler, true, t -> true); // scratch comes back
+                assertEquals(17, session.position());
+            }
+        }
+        try (Model model = Model.load(modelPath, new Model.Options().useMmap(false))) {
+            assertFalse(model.isMapped());
+        }
+    }
+
+    /** Everything native is freed by close(): heap blocks and the file mapping. */
+    @Test
+    public void closeFreesNativeMemory() throws IOException {
+        // warm up: this thread's error buffer is allocated once and kept until the thread exits
+        try {
+            Model.load("/nonexistent.cism");
+        } catch (CismException expectedException) {
+            // expected
+        }
+        long baseline = HostTestHooks.liveAllocations();
+        for (int i = 0; i < 5; i++) {
+            try (Model model = Model.load(modelPath);
+                 Session session = new Session(model, new Session.Options().threads(2));
+                 Sampler sampler = new Sampler.Builder().temperature(0.7).seed(i).build()) {
+                session.generate(new int[] {1}, 6, sampler, true, t -> true);
+                session.trim();
+                session.generate(new int[0], 4, sampler, true, t -> true);
+                assertTrue(HostTestHooks.liveAllocations() > baseline);
+            }
+            assertEquals("live native heap blocks after round " + i, baseline, HostTestHooks.liveAllocations());
+        }
+        assertEquals(0, mappingsOfModel());
+    }
+}

@@ -1,0 +1,273 @@
+package org.libcism;
+
+/**
+ * One conversation with a model: its KV cache, scratch memory and logits.
+ * Calls are serialized (one at a time); {@link #cancel()} may be called from
+ * any thread, and {@link #close()} from any thread too: it cancels a running
+ * generation and frees the native memory once that has stopped.
+ *
+ * <pre>{@code
+ * try (Session session = new Session(model, new Session.Options().contextLength(2048));
+ *      Sampler sampler = Sampler.greedy()) {
+ *     GenerationResult r = session.generate(prompt, 128, sampler, token -> { show(token); return true; });
+ * }
+ * }</pre>
+ */
+public final class Session implements AutoCloseable {
+    static {
+        Cism.ensureLoaded();
+    }
+
+    /** Session options; 0 means "the library's default" everywhere. */
+    public static final class Options {
+        int threads = 0;
+        int contextLength = 0;
+        int batchSize = 0;
+        boolean kvF32 = false;
+
+        /** Worker threads (default {@link Cism#defaultThreadCount()}: the big cores on a phone). */
+        public Options threads(int value) {
+            threads = value;
+            return this;
+        }
+
+        /** Context length in tokens (default min(model, 4096)); the KV cache grows with it. */
+        public Options contextLength(int value) {
+            contextLength = value;
+            return this;
+        }
+
+        /** Tokens evaluated per step of a prompt (default 256). */
+        public Options batchSize(int value) {
+            batchSize = value;
+            return this;
+        }
+
+        /** Keeps the KV cache in float32 instead of float16 (twice the memory). */
+        public Options kvCacheF32(boolean value) {
+            kvF32 = value;
+            return this;
+        }
+    }
+
+    private static final int GENERATE_IGNORE_EOS = 1;
+
+    private final Model model;
+    private final Object cancelLock = new Object();
+    private long handle;            // guarded by this; read under cancelLock by cancel()
+    private boolean generating;     // guarded by this
+    private boolean closeRequested; // guarded by this
+    private int[] history = new int[256]; // the tokens in the context; guarded by this
+    private int historyLength;
+
+    public Session(Model model) {
+        this(model, new Options());
+    }
+
+    public Session(Model model, Options options) {
+        this.model = model;
+        this.handle = nativeCreate(model.handle(), options.threads, options.contextLength, options.kvF32, options.batchSize);
+    }
+
+    private long handle() {
+        if (handle == 0) throw new IllegalStateException("Session is closed");
+        return handle;
+    }
+
+    public Model getModel() {
+        return model;
+    }
+
+    /** Evaluates tokens after the ones already in the context (on error nothing changes). */
+    public synchronized void eval(int... tokens) {
+        if (tokens == null) throw new NullPointerException("tokens");
+        long h = handle();
+        try {
+            nativeEval(h, tokens);
+        } finally {
+            record(h, tokens, tokens.length, null, 0);
+        }
+    }
+
+    /**
+     * The tokens in the context, oldest first (what {@link #rewind} keeps a
+     * prefix of). A chat app compares them with its next prompt and rewinds
+     * to the common prefix, so earlier turns are not evaluated again.
+     */
+    public synchronized int[] tokens() {
+        handle();
+        int[] out = new int[historyLength];
+        System.arraycopy(history, 0, out, 0, historyLength);
+        return out;
+    }
+
+    /** Appends what an eval or generate fed, then trims to what the context really holds. */
+    private void record(long h, int[] fed, int nFed, int[] generated, int nGenerated) {
+        int need = historyLength + nFed + nGenerated;
+        if (need > history.length) {
+            int[] bigger = new int[Math.max(need, history.length * 2)];
+            System.arraycopy(history, 0, bigger, 0, historyLength);
+            history = bigger;
+        }
+        System.arraycopy(fed, 0, history, historyLength, nFed);
+        if (nGenerated > 0) System.arraycopy(generated, 0, history, historyLength + nFed, nGenerated);
+        historyLength = Math.min(need, nativePosition(h));
+    }
+
+    /** A copy of the logits of the last evaluated position. */
+    public synchronized float[] logits() {
+        return nativeLogits(handle());
+    }
+
+    /** Tokens in the context (the KV cache). */
+    public synchronized int position() {
+        return nativePosition(handle());
+    }
+
+    public synchronized int contextLength() {
+        return nativeContextLength(handle());
+    }
+
+    /** Forgets every evaluated token. */
+    public synchronized void reset() {
+        nativeReset(handle());
+        historyLength = 0;
+    }
+
+    /** Keeps the first nKeep evaluated tokens and forgets the rest. */
+    public synchronized void rewind(int nKeep) {
+        nativeRewind(handle(), nKeep);
+        historyLength = nKeep;
+    }
+
+    public GenerationResult generate(int[] prompt, int maxTokens, Sampler sampler, TokenCallback callback) {
+        return generate(prompt, maxTokens, sampler, false, callback);
+    }
+
+    /**
+     * Evaluates prompt (may be empty to continue), then samples up to
+     * maxTokens tokens, each passed to callback on this thread as soon as it
+     * is chosen. Blocks: call it from a background thread. Errors throw
+     * {@link CismException}; an exception thrown by the callback stops
+     * generation and is rethrown here.
+     */
+    public GenerationResult generate(int[] prompt, int maxTokens, Sampler sampler, boolean ignoreEos,
+                                     TokenCallback callback) {
+        if (prompt == null) prompt = new int[0];
+        if (sampler == null) throw new NullPointerException("sampler");
+        if (callback == null) throw new NullPointerException("callback");
+        int[] out = new int[4];
+        synchronized (this) {
+            long h = handle();
+            TokenRecorder recorder = new TokenRecorder(callback);
+            generating = true;
+            try {
+                synchronized (sampler) {
+                    nativeGenerate(h, sampler.handle(), prompt, maxTokens, ignoreEos ? GENERATE_IGNORE_EOS : 0,
+                                   recorder, out);
+                }
+            } finally {
+                generating = false;
+                record(h, prompt, prompt.length, recorder.tokens, recorder.count);
+                if (closeRequested) free();
+            }
+        }
+        int status = out[0], count = out[1], last = out[3];
+        boolean stoppedByCallback = out[2] != 0;
+        GenerationResult.StopReason reason;
+        if (status == CismException.CANCELLED) reason = GenerationResult.StopReason.CANCELLED;
+        else if (status == CismException.CONTEXT_FULL) reason = GenerationResult.StopReason.CONTEXT_FULL;
+        else if (count > 0 && !ignoreEos && model.isEos(last)) reason = GenerationResult.StopReason.END_OF_TEXT;
+        else if (stoppedByCallback) reason = GenerationResult.StopReason.STOPPED;
+        else reason = GenerationResult.StopReason.MAX_TOKENS;
+        return new GenerationResult(reason, count);
+    }
+
+    /** Passes tokens on and keeps them for {@link #tokens()}. */
+    private static final class TokenRecorder implements TokenCallback {
+        final TokenCallback callback;
+        int[] tokens = new int[64];
+        int count;
+
+        TokenRecorder(TokenCallback callback) {
+            this.callback = callback;
+        }
+
+        @Override
+        public boolean onToken(int token) {
+            if (count == tokens.length) {
+                int[] bigger = new int[count * 2];
+                System.arraycopy(tokens, 0, bigger, 0, count);
+                tokens = bigger;
+            }
+            tokens[count++] = token;
+            return callback.onToken(token);
+        }
+    }
+
+    /** Stops a running {@link #generate} or {@link #eval} soon. Any thread; no-op when idle or closed. */
+    public void cancel() {
+        synchronized (cancelLock) {
+            if (handle != 0) nativeCancel(handle);
+        }
+    }
+
+    // ---- memory ------------------------------------------------------------
+
+    /** Native bytes this session holds (KV cache, scratch, logits). */
+    public synchronized long memoryBytes() {
+        return nativeMemoryBytes(handle());
+    }
+
+    /**
+     * Frees what the session can rebuild (scratch, worker threads); the
+     * conversation is kept. Call it from onTrimMemory.
+     */
+    public synchronized void trim() {
+        nativeTrim(handle());
+    }
+
+    /**
+     * Frees the native session. Safe from any thread and more than once: a
+     * running generation is cancelled first; called from inside a callback,
+     * the session is freed when generate returns.
+     */
+    @Override
+    public void close() {
+        cancel();
+        synchronized (this) {
+            if (generating) {
+                closeRequested = true;
+                return;
+            }
+            free();
+        }
+    }
+
+    private void free() { // holds this
+        long h;
+        synchronized (cancelLock) {
+            h = handle;
+            handle = 0;
+        }
+        if (h != 0) nativeFree(h);
+    }
+
+    private static native long nativeCreate(long model, int threads, int contextLength, boolean kvF32, int batchSize);
+    private static native void nativeFree(long session);
+    private static native void nativeEval(long session, int[] tokens);
+    private static native float[] nativeLogits(long session);
+    private static native int nativePosition(long session);
+    private static native int nativeContextLength(long session);
+    private static native void nativeReset(long session);
+    private static native void nativeRewind(long session, int nKeep);
+    private static native void nativeCancel(long session);
+    private static native long nativeMemoryBytes(long session);
+    private static native void nativeTrim(long session);
+    /**
+     * out[0] = status (0, CANCELLED or CONTEXT_FULL; other errors throw), out[1] = tokens generated,
+     * out[2] = 1 when the callback asked to stop, out[3] = the last token.
+     */
+    private static native void nativeGenerate(long session, long sampler, int[] prompt, int maxTokens, int flags,
+                                              TokenCallback callback, int[] out);
+}
