@@ -1,0 +1,234 @@
+import CCism
+import Foundation
+
+/// One conversation with a model: KV cache, scratch memory and logits.
+///
+/// Native work (evaluation, generation) blocks for as long as it takes, so it
+/// runs on the session's own serial dispatch queue, never on Swift's
+/// cooperative thread pool; the queue also orders the calls. Generation is an
+/// `AsyncThrowingStream`: cancelling the consuming `Task` (or dropping the
+/// stream) calls `cism_session_cancel`, which stops the native loop within a
+/// token.
+///
+/// ```swift
+/// let session = try Session(model: model)
+/// for try await token in session.generate(prompt: prompt, maxTokens: 128, sampler: sampler) {
+///     print(token)
+/// }
+/// ```
+public actor Session {
+    public struct Configuration: Sendable {
+        /// Worker threads; 0 = `Cism.defaultThreadCount` (the performance cores).
+        public var threads: Int
+        /// Context length in tokens; 0 = min(model, 4096). The KV cache grows with it.
+        public var contextLength: Int
+        /// Tokens evaluated per step of a prompt; 0 = 256.
+        public var batchSize: Int
+        /// float32 KV cache instead of float16 (twice the memory).
+        public var kvCacheF32: Bool
+
+        public init(threads: Int = 0, contextLength: Int = 0, batchSize: Int = 0, kvCacheF32: Bool = false) {
+            self.threads = threads
+            self.contextLength = contextLength
+            self.batchSize = batchSize
+            self.kvCacheF32 = kvCacheF32
+        }
+
+        /// A cism_params with the session keys set; the caller frees it.
+        func makeParams() throws -> OpaquePointer? {
+            var params: OpaquePointer?
+            try check(cism_params_create(&params))
+            do {
+                if threads != 0 { try check(cism_params_set_int(params, cism_param(CISM_PARAM_N_THREADS), Int64(threads))) }
+                if contextLength != 0 { try check(cism_params_set_int(params, cism_param(CISM_PARAM_N_CTX), Int64(contextLength))) }
+                if batchSize != 0 { try check(cism_params_set_int(params, cism_param(CISM_PARAM_N_BATCH), Int64(batchSize))) }
+                let kv = kvCacheF32 ? Int64(CISM_DTYPE_F32) : Int64(CISM_DTYPE_F16)
+                try check(cism_params_set_int(params, cism_param(CISM_PARAM_KV_TYPE), kv))
+            } catch {
+                cism_params_free(params)
+                throw error
+            }
+            return params
+        }
+    }
+
+    /// The model this session reads; kept alive by the session.
+    public nonisolated let model: Model
+    private nonisolated let native: NativeSession
+    private nonisolated let queue: DispatchQueue
+
+    public init(model: Model, configuration: Configuration = .init()) throws {
+        let params = try configuration.makeParams()
+        defer { cism_params_free(params) }
+        var session: OpaquePointer?
+        try check(cism_session_create(model.handle, params, &session))
+        guard let session else { throw CismError(code: 12, message: "cism_session_create returned no session") }
+        self.model = model
+        self.native = NativeSession(pointer: session, model: model)
+        self.queue = DispatchQueue(label: "org.libcism.session", qos: .userInitiated)
+    }
+
+    /// Runs body on the session queue and resumes with its result.
+    private func onQueue<T: Sendable>(_ body: @escaping @Sendable (NativeSession) throws -> T) async throws -> T {
+        let native = self.native
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            queue.async { continuation.resume(with: Result { try body(native) }) }
+        }
+    }
+
+    /// Evaluates tokens after the ones already in the context (on error nothing changes).
+    public func eval(_ tokens: [Int32]) async throws {
+        try await onQueue { try $0.eval(tokens) }
+    }
+
+    /// Tokens in the context, oldest first; rewind to a common prefix to reuse them.
+    public func tokens() async throws -> [Int32] {
+        try await onQueue { $0.history }
+    }
+
+    public func position() async throws -> Int {
+        try await onQueue { Int(cism_session_n_past($0.pointer)) }
+    }
+
+    public func contextLength() async throws -> Int {
+        try await onQueue { Int(cism_session_n_ctx($0.pointer)) }
+    }
+
+    /// Forgets every evaluated token.
+    public func reset() async throws {
+        try await onQueue { try $0.rewind(to: 0, reset: true) }
+    }
+
+    /// Keeps the first `count` evaluated tokens and forgets the rest.
+    public func rewind(to count: Int) async throws {
+        try await onQueue { try $0.rewind(to: count, reset: false) }
+    }
+
+    /// Native bytes the session holds (KV cache, scratch, logits).
+    public func memoryBytes() async throws -> Int {
+        try await onQueue { Int(cism_session_memory_bytes($0.pointer)) }
+    }
+
+    /// Frees what the session can rebuild (scratch, worker threads); the
+    /// conversation is kept. Call it on a memory warning.
+    public func trim() async throws {
+        try await onQueue { try check(cism_session_trim($0.pointer)) }
+    }
+
+    /// Stops a running evaluation or generation soon. Callable from anywhere.
+    public nonisolated func cancel() {
+        native.cancel()
+    }
+
+    /// Evaluates `prompt` (may be empty to continue) and streams up to
+    /// `maxTokens` sampled token ids. The stream finishes at an
+    /// end-of-generation token (reported, not evaluated) or after maxTokens;
+    /// it throws `CancellationError` when cancelled and `CismError` on
+    /// failure (`.contextFull` when the context has no room left).
+    public nonisolated func generate(prompt: [Int32], maxTokens: Int, sampler: Sampler,
+                                     ignoreEndOfText: Bool = false) -> AsyncThrowingStream<Int32, Error> {
+        let native = self.native
+        let queue = self.queue
+        return AsyncThrowingStream { continuation in
+            continuation.onTermination = { termination in
+                if case .cancelled = termination { native.cancel() } // the consumer went away
+            }
+            queue.async {
+                let error = native.generate(prompt: prompt, maxTokens: maxTokens, sampler: sampler,
+                                            ignoreEndOfText: ignoreEndOfText) { token in
+                    if case .terminated = continuation.yield(token) { return false }
+                    return true
+                }
+                continuation.finish(throwing: error)
+            }
+        }
+    }
+}
+
+/// The native session and the state that must change with it; used only on
+/// the session's queue, except `cancel()`, which is thread-safe in the C API.
+/// Freed when the last reference goes: the actor's, or a generation still on
+/// the queue. The C session keeps its model alive on its own.
+final class NativeSession: @unchecked Sendable {
+    let pointer: OpaquePointer
+    let model: Model
+    var history: [Int32] = []
+
+    init(pointer: OpaquePointer, model: Model) {
+        self.pointer = pointer
+        self.model = model
+    }
+
+    deinit {
+        cism_session_free(pointer)
+    }
+
+    func cancel() {
+        cism_session_cancel(pointer)
+    }
+
+    func eval(_ tokens: [Int32]) throws {
+        let status = tokens.withUnsafeBufferPointer { cism_session_eval(pointer, $0.baseAddress, Int32($0.count)) }
+        if status != 0 {
+            let error = CismError(failed: status)
+            record(fed: tokens, generated: [])
+            throw error
+        }
+        record(fed: tokens, generated: [])
+    }
+
+    func rewind(to count: Int, reset: Bool) throws {
+        try check(reset ? cism_session_reset(pointer) : cism_session_rewind(pointer, Int32(count)))
+        history.removeSubrange(min(count, history.count)...)
+    }
+
+    /// Appends what was fed and generated, then trims to what the context holds.
+    private func record(fed: [Int32], generated: [Int32]) {
+        history += fed
+        history += generated
+        let position = Int(cism_session_n_past(pointer))
+        if history.count > position { history.removeSubrange(position...) }
+    }
+
+    /// Runs cism_generate; returns nil on success or the error that ends the stream.
+    func generate(prompt: [Int32], maxTokens: Int, sampler: Sampler, ignoreEndOfText: Bool,
+                  onToken: @escaping (Int32) -> Bool) -> Error? {
+        sampler.lock.lock()
+        defer { sampler.lock.unlock() }
+        let sink = TokenSink(onToken)
+        var produced: Int32 = 0
+        let flags: UInt32 = ignoreEndOfText ? UInt32(CISM_GENERATE_IGNORE_EOS) : 0
+        let status = withExtendedLifetime(sink) {
+            prompt.withUnsafeBufferPointer { p in
+                cism_generate(pointer, sampler.handle, p.baseAddress, Int32(p.count), Int32(clamping: maxTokens), flags,
+                              tokenTrampoline, Unmanaged.passUnretained(sink).toOpaque(), &produced)
+            }
+        }
+        var error: Error?
+        if status == 9 { // CISM_ERR_CANCELLED
+            error = CancellationError()
+        } else if status != 0 {
+            error = CismError(failed: status)
+        }
+        record(fed: prompt, generated: sink.tokens)
+        return error
+    }
+}
+
+/// Carries a Swift closure through cism_generate's user_data.
+private final class TokenSink {
+    let body: (Int32) -> Bool
+    var tokens: [Int32] = []
+
+    init(_ body: @escaping (Int32) -> Bool) {
+        self.body = body
+    }
+}
+
+/// The C callback: 0 = go on, non-zero = stop.
+private let tokenTrampoline: cism_token_callback = { user, token in
+    guard let user else { return 1 }
+    let sink = Unmanaged<TokenSink>.fromOpaque(user).takeUnretainedValue()
+    sink.tokens.append(token)
+    return sink.body(token) ? 0 : 1
+}
