@@ -18,6 +18,7 @@
 #   jni-build          Java API compiles for Java 8 bytecode; JNI glue builds against javac -h headers
 #   jvm-tests          JUnit tests on the host JVM under -Xcheck:jni (tokens == Python API, leaks, cancel)
 #   kotlin-interop     Kotlin (kotlinc 1.3) using the API compiles and runs
+#   memory-presets     real model shapes (sparse files): session estimate == allocation, weights not copied
 #   syntax             Swift and Kotlin sources parse (tree-sitter); scripts parse (sh -n)
 # Usage: tests/platforms/run_platform_checks.sh [check-name-substring...]
 set -u
@@ -261,6 +262,10 @@ kotlin_interop() {
         "$FIXTURES/stories260K.cism" "$FIXTURES/stories260K.tokens8.i32" "$OUT/expected/greedy.txt"
 }
 
+memory_presets() {
+    "$VENV/bin/python" "$ROOT/tests/platforms/memory_table.py" "$BUILD/release/libcism/libcism.so" "$OUT/memory" --check
+}
+
 syntax() {
     "$PLAT/bin/python" "$ROOT/tests/platforms/check_syntax.py" "$ROOT" || return 1
     sh -n "$ROOT/ios/scripts/build-xcframework.sh" && sh -n "$0" && echo "shell scripts: ok"
@@ -292,6 +297,7 @@ check ios-modulemap ios_modulemap
 check jni-build jni_build
 check jvm-tests jvm_tests
 check kotlin-interop kotlin_interop
+check memory-presets memory_presets
 check syntax syntax
 echo "platforms: $PASSED passed, $FAILED failed"
 [ $FAILED -eq 0 ] || { echo "failed:$FAILED_NAMES"; exit 1; }
