@@ -185,6 +185,22 @@ static void resident_counts_pages(void) {
     free(b);
 }
 
+/* The big.LITTLE rule on the cluster shapes of real phones */
+static void perf_cpus(void) {
+    static const long sd8gen2[8] = {1795, 1795, 1795, 2803, 2803, 2803, 2803, 3187}; /* max MHz: 3 little, 4 big, 1 prime */
+    static const long tensor_g2[8] = {160, 160, 160, 160, 512, 512, 1024, 1024};     /* cpu_capacity: 4 + 2 + 2 */
+    static const long a76x2[8] = {2000, 2000, 2000, 2000, 2000, 2000, 2600, 2600};  /* 6 little + 2 big */
+    static const long same[4] = {3000, 3000, 3000, 3000};
+    static const long partial[4] = {0, 1000, 0, 2000};                               /* unknown CPUs count as slow */
+    static const long unknown[2] = {0, -1};
+    CHECK(cism__perf_cpus(sd8gen2, 8) == 5);
+    CHECK(cism__perf_cpus(tensor_g2, 8) == 4);
+    CHECK(cism__perf_cpus(a76x2, 8) == 2);
+    CHECK(cism__perf_cpus(same, 4) == 4);
+    CHECK(cism__perf_cpus(partial, 4) == 1);
+    CHECK(cism__perf_cpus(unknown, 2) == 0);
+}
+
 static void errors(void) {
     int64_t v;
     CHECK(cism_model_prefetch(NULL, 0) == CISM_ERR_INVALID_ARG);
@@ -286,6 +302,7 @@ int main(int argc, char **argv) {
     printf("default threads %d (perf cpus %d of %d)\n", (int)nth, cism__cpu_perf_count(), cism__cpu_count());
     CHECK(nth >= 1 && nth <= 8);
     CHECK(cism__cpu_perf_count() >= 0 && cism__cpu_perf_count() <= 256);
+    perf_cpus();
     errors();
     resident_counts_pages();
     size = write_big_model(path);

@@ -127,6 +127,21 @@ static void detect(cism__cpu *c) {
 static void detect(cism__cpu *c) { snprintf(c->name, sizeof(c->name), "unknown CPU"); }
 #endif
 
+int cism__perf_cpus(const long *speed, int n) {
+    long lo = 0, hi = 0;
+    int i, known = 0, count = 0;
+    for (i = 0; i < n; i++) {
+        if (speed[i] <= 0) continue;
+        if (!known || speed[i] < lo) lo = speed[i];
+        if (!known || speed[i] > hi) hi = speed[i];
+        known++;
+    }
+    if (known == 0) return 0;
+    if (lo == hi) return n;
+    for (i = 0; i < n; i++) count += speed[i] > lo;
+    return count;
+}
+
 static cism__cpu g_cpu;
 static cism__once g_once = CISM__ONCE_INIT;
 

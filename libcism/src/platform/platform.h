@@ -98,6 +98,10 @@ int    cism__cpu_count(void);         /* logical CPUs online, >= 1 */
 /* CPUs outside the slowest cluster of a big.LITTLE / P+E design (all CPUs when
    they are all alike), or 0 when the OS does not tell. */
 int    cism__cpu_perf_count(void);
+/* The rule behind it: of n CPUs with relative speeds (capacity or max
+   frequency; <= 0 unknown), the count faster than the slowest; n known CPUs
+   all alike count all; nothing known gives 0. */
+int    cism__perf_cpus(const long *speed, int n);
 double cism__time_seconds(void);      /* monotonic */
 /* Bytes of this process resident in RAM, or -1 when unknown. */
 int64_t cism__resident_bytes(void);

@@ -328,21 +328,14 @@ int cism__cpu_perf_count(void) {
        slow cluster hold the fast ones back at every barrier, so the slowest
        cluster is left out. All CPUs alike: all of them. */
     enum { MAX_CPUS = 256 };
-    long speed[MAX_CPUS], lo = 0, hi = 0;
-    int n = (int)sysconf(_SC_NPROCESSORS_CONF), i, count = 0, known = 0;
+    long speed[MAX_CPUS];
+    int n = (int)sysconf(_SC_NPROCESSORS_CONF), i, perf;
     if (n < 1) return 0;
     if (n > MAX_CPUS) n = MAX_CPUS;
-    for (i = 0; i < n; i++) {
-        speed[i] = cpu_speed(i);
-        if (speed[i] <= 0) continue;
-        if (!known || speed[i] < lo) lo = speed[i];
-        if (!known || speed[i] > hi) hi = speed[i];
-        known++;
-    }
-    if (known == 0) return 0;
-    if (lo == hi) return cism__cpu_count();
-    for (i = 0; i < n; i++) count += speed[i] > lo;
-    return count;
+    for (i = 0; i < n; i++) speed[i] = cpu_speed(i);
+    perf = cism__perf_cpus(speed, n);
+    /* all alike: the online ones (phones take cores offline) */
+    return perf == n ? cism__cpu_count() : perf;
 #elif defined(__APPLE__)
     /* perflevel0 is the performance cluster on Apple silicon; Intel Macs have one level */
     int v = 0;
