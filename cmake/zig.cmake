@@ -3,7 +3,8 @@
 #   aarch64-macos, x86_64-macos, x86_64-windows-gnu, aarch64-windows-gnu:
 #       zig ships their libc (libSystem stubs, mingw-w64 CRT): full builds link.
 #   aarch64-linux-android, x86_64-linux-android, aarch64-ios.15.0,
-#   aarch64-ios.15.0-simulator, x86_64-ios.15.0-simulator:
+#   aarch64-ios.15.0-simulator, x86_64-ios.15.0-simulator (and any target
+#   with -DCISM_ZIG_COMPILE_ONLY=ON):
 #       compile-only. zig has no bionic or iOS SDK, so the libc headers of a
 #       sibling platform stand in (musl for Android, zig's macOS headers for
 #       iOS) and nothing is linked: build the cism_objects / cism_static targets.
@@ -35,10 +36,21 @@ else()
 endif()
 
 set(_cism_flags "")
-if(CISM_ZIG_TARGET MATCHES "-android|-ios")
+if(CISM_ZIG_TARGET MATCHES "-android|-ios" OR CISM_ZIG_COMPILE_ONLY)
+    # Nothing is linked: CMake's checks build static libraries, and the
+    # compiler is not identified by linking a test program (for Windows that
+    # link alone makes zig build a whole mingw CRT first).
     set(CISM_CROSS_COMPILE_ONLY ON)
     set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+    set(CMAKE_C_COMPILER_ID_RUN TRUE)
+    set(CMAKE_C_COMPILER_ID Clang)
+    set(CMAKE_C_COMPILER_FRONTEND_VARIANT GNU)
+    set(CMAKE_C_COMPILER_VERSION 18.0) # zig 0.13+ ships clang 18 or newer
+    set(CMAKE_C_STANDARD_COMPUTED_DEFAULT 17)
+    set(CMAKE_C_EXTENSIONS_COMPUTED_DEFAULT ON)
+    set(CMAKE_C_PLATFORM_ID ${CMAKE_SYSTEM_NAME})
 endif()
+list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES CISM_ZIG_COMPILE_ONLY)
 
 # zig itself (resolved once, passed on to try_compile projects), and wrappers
 # CMake can call as single executables

@@ -164,9 +164,9 @@ windows_zig() {
         zig_build $t && same_exports "$BUILD/zig-$t/libcism/libcism.dll" pe
         return
     fi
-    # compile only: CMake's compiler check and the build stop before any link
+    # compile only (cmake/zig.cmake then links nothing, not even CMake's test programs)
     cmake -S "$ROOT" -B "$BUILD/zig-$t" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/zig.cmake" -DCISM_ZIG_TARGET=$t \
-        -DCMAKE_BUILD_TYPE=Release -DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY \
+        -DCMAKE_BUILD_TYPE=Release -DCISM_ZIG_COMPILE_ONLY=ON \
         -DCISM_BUILD_TESTS=OFF -DCISM_BUILD_EXAMPLES=OFF -DPython3_EXECUTABLE="$PLAT/bin/python" &&
         cmake --build "$BUILD/zig-$t" -j "$JOBS" --target cism_static || return 1
     llvm-nm "$BUILD/zig-$t/libcism/libcism_static.a" | grep " T cism_model_load"
