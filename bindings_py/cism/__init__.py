@@ -27,6 +27,7 @@ _EXPORTS = {
     "UnsupportedError": "errors", "OutOfMemoryError": "errors", "ContextFullError": "errors",
     "TokenRangeError": "errors", "BufferTooSmallError": "errors", "CancelledError": "errors",
     "StateError": "errors", "OutputExistsError": "errors", "InternalError": "errors",
+    "NotPermittedError": "errors",
     "set_log_level": "log",
     "ConversionError": "convert",
 }
@@ -91,8 +92,8 @@ def read_bandwidth(n_threads: int = 1, nbytes: int = 0) -> float:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .errors import (BufferTooSmallError, CancelledError, CismError, CismIOError, ContextFullError,  # noqa: F401
-                         FormatError, InternalError, InvalidArgumentError, OutOfMemoryError, OutputExistsError,
-                         StateError, TokenRangeError, UnsupportedError)
+                         FormatError, InternalError, InvalidArgumentError, NotPermittedError, OutOfMemoryError,
+                         OutputExistsError, StateError, TokenRangeError, UnsupportedError)
     from .generate import Generation  # noqa: F401
     from .model import Metadata, Model  # noqa: F401
     from .sampler import Sampler  # noqa: F401

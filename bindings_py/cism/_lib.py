@@ -38,6 +38,7 @@ ERR_CANCELLED = 9
 ERR_STATE = 10
 ERR_EXISTS = 11
 ERR_INTERNAL = 12
+ERR_PERMISSION = 13
 # log levels
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2, 3
 # cism_param
@@ -328,6 +329,28 @@ _fn("cism_model_chat_format", c_int32, cism_model_p, POINTER(c_int32))
 #                             char *text, size_t capacity, size_t *text_len);
 _fn("cism_chat_apply", c_int32, cism_model_p, c_int32, POINTER(c_char_p), POINTER(c_size_t), POINTER(c_char_p),
     POINTER(c_size_t), c_int32, c_int32, c_char_p, c_size_t, POINTER(c_size_t))
+
+# ---- device: threads and memory (phones) ---------------------------------------
+# int32_t cism_default_n_threads(void);
+_fn("cism_default_n_threads", c_int32)
+# int32_t cism_model_is_mapped(const cism_model *model);
+_fn("cism_model_is_mapped", c_int32, cism_model_p)
+# cism_status cism_model_prefetch(const cism_model *model, int32_t wait);
+_fn("cism_model_prefetch", c_int32, cism_model_p, c_int32)
+# cism_status cism_model_lock(const cism_model *model);
+_fn("cism_model_lock", c_int32, cism_model_p)
+# cism_status cism_model_unlock(const cism_model *model);
+_fn("cism_model_unlock", c_int32, cism_model_p)
+# cism_status cism_model_resident_bytes(const cism_model *model, int64_t *resident, int64_t *total);
+_fn("cism_model_resident_bytes", c_int32, cism_model_p, POINTER(c_int64), POINTER(c_int64))
+# cism_status cism_process_resident_bytes(int64_t *bytes);
+_fn("cism_process_resident_bytes", c_int32, POINTER(c_int64))
+# cism_status cism_session_estimate_bytes(const cism_model *model, const cism_params *params, int64_t *bytes);
+_fn("cism_session_estimate_bytes", c_int32, cism_model_p, cism_params_p, POINTER(c_int64))
+# int64_t cism_session_memory_bytes(const cism_session *session);
+_fn("cism_session_memory_bytes", c_int64, cism_session_p)
+# cism_status cism_session_trim(cism_session *session);
+_fn("cism_session_trim", c_int32, cism_session_p)
 
 
 def _check_abi() -> None:

@@ -77,10 +77,15 @@ class InternalError(CismError, RuntimeError):
     status = _lib.ERR_INTERNAL
 
 
+class NotPermittedError(CismError, PermissionError):
+    """The OS refused (memory-lock limit, missing privilege)."""
+    status = _lib.ERR_PERMISSION
+
+
 _BY_STATUS: Dict[int, Type[CismError]] = {
     cls.status: cls for cls in (InvalidArgumentError, CismIOError, FormatError, UnsupportedError, OutOfMemoryError,
                                 ContextFullError, TokenRangeError, BufferTooSmallError, CancelledError, StateError,
-                                OutputExistsError, InternalError)
+                                OutputExistsError, InternalError, NotPermittedError)
 }
 
 

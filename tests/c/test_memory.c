@@ -267,9 +267,10 @@ static void session_sizes(const char *stories) {
     CHECK(cism_session_n_past(a) == 4);
     CHECK_OK(cism_session_logits(a, -1, &lg, NULL));
     CHECK(lg && memcmp(lg, last, sizeof(last)) == 0);
-    CHECK_OK(cism_session_logits(a, 0, &lg, NULL)); /* the only row left */
+    CHECK_OK(cism_session_logits(a, 3, &lg, NULL)); /* rows keep the numbers of the last eval's tokens */
     CHECK(lg && memcmp(lg, last, sizeof(last)) == 0);
-    CHECK(cism_session_logits(a, 1, &lg, NULL) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_logits(a, 0, &lg, NULL) == CISM_ERR_STATE); /* trimmed away */
+    CHECK(cism_session_logits(a, 4, &lg, NULL) == CISM_ERR_INVALID_ARG);
     CHECK_OK(cism_session_trim(a)); /* twice is fine */
     /* continue both: same greedy tokens */
     memset(&ca, 0, sizeof(ca));

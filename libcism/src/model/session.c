@@ -300,8 +300,9 @@ cism_status cism_session_logits(cism_session *s, int32_t index, const float **lo
         *logits = s->logits + (int64_t)(s->logit_rows - 1) * vocab;
     } else if (index < 0 || index >= s->last_n) {
         return cism__fail(CISM_ERR_INVALID_ARG, "logits row %d is outside 0..%d", (int)index, (int)s->last_n - 1);
-    } else if (!s->logits_all) {
-        return cism__fail(CISM_ERR_STATE, "logits of row %d are not kept; set CISM_PARAM_LOGITS_ALL to keep every row", (int)index);
+    } else if (s->logit_rows < s->last_n) { /* no LOGITS_ALL, or cism_session_trim kept only the last row */
+        return cism__fail(CISM_ERR_STATE, "logits of row %d are not kept; set CISM_PARAM_LOGITS_ALL to keep every row"
+                          " (cism_session_trim keeps only the last)", (int)index);
     } else {
         *logits = s->logits + (int64_t)index * vocab;
     }
