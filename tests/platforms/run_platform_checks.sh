@@ -30,6 +30,8 @@ PLAT=${CISM_PLATFORM_VENV:-$BUILD/venv-platforms}
 OUT=$BUILD/platforms
 export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$BUILD/zig-cache}
 FIXTURES=$BUILD/release/tests/c/fixtures
+# cross builds treat warnings as errors: a warning on another platform is a portability bug
+WERROR=-DCMAKE_C_FLAGS=-Werror
 mkdir -p "$OUT"
 PASSED=0
 FAILED=0
@@ -99,14 +101,14 @@ zig_build() { # zig_build TARGET [cmake args...]: configure and build in $BUILD/
     t=$1
     shift
     cmake -S "$ROOT" -B "$BUILD/zig-$t" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/zig.cmake" -DCISM_ZIG_TARGET="$t" \
-        -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$PLAT/bin/python" "$@" &&
+        -DCMAKE_BUILD_TYPE=Release $WERROR -DPython3_EXECUTABLE="$PLAT/bin/python" "$@" &&
         cmake --build "$BUILD/zig-$t" -j "$JOBS"
 }
 
 # ---- ARM64 Linux under qemu ---------------------------------------------------------
 arm64_ctest() {
     cmake -S "$ROOT" -B "$BUILD/aarch64" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
-        -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$VENV/bin/python" &&
+        -DCMAKE_BUILD_TYPE=Release $WERROR -DPython3_EXECUTABLE="$VENV/bin/python" &&
         cmake --build "$BUILD/aarch64" -j "$JOBS" &&
         (cd "$BUILD/aarch64" && QEMU_CPU=max ctest --output-on-failure -j "$JOBS") &&
         same_exports "$BUILD/aarch64/libcism/libcism.so" elf
@@ -147,7 +149,7 @@ macos() { # macos aarch64|x86_64
 
 windows_mingw() {
     cmake -S "$ROOT" -B "$BUILD/mingw" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/mingw-w64-x86_64.cmake" \
-        -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$VENV/bin/python" &&
+        -DCMAKE_BUILD_TYPE=Release $WERROR -DPython3_EXECUTABLE="$VENV/bin/python" &&
         cmake --build "$BUILD/mingw" -j "$JOBS" || return 1
     dll=$BUILD/mingw/libcism/libcism.dll
     llvm-objdump -p "$dll" | grep -q "DLL Name: KERNEL32.dll" || return 1
@@ -166,7 +168,7 @@ windows_zig() {
     fi
     # compile only (cmake/zig.cmake then links nothing, not even CMake's test programs)
     cmake -S "$ROOT" -B "$BUILD/zig-$t" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/zig.cmake" -DCISM_ZIG_TARGET=$t \
-        -DCMAKE_BUILD_TYPE=Release -DCISM_ZIG_COMPILE_ONLY=ON \
+        -DCMAKE_BUILD_TYPE=Release $WERROR -DCISM_ZIG_COMPILE_ONLY=ON \
         -DCISM_BUILD_TESTS=OFF -DCISM_BUILD_EXAMPLES=OFF -DPython3_EXECUTABLE="$PLAT/bin/python" &&
         cmake --build "$BUILD/zig-$t" -j "$JOBS" --target cism_static || return 1
     llvm-nm "$BUILD/zig-$t/libcism/libcism_static.a" | grep " T cism_model_load"
@@ -176,7 +178,7 @@ windows_zig() {
 mobile() { # mobile ZIG_TARGET EXPECT (ELF machine or Mach-O platform)
     t=$1
     cmake -S "$ROOT" -B "$BUILD/zig-$t" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/zig.cmake" -DCISM_ZIG_TARGET="$t" \
-        -DCMAKE_BUILD_TYPE=Release -DCISM_BUILD_TESTS=OFF -DCISM_BUILD_EXAMPLES=OFF \
+        -DCMAKE_BUILD_TYPE=Release $WERROR -DCISM_BUILD_TESTS=OFF -DCISM_BUILD_EXAMPLES=OFF \
         -DPython3_EXECUTABLE="$PLAT/bin/python" &&
         cmake --build "$BUILD/zig-$t" -j "$JOBS" --target cism_static || return 1
     lib=$BUILD/zig-$t/libcism/libcism.a
@@ -223,7 +225,7 @@ jni_build() {
     javac --release 8 -Xlint:all -cp "$JVM/classes:$JUNIT_CP" -d "$JVM/test-classes" \
         "$ROOT"/android/cism/src/hostTest/java/org/libcism/*.java || return 1
     # the same CMakeLists.txt the NDK build uses; javac's headers force-included
-    cmake -S "$ROOT/android/cism/src/main/cpp" -B "$JVM/native" -DCMAKE_BUILD_TYPE=Release \
+    cmake -S "$ROOT/android/cism/src/main/cpp" -B "$JVM/native" -DCMAKE_BUILD_TYPE=Release $WERROR \
         -DCISM_JNI_COUNT_ALLOCATIONS=ON -DCISM_JNI_JAVAC_HEADERS="$JVM/headers" &&
         cmake --build "$JVM/native" -j "$JOBS" || return 1
     # every native method declared in Java is implemented, and only those are exported
