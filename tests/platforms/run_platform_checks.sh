@@ -11,8 +11,9 @@
 #   arm64-tokens       stories260K generation under qemu == on x86-64 (greedy and sampled)
 #   macos-*            zig: libcism.dylib + tests link for aarch64/x86_64-macos; exports == cism.h
 #   windows-mingw      mingw-w64: libcism.dll + tests link; DLL exports == cism.h
-#   windows-zig        zig (clang) compiles every TU for x86_64-windows-gnu
-#                      (links too with CISM_ZIG_WINDOWS_LINK=1: zig first builds a mingw CRT, ~3 min)
+#   windows-zig        zig (clang) compiles every TU for x86_64-windows-gnu, windows-arm64-zig
+#                      for aarch64-windows-gnu (both link too with CISM_ZIG_WINDOWS_LINK=1: zig
+#                      first builds a mingw CRT per target, 1.5-4 min each)
 #   android-*, ios-*   every TU compiles for the Android and iOS triples (no SDK: no link)
 #   ios-modulemap      the CCism module map imports cism.h (host, iOS device, iOS simulator)
 #   jni-build          Java API compiles for Java 8 bytecode; JNI glue builds against javac -h headers
@@ -160,8 +161,8 @@ windows_mingw() {
     same_exports "$dll" pe
 }
 
-windows_zig() {
-    t=x86_64-windows-gnu
+windows_zig() { # windows_zig ZIG_TARGET
+    t=$1
     if [ "${CISM_ZIG_WINDOWS_LINK:-0}" = 1 ]; then
         zig_build $t && same_exports "$BUILD/zig-$t/libcism/libcism.dll" pe
         return
@@ -290,7 +291,8 @@ check arm64-tokens arm64_tokens
 check macos-aarch64 macos aarch64
 check macos-x86_64 macos x86_64
 check windows-mingw windows_mingw
-check windows-zig windows_zig
+check windows-zig windows_zig x86_64-windows-gnu
+check windows-arm64-zig windows_zig aarch64-windows-gnu
 check android-aarch64 mobile aarch64-linux-android AArch64
 check android-x86_64 mobile x86_64-linux-android X86-64
 check ios-device mobile aarch64-ios.15.0 ios
