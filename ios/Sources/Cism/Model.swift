@@ -26,7 +26,8 @@ public final class Model: @unchecked Sendable {
         do {
             try check(cism_model_eos_ids(model, nil, 0, &count))
             ids = [Int32](repeating: 0, count: Int(count))
-            try check(cism_model_eos_ids(model, &ids, count, &count))
+            var total: Int32 = 0
+            try check(cism_model_eos_ids(model, &ids, count, &total))
         } catch {
             cism_model_free(model) // self is not initialized yet, so deinit will not run
             throw error
