@@ -31,6 +31,7 @@ PLAT=${CISM_PLATFORM_VENV:-$BUILD/venv-platforms}
 OUT=$BUILD/platforms
 export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$BUILD/zig-cache}
 FIXTURES=$BUILD/release/tests/c/fixtures
+SHARED=${CISM_SHARED_DIR:-$ROOT/../shared}
 # cross builds treat warnings as errors: a warning on another platform is a portability bug
 WERROR=-DCMAKE_C_FLAGS=-Werror
 mkdir -p "$OUT"
@@ -239,7 +240,7 @@ jni_build() {
 }
 
 python_tokens() {
-    "$VENV/bin/python" "$ROOT/tests/platforms/python_tokens.py" "$FIXTURES" "$OUT/expected"
+    "$VENV/bin/python" "$ROOT/tests/platforms/python_tokens.py" "$FIXTURES" "$SHARED/models" "$OUT/expected"
 }
 
 jvm_tests() {

@@ -63,8 +63,17 @@ public actor Session {
         var session: OpaquePointer?
         try check(cism_session_create(model.handle, params, &session))
         guard let session else { throw CismError(code: 12, message: "cism_session_create returned no session") }
+        var detokenizer: OpaquePointer?
+        if model.hasTokenizer {
+            let status = cism_detokenizer_create(model.handle, 1 /* CISM_DETOKENIZE_SKIP_SPECIAL */, &detokenizer)
+            if status != 0 {
+                let error = CismError(failed: status)
+                cism_session_free(session)
+                throw error
+            }
+        }
         self.model = model
-        self.native = NativeSession(pointer: session, model: model)
+        self.native = NativeSession(pointer: session, detokenizer: detokenizer, model: model)
         self.queue = DispatchQueue(label: "org.libcism.session", qos: .userInitiated)
     }
 
@@ -145,21 +154,74 @@ public actor Session {
     }
 }
 
+extension Session {
+    /// Like `generate`, but streams text: tokens pass through the library's
+    /// streaming detokenizer (special tokens left out), so every piece is
+    /// complete UTF-8 (an emoji split across tokens arrives whole) and the
+    /// pieces join to the decoded reply.
+    public nonisolated func generateText(prompt: [Int32], maxTokens: Int, sampler: Sampler,
+                                         ignoreEndOfText: Bool = false) -> AsyncThrowingStream<String, Error> {
+        let native = self.native
+        let queue = self.queue
+        return AsyncThrowingStream { continuation in
+            continuation.onTermination = { termination in
+                if case .cancelled = termination { native.cancel() }
+            }
+            queue.async {
+                guard let detokenizer = native.detokenizer else {
+                    continuation.finish(throwing: CismError(code: 10, message: "the model has no tokenizer"))
+                    return
+                }
+                cism_detokenizer_reset(detokenizer)
+                var pushError: Error?
+                func send(_ text: UnsafePointer<CChar>?, _ length: Int) -> Bool {
+                    guard let text, length > 0 else { return true }
+                    let piece = String(decoding: UnsafeRawBufferPointer(start: text, count: length), as: UTF8.self)
+                    if case .terminated = continuation.yield(piece) { return false }
+                    return true
+                }
+                var error = native.generate(prompt: prompt, maxTokens: maxTokens, sampler: sampler,
+                                            ignoreEndOfText: ignoreEndOfText) { token in
+                    var text: UnsafePointer<CChar>?
+                    var length = 0
+                    let status = cism_detokenizer_push(detokenizer, token, &text, &length)
+                    if status != 0 {
+                        pushError = CismError(failed: status)
+                        return false
+                    }
+                    return send(text, length)
+                }
+                if error == nil, let pushError { error = pushError }
+                if error == nil {
+                    var text: UnsafePointer<CChar>?
+                    var length = 0
+                    if cism_detokenizer_flush(detokenizer, &text, &length) == 0 { _ = send(text, length) }
+                }
+                continuation.finish(throwing: error)
+            }
+        }
+    }
+}
+
 /// The native session and the state that must change with it; used only on
 /// the session's queue, except `cancel()`, which is thread-safe in the C API.
 /// Freed when the last reference goes: the actor's, or a generation still on
 /// the queue. The C session keeps its model alive on its own.
 final class NativeSession: @unchecked Sendable {
     let pointer: OpaquePointer
+    /// Streaming detokenizer of generateText (nil when the model has no tokenizer).
+    let detokenizer: OpaquePointer?
     let model: Model
     var history: [Int32] = []
 
-    init(pointer: OpaquePointer, model: Model) {
+    init(pointer: OpaquePointer, detokenizer: OpaquePointer?, model: Model) {
         self.pointer = pointer
+        self.detokenizer = detokenizer
         self.model = model
     }
 
     deinit {
+        cism_detokenizer_free(detokenizer)
         cism_session_free(pointer)
     }
 

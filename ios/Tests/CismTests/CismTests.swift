@@ -76,6 +76,37 @@ final class CismTests: XCTestCase {
         XCTAssertEqual(n, 4)
     }
 
+    func testTextRoundTripWithEmoji() throws {
+        let model = try Model(path: modelPath())
+        XCTAssertTrue(model.hasTokenizer)
+        let text = "Once upon a time 😀 a café"
+        let ids = try model.tokenize(text)
+        XCTAssertEqual(ids.first, model.bosID)
+        XCTAssertEqual(try model.detokenize(ids), text)
+    }
+
+    func testChatFormat() throws {
+        let model = try Model(path: modelPath())
+        XCTAssertNil(model.chatFormat) // a story model names none
+        let text = try model.formatChat([ChatMessage(role: .user, content: "Hi 😀")], format: .chatml)
+        XCTAssertTrue(text.contains("<|im_start|>user\nHi 😀<|im_end|>\n"))
+        XCTAssertTrue(text.hasSuffix("<|im_start|>assistant\n"))
+    }
+
+    func testStreamedTextJoinsToDecodedTokens() async throws {
+        let model = try Model(path: modelPath())
+        let session = try Session(model: model, configuration: .init(threads: 1))
+        let sampler = try Sampler(temperature: 1.0, seed: 3)
+        let prompt = try model.tokenize("Once upon a time, a girl")
+        var streamed = ""
+        for try await piece in session.generateText(prompt: prompt, maxTokens: 200, sampler: sampler) {
+            XCTAssertFalse(piece.isEmpty)
+            streamed += piece
+        }
+        let context = try await session.tokens()
+        XCTAssertEqual(try model.detokenize(Array(context[prompt.count...])), streamed)
+    }
+
     func testMemory() async throws {
         let model = try Model(path: modelPath())
         try model.prefetch(wait: true)

@@ -473,3 +473,317 @@ JNIEXPORT void JNICALL Java_org_libcism_Session_nativeGenerate(JNIEnv *env, jcla
     result[3] = (jint)sink.last;
     (*env)->SetIntArrayRegion(env, out, 0, 4, result);
 }
+
+/* ---- text: tokenizer, chat formats, streaming detokenizer --------------------------- */
+JNIEXPORT jboolean JNICALL Java_org_libcism_Model_nativeHasTokenizer(JNIEnv *env, jclass cls, jlong model) {
+    (void)env;
+    (void)cls;
+    return cism_model_has_tokenizer(FROM_HANDLE(cism_model, model)) ? JNI_TRUE : JNI_FALSE;
+}
+
+static jintArray new_ints(JNIEnv *env, const int32_t *v, int32_t n) {
+    jint *tmp = (jint *)malloc(((size_t)n + 1) * sizeof(jint));
+    jintArray out;
+    int32_t i;
+    if (!tmp) {
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        return NULL;
+    }
+    for (i = 0; i < n; i++) tmp[i] = (jint)v[i];
+    out = (*env)->NewIntArray(env, (jsize)n);
+    if (out) (*env)->SetIntArrayRegion(env, out, 0, (jsize)n, tmp);
+    free(tmp);
+    return out;
+}
+
+JNIEXPORT jintArray JNICALL Java_org_libcism_Model_nativeTokenize(JNIEnv *env, jclass cls, jlong model, jbyteArray text_utf8,
+                                                                  jint flags) {
+    const cism_model *m = FROM_HANDLE(cism_model, model);
+    jsize len;
+    char *text;
+    int32_t n = 0, *tokens;
+    cism_status st;
+    jintArray out;
+    (void)cls;
+    if (!text_utf8) {
+        throw_java(env, "java/lang/NullPointerException", "text");
+        return NULL;
+    }
+    len = (*env)->GetArrayLength(env, text_utf8);
+    text = (char *)malloc((size_t)len + 1);
+    if (!text) {
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        return NULL;
+    }
+    (*env)->GetByteArrayRegion(env, text_utf8, 0, len, (jbyte *)text);
+    /* ask for the count, then fill */
+    st = cism_tokenize(m, text, (size_t)len, (uint32_t)flags, NULL, 0, &n);
+    if (st != CISM_OK && st != CISM_ERR_BUFFER_SMALL) {
+        throw_status(env, st);
+        free(text);
+        return NULL;
+    }
+    tokens = (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!tokens) {
+        free(text);
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        return NULL;
+    }
+    st = cism_tokenize(m, text, (size_t)len, (uint32_t)flags, tokens, n, &n);
+    free(text);
+    if (st != CISM_OK) {
+        throw_status(env, st);
+        free(tokens);
+        return NULL;
+    }
+    out = new_ints(env, tokens, n);
+    free(tokens);
+    return out;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_libcism_Model_nativeDetokenize(JNIEnv *env, jclass cls, jlong model, jintArray tokens,
+                                                                     jint flags) {
+    const cism_model *m = FROM_HANDLE(cism_model, model);
+    int32_t n = 0;
+    int32_t *t = ints_arg(env, tokens, &n);
+    size_t need = 0;
+    char *text;
+    cism_status st;
+    jbyteArray out;
+    (void)cls;
+    if (!t) return NULL;
+    st = cism_detokenize(m, t, n, (uint32_t)flags, NULL, 0, &need);
+    if (st != CISM_OK && st != CISM_ERR_BUFFER_SMALL) {
+        throw_status(env, st);
+        free(t);
+        return NULL;
+    }
+    text = (char *)malloc(need + 1);
+    if (!text) {
+        free(t);
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        return NULL;
+    }
+    st = cism_detokenize(m, t, n, (uint32_t)flags, text, need + 1, &need);
+    free(t);
+    if (st != CISM_OK) {
+        throw_status(env, st);
+        free(text);
+        return NULL;
+    }
+    out = new_bytes(env, text, need);
+    free(text);
+    return out;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_libcism_Model_nativeTokenPiece(JNIEnv *env, jclass cls, jlong model, jint token) {
+    const char *piece = NULL;
+    size_t len = 0;
+    cism_status st = cism_token_to_piece(FROM_HANDLE(cism_model, model), (int32_t)token, &piece, &len);
+    (void)cls;
+    if (st != CISM_OK) {
+        throw_status(env, st);
+        return NULL;
+    }
+    return new_bytes(env, piece, len);
+}
+
+/* The model's chat format, or -1 when its file names none. */
+JNIEXPORT jint JNICALL Java_org_libcism_Model_nativeChatFormat(JNIEnv *env, jclass cls, jlong model) {
+    cism_chat_format format = 0;
+    (void)env;
+    (void)cls;
+    return cism_model_chat_format(FROM_HANDLE(cism_model, model), &format) == CISM_OK ? (jint)format : -1;
+}
+
+/* Copies a byte[][] into n malloc'd buffers (lens in *lens); frees and returns 0 with an exception pending on failure. */
+static int utf8_list(JNIEnv *env, jobjectArray list, jsize n, char **items, size_t *lens) {
+    jsize i;
+    for (i = 0; i < n; i++) items[i] = NULL;
+    for (i = 0; i < n; i++) {
+        jbyteArray a = (jbyteArray)(*env)->GetObjectArrayElement(env, list, i);
+        jsize len;
+        if (!a) {
+            if (!(*env)->ExceptionCheck(env)) throw_java(env, "java/lang/NullPointerException", "chat message text");
+            break;
+        }
+        len = (*env)->GetArrayLength(env, a);
+        items[i] = (char *)malloc((size_t)len + 1);
+        if (!items[i]) {
+            (*env)->DeleteLocalRef(env, a);
+            throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+            break;
+        }
+        (*env)->GetByteArrayRegion(env, a, 0, len, (jbyte *)items[i]);
+        lens[i] = (size_t)len;
+        (*env)->DeleteLocalRef(env, a);
+    }
+    if (i == n) return 1;
+    for (i = 0; i < n; i++) free(items[i]);
+    return 0;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_libcism_Model_nativeChatApply(JNIEnv *env, jclass cls, jlong model, jint format,
+                                                                    jobjectArray roles, jobjectArray contents,
+                                                                    jboolean add_generation_prompt) {
+    const cism_model *m = FROM_HANDLE(cism_model, model);
+    jsize n, i;
+    char **r = NULL, **c = NULL, *text = NULL;
+    size_t *rl = NULL, *cl = NULL, need = 0;
+    cism_status st;
+    jbyteArray out = NULL;
+    (void)cls;
+    n = (*env)->GetArrayLength(env, roles);
+    if ((*env)->GetArrayLength(env, contents) != n) {
+        throw_java(env, "java/lang/IllegalArgumentException", "roles and contents differ in length");
+        return NULL;
+    }
+    r = (char **)calloc((size_t)n + 1, sizeof(char *));
+    c = (char **)calloc((size_t)n + 1, sizeof(char *));
+    rl = (size_t *)calloc((size_t)n + 1, sizeof(size_t));
+    cl = (size_t *)calloc((size_t)n + 1, sizeof(size_t));
+    if (!r || !c || !rl || !cl) {
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        goto done;
+    }
+    if (!utf8_list(env, roles, n, r, rl)) goto done;
+    if (!utf8_list(env, contents, n, c, cl)) {
+        for (i = 0; i < n; i++) free(r[i]);
+        goto done;
+    }
+    st = cism_chat_apply(m, (cism_chat_format)format, (const char *const *)r, rl, (const char *const *)c, cl, (int32_t)n,
+                         add_generation_prompt ? 1 : 0, NULL, 0, &need);
+    if (st == CISM_OK || st == CISM_ERR_BUFFER_SMALL) {
+        text = (char *)malloc(need + 1);
+        if (!text) throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        else st = cism_chat_apply(m, (cism_chat_format)format, (const char *const *)r, rl, (const char *const *)c, cl,
+                                  (int32_t)n, add_generation_prompt ? 1 : 0, text, need + 1, &need);
+    }
+    if (text && st == CISM_OK) out = new_bytes(env, text, need);
+    else if (text || st != CISM_ERR_BUFFER_SMALL) throw_status(env, st);
+    for (i = 0; i < n; i++) {
+        free(r[i]);
+        free(c[i]);
+    }
+done:
+    free(text);
+    free(r);
+    free(c);
+    free(rl);
+    free(cl);
+    return out;
+}
+
+JNIEXPORT jlong JNICALL Java_org_libcism_Session_nativeDetokenizerCreate(JNIEnv *env, jclass cls, jlong model, jint flags) {
+    cism_detokenizer *d = NULL;
+    cism_status st = cism_detokenizer_create(FROM_HANDLE(cism_model, model), (uint32_t)flags, &d);
+    (void)cls;
+    if (st != CISM_OK) throw_status(env, st);
+    return TO_HANDLE(d);
+}
+
+JNIEXPORT void JNICALL Java_org_libcism_Session_nativeDetokenizerFree(JNIEnv *env, jclass cls, jlong detok) {
+    (void)env;
+    (void)cls;
+    cism_detokenizer_free(FROM_HANDLE(cism_detokenizer, detok));
+}
+
+typedef struct text_sink {
+    JNIEnv *env;
+    jobject sink;
+    jmethodID on_piece;
+    cism_detokenizer *detok;
+    cism_status error;   /* a detokenizer failure, reported after generation */
+    int32_t stopped;
+    int32_t last;
+} text_sink;
+
+/* Passes (token, its newly completed UTF-8 or null) to Java; 0 = go on. */
+static int32_t piece_to_java(text_sink *k, int32_t token, const char *text, size_t len) {
+    jbyteArray bytes = NULL;
+    jboolean go;
+    if (len > 0 && !(bytes = new_bytes(k->env, text, len))) return 1;
+    go = (*k->env)->CallBooleanMethod(k->env, k->sink, k->on_piece, (jint)token, bytes);
+    if (bytes) (*k->env)->DeleteLocalRef(k->env, bytes);
+    if ((*k->env)->ExceptionCheck(k->env) || !go) return 1;
+    return 0;
+}
+
+static int32_t text_to_java(void *user, int32_t token) {
+    text_sink *k = (text_sink *)user;
+    const char *text = NULL;
+    size_t len = 0;
+    cism_status st = cism_detokenizer_push(k->detok, token, &text, &len);
+    k->last = token;
+    if (st != CISM_OK) {
+        k->error = st;
+        k->stopped = 1;
+        return 1;
+    }
+    if (piece_to_java(k, token, text, len)) {
+        k->stopped = 1;
+        return 1;
+    }
+    return 0;
+}
+
+JNIEXPORT void JNICALL Java_org_libcism_Session_nativeGenerateText(JNIEnv *env, jclass cls, jlong session, jlong sampler,
+                                                                   jlong detok, jintArray prompt, jint max_tokens, jint flags,
+                                                                   jobject sink, jintArray out) {
+    text_sink k;
+    jclass iface;
+    int32_t n_prompt = 0, n_generated = 0;
+    int32_t *p;
+    cism_status st;
+    jint result[4];
+    (void)cls;
+    if (!detok) {
+        throw_java(env, "java/lang/IllegalStateException", "this model has no tokenizer");
+        return;
+    }
+    p = ints_arg(env, prompt, &n_prompt);
+    if (!p) return;
+    iface = (*env)->FindClass(env, "org/libcism/TextSink");
+    if (!iface) {
+        free(p);
+        return;
+    }
+    k.env = env;
+    k.sink = sink;
+    k.on_piece = (*env)->GetMethodID(env, iface, "onPiece", "(I[B)Z");
+    k.detok = FROM_HANDLE(cism_detokenizer, detok);
+    k.error = CISM_OK;
+    k.stopped = 0;
+    k.last = -1;
+    (*env)->DeleteLocalRef(env, iface);
+    if (!k.on_piece) {
+        free(p);
+        return;
+    }
+    cism_detokenizer_reset(k.detok);
+    st = cism_generate(FROM_HANDLE(cism_session, session), FROM_HANDLE(cism_sampler, sampler), p, n_prompt,
+                       (int32_t)max_tokens, (uint32_t)flags, text_to_java, &k, &n_generated);
+    free(p);
+    if ((*env)->ExceptionCheck(env)) return;
+    if (k.error != CISM_OK) {
+        throw_status(env, k.error);
+        return;
+    }
+    if (st != CISM_OK && st != CISM_ERR_CANCELLED && st != CISM_ERR_CONTEXT_FULL) {
+        throw_status(env, st);
+        return;
+    }
+    { /* what the detokenizer held back (an incomplete character) */
+        const char *text = NULL;
+        size_t len = 0;
+        if (cism_detokenizer_flush(k.detok, &text, &len) == CISM_OK && len > 0) {
+            piece_to_java(&k, -1, text, len);
+            if ((*env)->ExceptionCheck(env)) return;
+        }
+    }
+    result[0] = (jint)st;
+    result[1] = (jint)n_generated;
+    result[2] = (jint)k.stopped;
+    result[3] = (jint)k.last;
+    (*env)->SetIntArrayRegion(env, out, 0, 4, result);
+}

@@ -16,6 +16,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -399,6 +400,67 @@ public class HostJvmTest {
         }
     }
 
+    /** Text in and out crosses JNI as UTF-8: emoji and other non-BMP characters survive. */
+    @Test
+    public void tokenizeMatchesHuggingFaceAndRoundTrips() throws IOException {
+        String text = new String(Files.readAllBytes(expected.resolve("text.txt")), StandardCharsets.UTF_8);
+        assertTrue(text.contains("\uD83D\uDE00")); // 😀, four bytes of UTF-8
+        try (Model model = Model.load(fixtures.resolve("stories260K-hf.cism").toString())) {
+            assertTrue(model.hasTokenizer());
+            int[] ids = model.tokenize(text);
+            assertArrayEquals("vs Hugging Face tokenizers", readTokens("text_ids.txt"), ids);
+            assertEquals(text, model.detokenize(ids, true));
+            assertEquals("<s>", model.tokenPiece(model.bosId()));
+            int[] noBos = model.tokenize(text, false, true);
+            assertArrayEquals(Arrays.copyOfRange(ids, 1, ids.length), noBos);
+        }
+    }
+
+    @Test
+    public void streamedTextJoinsToTheDecodedTokens() {
+        try (Model model = Model.load(modelPath);
+             Session session = new Session(model, ONE_THREAD);
+             Sampler sampler = new Sampler.Builder().temperature(1.0).seed(3).build()) {
+            int[] prompt = model.tokenize("Once upon a time, a girl");
+            StringBuilder streamed = new StringBuilder();
+            List<String> pieces = new ArrayList<>();
+            GenerationResult r = session.generateText(prompt, 200, sampler, text -> {
+                assertFalse(text.isEmpty());
+                pieces.add(text);
+                streamed.append(text);
+                return true;
+            });
+            assertTrue(r.getTokenCount() > 10);
+            int[] context = session.tokens();
+            int[] generated = Arrays.copyOfRange(context, prompt.length, context.length);
+            String decoded = model.detokenize(generated, true);
+            // the end-of-text token, if any, was reported but not evaluated, and is special: no text
+            assertEquals(decoded, streamed.toString());
+            assertTrue(pieces.size() > 1);
+            // a callback returning false stops text generation too
+            session.reset();
+            GenerationResult stopped = session.generateText(prompt, 200, sampler, text -> false);
+            assertEquals(GenerationResult.StopReason.STOPPED, stopped.getStopReason());
+        }
+    }
+
+    @Test
+    public void chatFormats() {
+        try (Model model = Model.load(modelPath)) {
+            assertEquals(null, model.chatFormat()); // a story model names none
+            List<ChatMessage> chat = Arrays.asList(ChatMessage.user("Hi \uD83D\uDE00"));
+            try {
+                model.formatChat(chat, true);
+                fail("formatted without a format");
+            } catch (CismException e) {
+                assertEquals(CismException.UNSUPPORTED, e.getStatus());
+            }
+            String text = model.formatChat(ChatFormat.CHATML, chat, true);
+            assertTrue(text, text.contains("<|im_start|>user\nHi \uD83D\uDE00<|im_end|>\n"));
+            assertTrue(text, text.endsWith("<|im_start|>assistant\n"));
+        }
+    }
+
     /** Everything native is freed by close(): heap blocks and the file mapping. */
     @Test
     public void closeFreesNativeMemory() throws IOException {
@@ -414,6 +476,8 @@ public class HostJvmTest {
                  Session session = new Session(model, new Session.Options().threads(2));
                  Sampler sampler = new Sampler.Builder().temperature(0.7).seed(i).build()) {
                 session.generate(new int[] {1}, 6, sampler, true, t -> true);
+                session.generateText(model.tokenize("Once"), 6, sampler, true, t -> true);
+                model.formatChat(ChatFormat.CHATML, Arrays.asList(ChatMessage.user("hi")), true);
                 session.trim();
                 session.generate(new int[0], 4, sampler, true, t -> true);
                 assertTrue(HostTestHooks.liveAllocations() > baseline);

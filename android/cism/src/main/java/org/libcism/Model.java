@@ -1,6 +1,7 @@
 package org.libcism;
 
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 
 /**
  * A loaded .cism model: immutable, safe to share between threads and
@@ -105,6 +106,61 @@ public final class Model implements AutoCloseable {
         return nativeInfo(handle(), key);
     }
 
+    // ---- text ----------------------------------------------------------------
+
+    private static final int TOKENIZE_ADD_SPECIAL = 1, TOKENIZE_PARSE_SPECIAL = 2, DETOKENIZE_SKIP_SPECIAL = 1;
+
+    /** true when the file carries a tokenizer (text in and out works). */
+    public synchronized boolean hasTokenizer() {
+        return nativeHasTokenizer(handle());
+    }
+
+    /** Text to token ids as Hugging Face's {@code tokenizer.encode(text)}: BOS etc. added, special tokens parsed. */
+    public int[] tokenize(String text) {
+        return tokenize(text, true, true);
+    }
+
+    /**
+     * @param addSpecial   add what the tokenizer adds around a text (e.g. BOS)
+     * @param parseSpecial special tokens written in the text become their ids
+     *                     (true for text from {@link #formatChat}; false for raw user text)
+     */
+    public synchronized int[] tokenize(String text, boolean addSpecial, boolean parseSpecial) {
+        if (text == null) throw new NullPointerException("text");
+        int flags = (addSpecial ? TOKENIZE_ADD_SPECIAL : 0) | (parseSpecial ? TOKENIZE_PARSE_SPECIAL : 0);
+        return nativeTokenize(handle(), text.getBytes(StandardCharsets.UTF_8), flags);
+    }
+
+    /** Token ids to text, as Hugging Face's decode. */
+    public synchronized String detokenize(int[] tokens, boolean skipSpecial) {
+        return Cism.utf8(nativeDetokenize(handle(), tokens, skipSpecial ? DETOKENIZE_SKIP_SPECIAL : 0));
+    }
+
+    /** The vocabulary string of a token as stored ("Ġthe", "<|im_end|>", ...). */
+    public synchronized String tokenPiece(int token) {
+        return Cism.utf8(nativeTokenPiece(handle(), token));
+    }
+
+    /** The chat format the model file names, or null. */
+    public synchronized ChatFormat chatFormat() {
+        return ChatFormat.of(nativeChatFormat(handle()));
+    }
+
+    /** The conversation in the model's own chat format (tokenize it with parseSpecial, without addSpecial). */
+    public String formatChat(List<ChatMessage> messages, boolean addGenerationPrompt) {
+        return formatChat(ChatFormat.MODEL, messages, addGenerationPrompt);
+    }
+
+    public synchronized String formatChat(ChatFormat format, List<ChatMessage> messages, boolean addGenerationPrompt) {
+        byte[][] roles = new byte[messages.size()][];
+        byte[][] contents = new byte[messages.size()][];
+        for (int i = 0; i < roles.length; i++) {
+            roles[i] = messages.get(i).getRole().getBytes(StandardCharsets.UTF_8);
+            contents[i] = messages.get(i).getContent().getBytes(StandardCharsets.UTF_8);
+        }
+        return Cism.utf8(nativeChatApply(handle(), format.value, roles, contents, addGenerationPrompt));
+    }
+
     // ---- memory ------------------------------------------------------------
 
     /** true when the weights are used from a file mapping (no copy). */
@@ -161,5 +217,12 @@ public final class Model implements AutoCloseable {
     private static native void nativePrefetch(long model, boolean wait);
     private static native void nativeLock(long model, boolean lock);
     private static native long nativeResidentBytes(long model);
+    private static native boolean nativeHasTokenizer(long model);
+    private static native int[] nativeTokenize(long model, byte[] textUtf8, int flags);
+    private static native byte[] nativeDetokenize(long model, int[] tokens, int flags);
+    private static native byte[] nativeTokenPiece(long model, int token);
+    private static native int nativeChatFormat(long model);
+    private static native byte[] nativeChatApply(long model, int format, byte[][] roles, byte[][] contents,
+                                                 boolean addGenerationPrompt);
     private static native long nativeEstimateSessionBytes(long model, int threads, int contextLength, boolean kvF32, int batchSize);
 }

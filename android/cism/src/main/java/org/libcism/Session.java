@@ -1,5 +1,7 @@
 package org.libcism;
 
+import java.nio.charset.StandardCharsets;
+
 /**
  * One conversation with a model: its KV cache, scratch memory and logits.
  * Calls are serialized (one at a time); {@link #cancel()} may be called from
@@ -59,6 +61,7 @@ public final class Session implements AutoCloseable {
     private boolean closeRequested; // guarded by this
     private int[] history = new int[256]; // the tokens in the context; guarded by this
     private int historyLength;
+    private long detokenizer;       // streaming detokenizer for generateText, 0 without a tokenizer; guarded by this
 
     public Session(Model model) {
         this(model, new Options());
@@ -66,8 +69,17 @@ public final class Session implements AutoCloseable {
 
     public Session(Model model, Options options) {
         this.model = model;
-        this.handle = nativeCreate(model.handle(), options.threads, options.contextLength, options.kvF32, options.batchSize);
+        long m = model.handle();
+        this.handle = nativeCreate(m, options.threads, options.contextLength, options.kvF32, options.batchSize);
+        try {
+            if (model.hasTokenizer()) detokenizer = nativeDetokenizerCreate(m, DETOKENIZE_SKIP_SPECIAL);
+        } catch (RuntimeException e) {
+            nativeFree(handle);
+            throw e;
+        }
     }
+
+    private static final int DETOKENIZE_SKIP_SPECIAL = 1;
 
     private long handle() {
         if (handle == 0) throw new IllegalStateException("Session is closed");
@@ -172,6 +184,10 @@ public final class Session implements AutoCloseable {
                 if (closeRequested) free();
             }
         }
+        return result(out, maxTokens, ignoreEos);
+    }
+
+    private GenerationResult result(int[] out, int maxTokens, boolean ignoreEos) {
         int status = out[0], count = out[1], last = out[3];
         boolean stoppedByCallback = out[2] != 0;
         GenerationResult.StopReason reason;
@@ -181,6 +197,44 @@ public final class Session implements AutoCloseable {
         else if (stoppedByCallback) reason = GenerationResult.StopReason.STOPPED;
         else reason = GenerationResult.StopReason.MAX_TOKENS;
         return new GenerationResult(reason, count);
+    }
+
+    public GenerationResult generateText(int[] prompt, int maxTokens, Sampler sampler, TextCallback callback) {
+        return generateText(prompt, maxTokens, sampler, false, callback);
+    }
+
+    /**
+     * Like {@link #generate}, but streams text: the tokens pass through the
+     * library's streaming detokenizer (special tokens left out), so each
+     * piece is complete UTF-8 and the pieces join to the decoded reply.
+     */
+    public GenerationResult generateText(int[] prompt, int maxTokens, Sampler sampler, boolean ignoreEos,
+                                         final TextCallback callback) {
+        if (prompt == null) prompt = new int[0];
+        if (sampler == null) throw new NullPointerException("sampler");
+        if (callback == null) throw new NullPointerException("callback");
+        int[] out = new int[4];
+        synchronized (this) {
+            long h = handle();
+            if (detokenizer == 0) throw new IllegalStateException("the model has no tokenizer");
+            final TokenRecorder recorder = new TokenRecorder(token -> true);
+            TextSink sink = (token, utf8) -> {
+                if (token >= 0) recorder.onToken(token);
+                return utf8 == null || callback.onText(new String(utf8, StandardCharsets.UTF_8));
+            };
+            generating = true;
+            try {
+                synchronized (sampler) {
+                    nativeGenerateText(h, sampler.handle(), detokenizer, prompt, maxTokens,
+                                       ignoreEos ? GENERATE_IGNORE_EOS : 0, sink, out);
+                }
+            } finally {
+                generating = false;
+                record(h, prompt, prompt.length, recorder.tokens, recorder.count);
+                if (closeRequested) free();
+            }
+        }
+        return result(out, maxTokens, ignoreEos);
     }
 
     /** Passes tokens on and keeps them for {@link #tokens()}. */
@@ -251,6 +305,10 @@ public final class Session implements AutoCloseable {
             handle = 0;
         }
         if (h != 0) nativeFree(h);
+        if (detokenizer != 0) {
+            nativeDetokenizerFree(detokenizer);
+            detokenizer = 0;
+        }
     }
 
     private static native long nativeCreate(long model, int threads, int contextLength, boolean kvF32, int batchSize);
@@ -268,6 +326,10 @@ public final class Session implements AutoCloseable {
      * out[0] = status (0, CANCELLED or CONTEXT_FULL; other errors throw), out[1] = tokens generated,
      * out[2] = 1 when the callback asked to stop, out[3] = the last token.
      */
+    private static native long nativeDetokenizerCreate(long model, int flags);
+    private static native void nativeDetokenizerFree(long detokenizer);
+    private static native void nativeGenerateText(long session, long sampler, long detokenizer, int[] prompt,
+                                                  int maxTokens, int flags, TextSink sink, int[] out);
     private static native void nativeGenerate(long session, long sampler, int[] prompt, int maxTokens, int flags,
                                               TokenCallback callback, int[] out);
 }
