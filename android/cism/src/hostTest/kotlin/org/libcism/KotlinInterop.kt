@@ -29,6 +29,14 @@ fun main(args: Array<String>) {
                 check(result.stopReason == GenerationResult.StopReason.MAX_TOKENS) { "stop reason ${result.stopReason}" }
                 check(result.tokenCount == 32)
             }
+            val text = "A café 😀"
+            check(model.detokenize(model.tokenize(text), true) == text) { "round trip of $text" }
+            val pieces = StringBuilder()
+            session.reset()
+            Sampler.greedy().use { sampler ->
+                session.generateText(model.tokenize("Once upon a time"), 16, sampler, true) { piece -> pieces.append(piece); true }
+            }
+            check(pieces.isNotEmpty())
             val error = try {
                 session.eval(-1)
                 null
