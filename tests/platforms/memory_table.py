@@ -114,8 +114,9 @@ def main():
             raise RuntimeError(lib.cism_last_error().decode())
 
     mib = lambda b: f"{b / 1048576:,.0f} MiB"  # noqa: E731
-    print("| model | parameters | weights (f16) | session, 2048 tokens | session, 4096 tokens | KV cache per token |")
-    print("|---|---|---|---|---|---|")
+    print("| model | parameters | weights (f16) | weights at 4.5 bits (q4/q4s/fp4/nl4) | session, 2048 tokens |"
+          " session, 4096 tokens | KV cache per token |")
+    print("|---|---|---|---|---|---|---|")
     failures = 0
     for p in PRESETS:
         path = os.path.join(work, p[0] + ".cism")
@@ -150,7 +151,8 @@ def main():
             failures += 1
         kv_per_token = 2 * p[3] * p[5] * p[6] * 2  # k and v, f16
         note = f" (model max {p[8]})" if p[8] < 4096 else ""
-        print(f"| {p[0]} | {n_params.value / 1e6:,.0f} M | {mib(size)} | {mib(cols[0])} | {mib(cols[1])}{note} |"
+        print(f"| {p[0]} | {n_params.value / 1e6:,.0f} M | {mib(size)} | {mib(n_params.value * 4.5 / 8)} |"
+              f" {mib(cols[0])} | {mib(cols[1])}{note} |"
               f" {kv_per_token / 1024:,.0f} KiB |")
         lib.cism_model_free(model)
         lib.cism_params_free(params)
