@@ -8,6 +8,16 @@
  *   (8 lanes, or 16 on AVX-512, then a fixed reduction tree; a product rounds
  *   once or is fused), so each is within (cols/8 + 4) u sum|w_i x_i| of the
  *   exact dot and they are within twice that of each other.
+ * matmul, packed weights with float activations: the weights decode exactly
+ *   (scale * level is exact in f32), so the f32 argument above holds with the
+ *   dequantized weights.
+ * matmul_a8 (int8 activations): each weight block b gives an exact int32 s_b;
+ *   the scalar tier forms t_b = s_b * (dw_b * da_b) (2 roundings) and adds
+ *   the nb terms in order (nb - 1 roundings), so it is within (nb + 1) u
+ *   sum_b |t_b| of the exact sum, as is any tier that adds them in another
+ *   order or fuses a product; twice that, with margin: 2 (nb + 2) u. The ARM
+ *   tiers do the scalar tier's operations in its order and are checked to be
+ *   bit-identical (KB_A8_EXACT).
  * attention: the scores carry the matmul bound (times the scale); softmax
  *   turns a score error ds into a relative error of at most 2 ds in every
  *   probability; exp itself differs by at most a few ulp (libm expf vs the
@@ -33,6 +43,11 @@
 
 /* |y_tier - y_scalar| <= KB_MATMUL(cols) * sum_i |w_i x_i| */
 #define KB_MATMUL(cols) ((2.0 * ((double)(cols) / 8.0 + 4.0)) * KB_U)
+
+/* |y_tier - y_scalar| <= KB_MATMUL_A8(nb) * sum_b |s_b dw_b da_b|, nb weight blocks per row */
+#define KB_MATMUL_A8(nb) ((2.0 * ((double)(nb) + 2.0)) * KB_U)
+/* tiers whose int8-activation kernels must give the scalar tier's bits */
+#define KB_A8_EXACT(tier_name) (strncmp((tier_name), "neon", 4) == 0)
 
 /* |out_tier - out_scalar| <= KB_ATTENTION(ds, range, n_kv) * sum_t p_t |v_t,i|,
    ds = scale * KB_MATMUL(head_dim) * max_t sum_i |q_i k_t,i|,

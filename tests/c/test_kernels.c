@@ -116,9 +116,9 @@ static void test_attention(const cism__kernels *k, int kv_dtype) {
 
 
 /* ---- every tier against the scalar tier ------------------------------------------ */
-static double g_worst[6]; /* worst observed error / bound per op, for the log */
-enum { OP_MATMUL, OP_ATTENTION, OP_RMSNORM, OP_SILU, N_OPS };
-static const char *const g_op_names[N_OPS] = {"matmul", "attention", "rmsnorm", "silu_mul"};
+enum { OP_MATMUL, OP_MATMUL_PACKED, OP_MATMUL_A8, OP_ATTENTION, OP_RMSNORM, OP_SILU, N_OPS };
+static double g_worst[N_OPS]; /* worst observed error / bound per op, for the log */
+static const char *const g_op_names[N_OPS] = {"matmul", "matmul_packed", "matmul_a8", "attention", "rmsnorm", "silu_mul"};
 
 static void note(int op, double err, double bound) {
     double r = bound > 0 ? err / bound : (err > 0 ? 1e300 : 0);
@@ -332,6 +332,168 @@ static void elementwise_vs_scalar(const cism__kernels *k, const cism__kernels *r
     }
 }
 
+/* ---- packed weights against the scalar tier --------------------------------------------- */
+static uint32_t rnd(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8; }
+
+/* rows x cols weights of a packed dtype as random bytes: every code, scales
+   over a wide range (fp16: either sign, 2^-10 .. 4, some zero; E4M3: every code
+   but the two NaNs, or when all_scales every code in turn, NaNs included),
+   random padding codes (which no kernel may let into a result). */
+static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, int all_scales) {
+    const cism__fmt4 *f = cism__fmt4_of(dt);
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B, i, j;
+    for (i = 0; i < rows * nb; i++) {
+        uint8_t *blk = p + i * bb;
+        for (j = 0; j < bb; j++) blk[j] = (uint8_t)rnd();
+        if (!f || f->scale_kind == CISM__SCALE_F16) {
+            float d = ldexpf(1.0f + (float)(rnd() % 1000) / 1000.0f, -10 + (int)(rnd() % 12)) * (rnd() & 1 ? -1.0f : 1.0f);
+            uint16_t h = i % 13 == 5 ? 0 : cism__f32_to_f16(d);
+            blk[0] = (uint8_t)(h & 0xff);
+            blk[1] = (uint8_t)(h >> 8);
+        } else {
+            blk[0] = all_scales ? (uint8_t)i : (uint8_t)((rnd() % 0x7f) | (rnd() & 0x80));
+        }
+        if (!f)
+            for (j = 2; j < bb; j++) if (blk[j] == 0x80) blk[j] = 0x81; /* q8: -128 is never written */
+    }
+}
+
+static int same_bits(float a, float b) { return (a != a && b != b) || memcmp(&a, &b, 4) == 0; }
+
+/* One matmul of a packed dtype, float or int8 activations, called with rows
+   split at odd points, tokens one call each and in groups of 5: the bits of
+   the whole call (rows and tokens tiled differently, one token alone). */
+static void packed_split(const cism__kernels *k, int32_t dt, int a8, const uint8_t *p, uint64_t rb, int64_t rows, int64_t cols,
+                         const float *x, int64_t ldx, const uint8_t *xq, int64_t aq, float *y, int64_t ldy, int64_t nt,
+                         const float *whole) {
+    int64_t cuts[6] = {0, 1, 6, 7, 19, 0}, c, t;
+    cuts[5] = rows;
+    for (c = 0; c < 5; c++) {
+        int64_t a = cuts[c] < rows ? cuts[c] : rows, b = c == 4 ? rows : (cuts[c + 1] < rows ? cuts[c + 1] : rows);
+        int64_t step = c % 2 == 0 ? 1 : 5;
+        if (b <= a) continue;
+        for (t = 0; t < nt; t += step) {
+            int64_t n = nt - t < step ? nt - t : step;
+            if (a8) k->matmul_a8[dt](p, rb, cols, xq + t * aq, aq, y + t * ldy, ldy, n, a, b);
+            else k->matmul[dt](p, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, n, a, b);
+        }
+    }
+    for (t = 0; t < nt; t++)
+        CHECK_MSG(memcmp(y + t * ldy, whole + t * ldy, (size_t)rows * 4) == 0,
+                  "%s %s %s %lldx%lld nt %lld: token %lld differs when rows/tokens are split differently", k->name,
+                  a8 ? "matmul_a8" : "matmul", cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)t);
+}
+
+/* quantize_act, the float-activation and the int8-activation matmul of a packed
+   dtype against the scalar tier: quantize_act bit-identical; float activations
+   within KB_MATMUL; int8 activations within KB_MATMUL_A8 and, for the tiers
+   that promise it, bit-identical; all bit-identical however the work is split. */
+static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int32_t dt, int64_t rows, int64_t cols,
+                             int64_t nt, int all_scales) {
+    const cism__fmt4 *f = cism__fmt4_of(dt);
+    const int64_t B = f ? f->block : CISM__Q8_BLOCK, nb = (cols + B - 1) / B, ldx = cols + 3, ldy = rows + 5;
+    const int64_t aq = cism__act8_row_bytes(cols);
+    const uint64_t rb = (uint64_t)cism_dtype_row_bytes(dt, cols);
+    void (*qa)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : ref->quantize_act;
+    cism__kernels kk = *k;
+    uint8_t *p = (uint8_t *)malloc((size_t)(rows * (int64_t)rb)), *xq = (uint8_t *)malloc((size_t)(nt * aq));
+    uint8_t *xq_ref = (uint8_t *)malloc((size_t)(nt * aq));
+    float *wq = (float *)malloc((size_t)(rows * cols) * 4), *x = (float *)malloc((size_t)(nt * ldx) * 4);
+    float *ys = (float *)calloc((size_t)(nt * ldy), 4), *yk = (float *)calloc((size_t)(nt * ldy), 4);
+    float *ysplit = (float *)calloc((size_t)(nt * ldy), 4);
+    int64_t r, t, i, b;
+    int exact = KB_A8_EXACT(k->name);
+    if (!kk.matmul_a8[dt]) kk.matmul_a8[dt] = ref->matmul_a8[dt];
+    random_packed(dt, rows, cols, p, all_scales);
+    for (r = 0; r < rows; r++) cism__dequantize_row(dt, p + (uint64_t)r * rb, wq + r * cols, cols);
+    fill(x, nt * ldx);
+    for (i = 0; i < nt * ldx; i += 11) x[i] *= 16.0f;
+    for (t = 0; t < nt; t++) {
+        ref->quantize_act(x + t * ldx, cols, xq_ref + t * aq);
+        qa(x + t * ldx, cols, xq + t * aq);
+    }
+    CHECK_MSG(memcmp(xq, xq_ref, (size_t)(nt * aq)) == 0, "%s quantize_act cols %lld differs from scalar", k->name, (long long)cols);
+
+    /* float activations */
+    ref->matmul[dt](p, rb, cols, x, ldx, ys, ldy, nt, 0, rows);
+    kk.matmul[dt](p, rb, cols, x, ldx, yk, ldy, nt, 0, rows);
+    for (t = 0; t < nt; t++)
+        for (r = 0; r < rows; r++) {
+            double mag = 0, e = fabs((double)yk[t * ldy + r] - (double)ys[t * ldy + r]);
+            if (ys[t * ldy + r] != ys[t * ldy + r]) { /* a NaN scale (all_scales) */
+                CHECK_MSG(yk[t * ldy + r] != yk[t * ldy + r], "%s matmul %s: NaN lost", k->name, cism_dtype_name(dt));
+                continue;
+            }
+            for (i = 0; i < cols; i++) mag += fabs((double)wq[r * cols + i] * (double)x[t * ldx + i]);
+            note(OP_MATMUL_PACKED, e, KB_MATMUL(cols) * mag);
+            CHECK_MSG(e <= KB_MATMUL(cols) * mag, "%s matmul %s %lldx%lld nt %lld: row %lld token %lld: %.9g vs scalar %.9g",
+                      k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                      (long long)t, yk[t * ldy + r], ys[t * ldy + r]);
+        }
+    packed_split(&kk, dt, 0, p, rb, rows, cols, x, ldx, xq, aq, ysplit, ldy, nt, yk);
+
+    /* int8 activations */
+    ref->matmul_a8[dt](p, rb, cols, xq_ref, aq, ys, ldy, nt, 0, rows);
+    kk.matmul_a8[dt](p, rb, cols, xq_ref, aq, yk, ldy, nt, 0, rows);
+    for (t = 0; t < nt; t++) {
+        const cism__act8 *ab = (const cism__act8 *)(const void *)(xq_ref + t * aq);
+        for (r = 0; r < rows; r++) {
+            double mag = 0, e = fabs((double)yk[t * ldy + r] - (double)ys[t * ldy + r]);
+            float a = yk[t * ldy + r], s = ys[t * ldy + r];
+            if (exact)
+                CHECK_MSG(same_bits(a, s), "%s matmul_a8 %s %lldx%lld nt %lld: row %lld token %lld: %.9g, scalar %.9g (must be identical)",
+                          k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                          (long long)t, a, s);
+            if (s != s) {
+                CHECK_MSG(a != a, "%s matmul_a8 %s: NaN lost", k->name, cism_dtype_name(dt));
+                continue;
+            }
+            for (b = 0; b < nb; b++) { /* |s_b dw_b da_b| = |sum over the block of w_i q_i| da */
+                double sb = 0;
+                for (i = b * B; i < (b + 1) * B && i < cols; i++) sb += (double)wq[r * cols + i] * ab[i / 32].q[i % 32];
+                mag += fabs(sb) * ab[(b * B) / 32].d;
+            }
+            note(OP_MATMUL_A8, e, KB_MATMUL_A8(nb) * mag);
+            CHECK_MSG(e <= KB_MATMUL_A8(nb) * mag, "%s matmul_a8 %s %lldx%lld nt %lld: row %lld token %lld: %.9g vs scalar %.9g",
+                      k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                      (long long)t, a, s);
+        }
+    }
+    packed_split(&kk, dt, 1, p, rb, rows, cols, x, ldx, xq_ref, aq, ysplit, ldy, nt, yk);
+    free(p); free(xq); free(xq_ref); free(wq); free(x); free(ys); free(yk); free(ysplit);
+}
+
+/* quantize_act on values that hit its corners: exact halves (ties round away
+   from zero), a block max of exactly 127 (scale 1), zeros, -0, subnormals,
+   huge values, infinities and NaN (ignored by the max), tails of every length. */
+static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *ref) {
+    enum { N = 200 };
+    float x[N];
+    uint8_t a[7 * 40], b[7 * 40];
+    uint32_t nan_bits = 0x7fc00000u;
+    int64_t ns[] = {1, 5, 31, 32, 33, 64, 100, 161, N};
+    size_t c;
+    int i;
+    if (!k->quantize_act) return;
+    for (i = 0; i < N; i++) x[i] = (float)((i * 37) % 255 - 127) * 0.5f; /* halves; each block of 32 holds +-127 or less */
+    x[0] = 127.0f; x[40] = -127.0f; x[70] = 127.0f;
+    for (i = 96; i < 128; i++) x[i] = 0.0f;        /* an all-zero block */
+    x[100] = -0.0f;
+    x[130] = 1e-40f; x[131] = -3e-39f;                /* subnormals */
+    x[140] = 1e30f; x[150] = INFINITY;                /* huge; infinite (scale inf, inverse 0) */
+    memcpy(&x[145], &nan_bits, 4);                    /* NaN: ignored by the max */
+    memcpy(&x[170], &nan_bits, 4);
+    x[180] = 3.0e-3f; x[181] = 1.5e-3f; x[182] = 4.5e-3f; x[183] = 3.81e-1f;
+    for (c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+        int64_t bytes = cism__act8_row_bytes(ns[c]);
+        memset(a, 0x5a, sizeof(a)); memset(b, 0x5a, sizeof(b));
+        ref->quantize_act(x, ns[c], a);
+        k->quantize_act(x, ns[c], b);
+        CHECK_MSG(memcmp(a, b, (size_t)bytes) == 0 && memcmp(a + bytes, b + bytes, sizeof(a) - (size_t)bytes) == 0,
+                  "%s quantize_act n %lld differs from scalar (or wrote past the row)", k->name, (long long)ns[c]);
+    }
+}
+
 static void vs_scalar(const cism__kernels *k) {
     const cism__kernels *ref = cism__kernels_scalar();
     int64_t shapes[][3] = {{1, 1, 1}, {9, 7, 2}, {8, 16, 3}, {33, 64, 4}, {17, 300, 7}, {67, 576, 5}, {12, 100, 13},
@@ -343,6 +505,19 @@ static void vs_scalar(const cism__kernels *k) {
     for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+    { /* packed weights: odd row counts, rows % 4 and tokens % 4 of every class, padded
+         last blocks, odd counts of blocks of 16, nt from 1 to beyond every tile */
+        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S};
+        int64_t qs[][3] = {{1, 1, 1}, {3, 16, 2}, {5, 20, 5}, {7, 32, 1}, {8, 48, 4}, {9, 172, 9}, {17, 300, 13},
+                           {4, 576, 3}, {6, 1000, 6}, {33, 64, 8}, {2, 100, 2}, {11, 33, 7}, {10, 96, 11}};
+        size_t d;
+        for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
+            for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) packed_vs_scalar(k, ref, qdt[d], qs[s][0], qs[s][1], qs[s][2], 0);
+        /* every E4M3 scale code, NaNs included */
+        packed_vs_scalar(k, ref, CISM_DTYPE_Q4S, 2, 16 * 128, 3, 1);
+        packed_vs_scalar(k, ref, CISM_DTYPE_FP4, 5, 16 * 52, 5, 1);
+        quantize_act_vs_scalar(k, ref);
+    }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
         for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
             attention_vs_scalar(k, ref, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);

@@ -4,7 +4,8 @@
  * tested against (tests/c/test_kernels.c; bounds in tests/c/kernel_bounds.h,
  * explained in docs/KERNELS.md). Each other tier lives in its own translation
  * unit built with that tier's compiler flags (kernels_avx2.c, kernels_avx512.c,
- * kernels_neon.c, kernels_neon_dotprod.c, kernels_neon_i8mm.c) and exports one
+ * kernels_neon.c with kernels_neon_quant.c, kernels_neon_dotprod.c,
+ * kernels_neon_i8mm.c) and exports one
  * cism__kernels_fill_<tier>() that overwrites the entries it accelerates in a
  * table already holding the tier below it (scalar <- avx2 <- avx512,
  * scalar <- neon <- neon_dotprod <- neon_i8mm). dispatch.c, built with baseline
@@ -92,6 +93,9 @@ const cism__kernels *cism__kernels_tier(int32_t tier);
 void cism__kernels_fill_avx2(cism__kernels *k);
 void cism__kernels_fill_avx512(cism__kernels *k);
 void cism__kernels_fill_neon(cism__kernels *k);
+/* the packed formats of the neon tier (kernels_neon_quant.c), called by
+   cism__kernels_fill_neon */
+void cism__kernels_fill_neon_quant(cism__kernels *k);
 void cism__kernels_fill_neon_dotprod(cism__kernels *k);
 void cism__kernels_fill_neon_i8mm(cism__kernels *k);
 

@@ -395,4 +395,5 @@ void cism__kernels_fill_neon(cism__kernels *k) {
     k->silu_mul = silu_mul;
     k->rope = rope;
     k->f32_to_f16 = f32_to_f16;
+    cism__kernels_fill_neon_quant(k);
 }

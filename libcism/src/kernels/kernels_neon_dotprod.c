@@ -2,15 +2,34 @@
  * instructions (SDOT/UDOT, ARMv8.2-A dotprod; built with +dotprod).
  *
  * The float kernels gain nothing from SDOT, so this tier keeps the NEON
- * tier's; the int8-activation matmuls of the quantized weight formats go here
- * (docs/KERNELS.md). dispatch.c selects it only when HWCAP/sysctl report
- * dotprod, and the qemu runs in CI check that selection per CPU model. */
-#include "kernels.h"
-
-#include <arm_neon.h>
+ * tier's (the float-activation path of the packed formats included); the
+ * int8-activation matmuls of every packed format use SDOT here, in the loops
+ * of neon_quant.h: 4 rows x 1 token for decode, 4 rows x 4 tokens for
+ * prefill (docs/KERNELS.md). Bit-identical to the scalar tier, like every
+ * int8-activation kernel of the ARM tiers. dispatch.c selects this tier only
+ * when HWCAP/sysctl report dotprod, and the qemu runs in CI check that
+ * selection per CPU model. */
+#include "neon_quant.h"
 
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "kernels_neon_dotprod.c must be compiled with dotprod enabled (-march=armv8.2-a+dotprod)"
 #endif
 
-void cism__kernels_fill_neon_dotprod(cism__kernels *k) { (void)k; }
+#define NQ_ENTRY(nm, DT)                                                                                         \
+    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, \
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                               \
+        nq_matmul_a8(DT, NQ_SDOT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);                                    \
+    }
+NQ_ENTRY(q8, CISM_DTYPE_Q8)
+NQ_ENTRY(q4, CISM_DTYPE_Q4)
+NQ_ENTRY(fp4, CISM_DTYPE_FP4)
+NQ_ENTRY(nl4, CISM_DTYPE_NL4)
+NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
+
+void cism__kernels_fill_neon_dotprod(cism__kernels *k) {
+    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
+    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
+    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
+    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+}

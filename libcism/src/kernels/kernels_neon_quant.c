@@ -1,0 +1,216 @@
+/* kernels_neon_quant.c - the packed weight formats on the baseline ARM64
+ * tier (part of the `neon` tier, ARMv8-A Advanced SIMD only; built, like
+ * kernels_neon.c, with -ffp-contract=off):
+ *
+ *   - quantize_act: per-32 int8 activation blocks, the scalar tier's bytes;
+ *   - int8 activations: widening multiplies (SMULL/SMLAL2, SADALP) per
+ *     activation block, the loops of neon_quant.h; the fallback for CPUs
+ *     without dotprod, bit-identical to the scalar tier;
+ *   - float activations: each weight block decoded into f32 lanes (exactly
+ *     scale * level) and dotted with FMA in the NEON tier's 8 lanes and
+ *     reduction tree, so these differ from the scalar tier only as the NEON
+ *     f32 matmul does (kernel_bounds.h).
+ *
+ * Decoding to f32 without int->float conversions: a level plus an offset
+ * is a byte u in 0..255; the f16 with bits 0x6400 | u is exactly 1024 + u,
+ * so ZIP with a 0x64 byte vector, FCVTL to f32 and one FMA
+ * (1024 + u) * d - (1024 + off) * d give d * level exactly (every term is
+ * exact in f32: d has at most 11 significant bits). */
+#include "neon_quant.h"
+
+#include <math.h>
+
+/* ---- int8 activation rows ------------------------------------------------------------ */
+/* d = max|x| / 127, q = x * (127 / max|x|) rounded half away from zero (FCVTAS),
+   sum = sum of q: the scalar tier's operations, NaN ignored by the max as there */
+static void quantize_act(const float *x, int64_t n, void *out) {
+    cism__act8 *a = (cism__act8 *)out;
+    int64_t c0;
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++) {
+        float buf[CISM__A8_BLOCK], amax, inv;
+        const float *p = x + c0;
+        float32x4_t v[8], m = vdupq_n_f32(0.0f);
+        int16x8_t h0, h1;
+        int8x16_t q0, q1;
+        int i;
+        if (n - c0 < CISM__A8_BLOCK) {
+            memset(buf, 0, sizeof(buf));
+            memcpy(buf, p, (size_t)(n - c0) * sizeof(float));
+            p = buf;
+        }
+        for (i = 0; i < 8; i++) {
+            v[i] = vld1q_f32(p + 4 * i);
+            m = vmaxnmq_f32(m, vabsq_f32(v[i]));   /* FMAXNM: a NaN loses to the number */
+        }
+        amax = vmaxnmvq_f32(m);
+        a->d = amax / 127.0f;
+        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        h0 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[0], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[1], inv))));
+        h1 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[2], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[3], inv))));
+        q0 = vmaxq_s8(vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1)), vdupq_n_s8(-127));
+        h0 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[4], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[5], inv))));
+        h1 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[6], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[7], inv))));
+        q1 = vmaxq_s8(vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1)), vdupq_n_s8(-127));
+        vst1q_s8(a->q, q0);
+        vst1q_s8(a->q + 16, q1);
+        a->sum = (int32_t)vaddlvq_s8(q0) + (int32_t)vaddlvq_s8(q1);
+    }
+}
+
+/* ---- float activations ----------------------------------------------------------------- */
+typedef struct f8 { float32x4_t lo, hi; } f8;
+
+/* ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)): the tree of kernels_neon.c and the scalar tier */
+CISM__INLINE float hsum8(f8 v) {
+    float32x4_t s = vaddq_f32(v.lo, v.hi);
+    float32x4_t p = vpaddq_f32(s, s);
+    return vgetq_lane_f32(p, 0) + vgetq_lane_f32(p, 1);
+}
+
+/* A row's weight block as scale and offset vectors: w = (1024 + u) * dv + nb */
+typedef struct fdq { float32x4_t dv, nb; } fdq;
+
+CISM__INLINE fdq f_scale(const int dt, const uint8_t *blk) {
+    fdq s;
+    float d, off = dt == CISM_DTYPE_Q4 || dt == CISM_DTYPE_Q4S ? 1032.0f : 1152.0f;
+    if (nq_f16_scale(dt)) d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_dup_u16((const uint16_t *)(const void *)blk))), 0);
+    else d = cism__e4m3_table[blk[0]] * (1.0f / 256.0f);
+    s.dv = vdupq_n_f32(d);
+    s.nb = vdupq_n_f32(-off * d);
+    return s;
+}
+
+/* 16 weights from their offset bytes u (level = u - 8 for q4/q4s, u - 128 otherwise) */
+CISM__INLINE void f_dec16(uint8x16_t u, fdq s, float32x4_t *wv) {
+    const uint8x16_t mg = vdupq_n_u8(0x64);
+    uint8x16_t lo = vzip1q_u8(u, mg), hi = vzip2q_u8(u, mg);
+    wv[0] = vfmaq_f32(s.nb, vcvt_f32_f16(vreinterpret_f16_u8(vget_low_u8(lo))), s.dv);
+    wv[1] = vfmaq_f32(s.nb, vcvt_high_f32_f16(vreinterpretq_f16_u8(lo)), s.dv);
+    wv[2] = vfmaq_f32(s.nb, vcvt_f32_f16(vreinterpret_f16_u8(vget_low_u8(hi))), s.dv);
+    wv[3] = vfmaq_f32(s.nb, vcvt_high_f32_f16(vreinterpretq_f16_u8(hi)), s.dv);
+}
+
+/* The offset bytes of half h (columns 16h..16h+15) of a weight block. */
+CISM__INLINE uint8x16_t f_bytes(const int dt, const uint8_t *blk, const int h, uint8x16_t lutu, int8x16_t shift) {
+    if (dt == CISM_DTYPE_Q8) return veorq_u8(vld1q_u8(blk + 2 + 16 * h), vdupq_n_u8(0x80));
+    if (nq_block(dt) == 32) {
+        uint8x16_t c = vld1q_u8(blk + 2);
+        c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
+        return dt == CISM_DTYPE_Q4 ? c : vqtbl1q_u8(lutu, c);
+    } else {
+        uint8x16_t c = vreinterpretq_u8_u64(vld1q_dup_u64((const uint64_t *)(const void *)(blk + 1)));
+        c = vandq_u8(vshlq_u8(c, shift), vdupq_n_u8(15));
+        return dt == CISM_DTYPE_Q4S ? c : vqtbl1q_u8(lutu, c);
+    }
+}
+
+/* acc[r][t] += the 16 columns from c of R rows' decoded weights times T
+   tokens' x (n < 16 columns valid: the rest read as zero) */
+CISM__INLINE void f_fma16(const int R, const int T, f8 acc[2][4], float32x4_t wv[2][4], const float *x, int64_t ldx,
+                          int64_t c, const int partial, int64_t n) {
+    int r, t, k;
+    for (t = 0; t < T; t++) {
+        float buf[16];
+        const float *xp = x + t * ldx + c;
+        float32x4_t xv[4];
+        if (partial) {
+            memset(buf, 0, sizeof(buf));
+            memcpy(buf, xp, (size_t)n * sizeof(float));
+            xp = buf;
+        }
+        for (k = 0; k < 4; k++) xv[k] = vld1q_f32(xp + 4 * k);
+        for (r = 0; r < R; r++) {
+            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][0], xv[0]);
+            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][1], xv[1]);
+            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][2], xv[2]);
+            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][3], xv[3]);
+        }
+    }
+}
+
+/* Weight block b of R rows against T tokens; n = valid columns of the block. */
+CISM__INLINE void f_block(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t b, const float *x,
+                          int64_t ldx, f8 acc[2][4], const int partial, int64_t n, uint8x16_t lutu, int8x16_t shift) {
+    const int B = nq_block(dt);
+    float32x4_t wv[2][4];
+    fdq s[2];
+    int r, h;
+    for (r = 0; r < R; r++) s[r] = f_scale(dt, w + (uint64_t)r * rb + b * nq_bytes(dt));
+    for (h = 0; h < B / 16; h++) {
+        int64_t m = n - 16 * h;
+        if (partial && m <= 0) break;
+        for (r = 0; r < R; r++) f_dec16(f_bytes(dt, w + (uint64_t)r * rb + b * nq_bytes(dt), h, lutu, shift), s[r], wv[r]);
+        f_fma16(R, T, acc, wv, x, ldx, b * B + 16 * h, partial && m < 16, m);
+    }
+}
+
+/* R <= 2 rows x T <= 4 tokens: y[t*ldy + r] */
+CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t cols, const float *x,
+                         int64_t ldx, float *y, int64_t ldy) {
+    const uint8x16_t lutu = dt == CISM_DTYPE_Q8 ? vdupq_n_u8(0)
+                                                 : veorq_u8(vreinterpretq_u8_s8(nq_levels(dt)), vdupq_n_u8(0x80));
+    const int8x16_t shift = vld1q_s8(nq_shift_hi);
+    const int B = nq_block(dt);
+    f8 acc[2][4];
+    int64_t b, nfull = cols / B;
+    int r, t;
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) acc[r][t].lo = acc[r][t].hi = vdupq_n_f32(0.0f);
+    for (b = 0; b < nfull; b++) f_block(dt, R, T, w, rb, b, x, ldx, acc, 0, B, lutu, shift);
+    if (nfull * B < cols) f_block(dt, R, T, w, rb, b, x, ldx, acc, 1, cols - nfull * B, lutu, shift);
+    for (r = 0; r < R; r++)
+        for (t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* decode: 2 rows per tile; prefill: 1 row x 4 tokens (the decoded block
+   feeds 4 tokens), token blocks of 256 KiB of activations */
+CISM__INLINE void f_matmul(const int dt, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                           int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const uint8_t *wb = (const uint8_t *)w;
+    int64_t r, t, t0, tb;
+    if (nt == 1) {
+        for (r = r0; r + 2 <= r1; r += 2) f_tile(dt, 2, 1, wb + r * rb, rb, cols, x, ldx, y + r, ldy);
+        if (r < r1) f_tile(dt, 1, 1, wb + r * rb, rb, cols, x, ldx, y + r, ldy);
+        return;
+    }
+    tb = CISM__X_BLOCK_BYTES / (cols * 4);
+    tb -= tb % 4;
+    if (tb < 4) tb = 4;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r < r1; r++) {
+            for (t = t0; t + 4 <= t1; t += 4) f_tile(dt, 1, 4, wb + r * rb, rb, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+            for (; t < t1; t++) f_tile(dt, 1, 1, wb + r * rb, rb, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+        }
+    }
+}
+
+/* ---- the tier's entries --------------------------------------------------------------------- */
+#define NQ_ENTRIES(nm, DT)                                                                                          \
+    static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,       \
+                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
+        f_matmul(DT, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                     \
+    }                                                                                                              \
+    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,    \
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                  \
+        nq_matmul_a8(DT, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);                                      \
+    }
+NQ_ENTRIES(q8, CISM_DTYPE_Q8)
+NQ_ENTRIES(q4, CISM_DTYPE_Q4)
+NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
+NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
+NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
+
+void cism__kernels_fill_neon_quant(cism__kernels *k) {
+    k->matmul[CISM_DTYPE_Q8] = matmul_q8;
+    k->matmul[CISM_DTYPE_Q4] = matmul_q4;
+    k->matmul[CISM_DTYPE_FP4] = matmul_fp4;
+    k->matmul[CISM_DTYPE_NL4] = matmul_nl4;
+    k->matmul[CISM_DTYPE_Q4S] = matmul_q4s;
+    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
+    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
+    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
+    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->quantize_act = quantize_act;
+}

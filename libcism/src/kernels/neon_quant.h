@@ -1,0 +1,250 @@
+/* neon_quant.h - the packed weight formats on the ARM64 tiers: decoding a
+ * row's blocks into int8 lanes, the weight and activation scales, and the
+ * int8-activation matmul loops. Included by kernels_neon_quant.c (baseline
+ * ARMv8-A), kernels_neon_dotprod.c and kernels_neon_i8mm.c, each compiled
+ * with its own flags; the integer dot product a loop uses is a constant
+ * argument (NQ_SMULL: widening multiplies, every ARM64 CPU; NQ_SDOT: ARMv8.2
+ * dotprod), and code a TU's flags cannot compile is preprocessed out.
+ *
+ * Numerics of the int8-activation path (docs/KERNELS.md): every output is
+ *     acc = 0;  for each weight block b in column order:
+ *         acc = acc + (float)s_b * (dw_b * da_b)      (three roundings, no FMA)
+ * where s_b is the exact int32 dot of the block's levels with its int8
+ * activations. That is the scalar tier's sequence, so each ARM tier gives the
+ * scalar tier's bits whatever instructions produced s_b and however rows and
+ * tokens are tiled; only the cost differs. The loops work on activation
+ * blocks (32 columns): one weight block of q8/q4/nl4, two of q4s/fp4.
+ */
+#ifndef CISM_NEON_QUANT_H
+#define CISM_NEON_QUANT_H
+
+#include "tier_common.h"
+#include "quant.h"
+
+#include <arm_neon.h>
+#include <string.h>
+
+enum { NQ_SMULL = 0, NQ_SDOT = 1 };
+
+/* ---- format constants (dt is a compile-time constant in every caller) ---------- */
+CISM__INLINE int nq_block(const int dt) { return dt == CISM_DTYPE_Q4S || dt == CISM_DTYPE_FP4 ? 16 : 32; }
+CISM__INLINE int nq_bytes(const int dt) {
+    return dt == CISM_DTYPE_Q8 ? CISM__Q8_BYTES : nq_block(dt) == 32 ? 18 : 9;
+}
+CISM__INLINE int nq_f16_scale(const int dt) { return nq_block(dt) == 32; }
+/* bytes of one row's weights over one activation block (32 columns) */
+CISM__INLINE int nq_ab_bytes(const int dt) { return nq_bytes(dt) * (32 / nq_block(dt)); }
+
+static const int8_t nq_shift_hi[16] = {0, 0, 0, 0, 0, 0, 0, 0, -4, -4, -4, -4, -4, -4, -4, -4};
+
+/* The 16 levels of a 4-bit format as a table for TBL (zeros for q8). */
+CISM__INLINE int8x16_t nq_levels(const int dt) {
+    return dt == CISM_DTYPE_Q8 ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
+}
+
+/* ---- weights as int8 --------------------------------------------------------------- */
+typedef struct nq_w { int8x16_t lo, hi; } nq_w;   /* columns 0..15 and 16..31 of an activation block */
+
+/* the 16 codes of a block of 16 (8 bytes: low nibbles are elements 0..7, high
+   nibbles 8..15) as levels: both halves from one replicating load */
+CISM__INLINE int8x16_t nq_dec16(const uint8_t *codes, int8x16_t lut, int8x16_t shift) {
+    uint8x16_t c = vreinterpretq_u8_u64(vld1q_dup_u64((const uint64_t *)(const void *)codes));
+    return vqtbl1q_s8(lut, vandq_u8(vshlq_u8(c, shift), vdupq_n_u8(15)));
+}
+
+/* One row's levels over the activation block whose weights start at p. For
+   q4s/fp4, has_b = 0 says the row ends after the first block of 16 (odd
+   block count): the second is neither read nor used. */
+CISM__INLINE nq_w nq_decode(const int dt, const uint8_t *p, int8x16_t lut, int8x16_t shift, const int has_b) {
+    nq_w w;
+    if (dt == CISM_DTYPE_Q8) {
+        w.lo = vld1q_s8((const int8_t *)p + 2);
+        w.hi = vld1q_s8((const int8_t *)p + 18);
+    } else if (nq_block(dt) == 32) {
+        uint8x16_t c = vld1q_u8(p + 2);
+        w.lo = vqtbl1q_s8(lut, vandq_u8(c, vdupq_n_u8(15)));
+        w.hi = vqtbl1q_s8(lut, vshrq_n_u8(c, 4));
+    } else {
+        w.lo = nq_dec16(p + 1, lut, shift);
+        w.hi = has_b ? nq_dec16(p + 10, lut, shift) : vdupq_n_s8(0);
+    }
+    return w;
+}
+
+/* E4M3 bytes as floats times 2^-8, exactly cism__e4m3_table[b] * 2^-8
+   (NaN codes included): the byte's bits moved into an f16 (exponent bias 15
+   instead of 7 is the 2^-8; E4M3 subnormals land on f16 subnormals), then
+   widened. */
+CISM__INLINE void nq_e4m3x8(uint8x8_t b, float32x4_t *lo, float32x4_t *hi) {
+    uint16x8_t h = vreinterpretq_u16_s16(vmovl_s8(vreinterpret_s8_u8(b)));
+    uint16x8_t nan;
+    h = vandq_u16(vshlq_n_u16(h, 7), vdupq_n_u16(0xBF80));
+    nan = vceqq_u16(vandq_u16(h, vdupq_n_u16(0x3F80)), vdupq_n_u16(0x3F80));
+    h = vorrq_u16(h, vandq_u16(nan, vdupq_n_u16(0x7E00)));
+    *lo = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
+    *hi = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+}
+
+/* The weight scales of R <= 4 rows (row r's activation block at p + r*rb) in
+   lanes 0..R-1: dA for the first weight block, dB for the second (q4s/fp4
+   only; with has_b = 0 it is not loaded). Lanes >= R are 0. */
+CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_t rb, const int has_b, float32x4_t *dA,
+                            float32x4_t *dB) {
+    if (nq_f16_scale(dt)) {
+        uint16x4_t h = vdup_n_u16(0);
+        h = vld1_lane_u16((const uint16_t *)(const void *)p, h, 0);
+        if (R > 1) h = vld1_lane_u16((const uint16_t *)(const void *)(p + rb), h, 1);
+        if (R > 2) h = vld1_lane_u16((const uint16_t *)(const void *)(p + 2 * rb), h, 2);
+        if (R > 3) h = vld1_lane_u16((const uint16_t *)(const void *)(p + 3 * rb), h, 3);
+        *dA = vcvt_f32_f16(vreinterpret_f16_u16(h));
+        *dB = *dA;
+    } else {
+        uint8x8_t b = vdup_n_u8(0);
+        b = vld1_lane_u8(p, b, 0);
+        if (R > 1) b = vld1_lane_u8(p + rb, b, 1);
+        if (R > 2) b = vld1_lane_u8(p + 2 * rb, b, 2);
+        if (R > 3) b = vld1_lane_u8(p + 3 * rb, b, 3);
+        if (has_b) {
+            b = vld1_lane_u8(p + 9, b, 4);
+            if (R > 1) b = vld1_lane_u8(p + rb + 9, b, 5);
+            if (R > 2) b = vld1_lane_u8(p + 2 * rb + 9, b, 6);
+            if (R > 3) b = vld1_lane_u8(p + 3 * rb + 9, b, 7);
+        }
+        nq_e4m3x8(b, dA, dB);
+    }
+}
+
+/* ---- activations --------------------------------------------------------------------- */
+CISM__INLINE const cism__act8 *nq_act(const uint8_t *xq, int64_t ldq, int64_t t, int64_t j) {
+    return (const cism__act8 *)(const void *)(xq + t * ldq) + j;
+}
+
+/* ---- integer dots: int32 lanes whose sum is the exact dot ---------------------------------- */
+/* 16 weights x 16 activations */
+CISM__INLINE int32x4_t nq_dot16(const int dot, int8x16_t w, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (dot == NQ_SDOT) return vdotq_s32(vdupq_n_s32(0), w, a);
+#endif
+    {   /* |w a| <= 127 * 127: two products fit an int16 lane */
+        int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+        p = vmlal_high_s8(p, w, a);
+        (void)dot;
+        return vpaddlq_s16(p);
+    }
+}
+
+/* 32 weights x 32 activations */
+CISM__INLINE int32x4_t nq_dot32(const int dot, nq_w w, int8x16_t a0, int8x16_t a1) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (dot == NQ_SDOT) return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.lo, a0), w.hi, a1);
+#endif
+    {
+        int16x8_t p = vmull_s8(vget_low_s8(w.lo), vget_low_s8(a0));
+        int16x8_t q = vmull_s8(vget_low_s8(w.hi), vget_low_s8(a1));
+        p = vmlal_high_s8(p, w.lo, a0);
+        q = vmlal_high_s8(q, w.hi, a1);
+        (void)dot;
+        return vpadalq_s16(vpaddlq_s16(p), q);
+    }
+}
+
+/* lane r = the lane sum of s[r], r < R (lanes >= R: anything) */
+CISM__INLINE int32x4_t nq_reduce(const int R, const int32x4_t *s) {
+    int32x4_t a = vpaddq_s32(s[0], R > 1 ? s[1] : s[0]);
+    int32x4_t b = R > 2 ? vpaddq_s32(s[2], R > 3 ? s[3] : s[2]) : a;
+    return vpaddq_s32(a, b);
+}
+
+/* acc + (float)s * (dw * da): the scalar tier's three roundings */
+CISM__INLINE float32x4_t nq_combine(float32x4_t acc, int32x4_t s, float32x4_t dw, float da) {
+    return vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(s), vmulq_n_f32(dw, da)));
+}
+
+/* ---- R rows x T tokens with row lanes (SMULL or SDOT) ---------------------------------------- */
+/* Activation block j of R rows (wp: row 0's weights of that block) and T
+   tokens; acc[t] holds token t's outputs, lane r = row r. */
+CISM__INLINE void nq_step(const int dt, const int dot, const int R, const int T, const int has_b, const uint8_t *wp,
+                          uint64_t rb, const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t *acc, int8x16_t lut,
+                          int8x16_t shift) {
+    nq_w w[4];
+    float32x4_t dA, dB;
+    int32x4_t s[4];
+    int r, t;
+    for (r = 0; r < R; r++) w[r] = nq_decode(dt, wp + (uint64_t)r * rb, lut, shift, has_b);
+    nq_scales(dt, R, wp, rb, has_b, &dA, &dB);
+    for (t = 0; t < T; t++) {
+        const cism__act8 *a = nq_act(xq, ldq, t, j);
+        int8x16_t a0 = vld1q_s8(a->q), a1 = vld1q_s8(a->q + 16);
+        float da = a->d;
+        if (nq_block(dt) == 32) {
+            for (r = 0; r < R; r++) s[r] = nq_dot32(dot, w[r], a0, a1);
+            acc[t] = nq_combine(acc[t], nq_reduce(R, s), dA, da);
+        } else {
+            for (r = 0; r < R; r++) s[r] = nq_dot16(dot, w[r].lo, a0);
+            acc[t] = nq_combine(acc[t], nq_reduce(R, s), dA, da);
+            if (has_b) {
+                for (r = 0; r < R; r++) s[r] = nq_dot16(dot, w[r].hi, a1);
+                acc[t] = nq_combine(acc[t], nq_reduce(R, s), dB, da);
+            }
+        }
+    }
+}
+
+/* y[t*ldy + r] for R rows from w and T tokens from xq, over nab activation
+   blocks; half_last: the rows' last activation block holds one block of 16. */
+CISM__INLINE void nq_tile(const int dt, const int dot, const int R, const int T, const uint8_t *w, uint64_t rb,
+                          int64_t nab, int half_last, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy) {
+    const int8x16_t lut = nq_levels(dt), shift = vld1q_s8(nq_shift_hi);
+    float32x4_t acc[4];
+    int64_t j, nfull = nab - (half_last ? 1 : 0);
+    int r, t;
+    for (t = 0; t < T; t++) acc[t] = vdupq_n_f32(0.0f);
+    for (j = 0; j < nfull; j++) nq_step(dt, dot, R, T, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
+    if (half_last) nq_step(dt, dot, R, T, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
+    for (t = 0; t < T; t++) {
+        float o[4];
+        vst1q_f32(o, acc[t]);
+        for (r = 0; r < R; r++) y[t * ldy + r] = o[r];
+    }
+}
+
+/* Tokens per cache block: the activation rows of one block stay in L2 while
+   the row tiles stream past them. A multiple of `mult`. */
+CISM__INLINE int64_t nq_token_block(int64_t ldq, int64_t mult) {
+    int64_t tb = CISM__X_BLOCK_BYTES / (ldq > 0 ? ldq : 1);
+    tb -= tb % mult;
+    return tb < mult ? mult : tb;
+}
+
+/* The int8-activation matmul with row-lane tiles: 4 rows x 1 token for
+   decode, 4 rows x 4 tokens for prefill; the remainders by smaller tiles. */
+CISM__INLINE void nq_matmul_a8(const int dt, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
+                               int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)xq;
+    const int64_t nab = (cols + 31) / 32, nwb = (cols + nq_block(dt) - 1) / nq_block(dt);
+    const int half_last = nq_block(dt) == 16 && (nwb & 1);
+    int64_t r, t, t0, tb;
+    if (nt == 1) {
+        for (r = r0; r + 4 <= r1; r += 4) nq_tile(dt, dot, 4, 1, wb + r * rb, rb, nab, half_last, xb, ldq, y + r, ldy);
+        for (; r < r1; r++) nq_tile(dt, dot, 1, 1, wb + r * rb, rb, nab, half_last, xb, ldq, y + r, ldy);
+        return;
+    }
+    tb = nq_token_block(ldq, 4);
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r + 4 <= r1; r += 4) {
+            for (t = t0; t + 4 <= t1; t += 4)
+                nq_tile(dt, dot, 4, 4, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+            for (; t < t1; t++)
+                nq_tile(dt, dot, 4, 1, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+        }
+        for (; r < r1; r++) {
+            for (t = t0; t + 4 <= t1; t += 4)
+                nq_tile(dt, dot, 1, 4, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+            for (; t < t1; t++)
+                nq_tile(dt, dot, 1, 1, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+        }
+    }
+}
+
+#endif
