@@ -1,7 +1,11 @@
 """Every kernel tier this CPU runs, through the Python API, on the trained
 stories260K checkpoint: logits within 1e-4 of the scalar tier (f32 KV cache),
-the same greedy tokens, bit-identical logits for 1, 2 and 3 threads; a tier
-the CPU cannot run is refused; the bandwidth probe answers. (The C tests check
+the same greedy tokens, bit-identical logits for 1, 2 and 3 threads; the same
+for its quantized versions (q8 and the default 4bit recipe) with float
+activations, and with int8 activations (greedy tokens identical; logits within
+0.5, since a tier's float ops may move an activation across an int8 rounding
+boundary: test_tiers.c); a tier the CPU cannot run is refused; the bandwidth
+probe answers. (The C tests check
 each kernel against the scalar one with stated bounds: docs/KERNELS.md.)"""
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ def test_tier_list():
     assert set(tiers) <= set(TIERS)
 
 
-def prefill(model, tier, threads, tokens):
-    with model.session(kv_type="f32", logits_all=True, n_threads=threads, kernel_tier=tier) as s:
+def prefill(model, tier, threads, tokens, act_quant=False):
+    with model.session(kv_type="f32", logits_all=True, n_threads=threads, kernel_tier=tier, act_quant=act_quant) as s:
         s.eval(tokens)
         return s.all_logits()
 
@@ -52,6 +56,34 @@ def test_tier_against_scalar(tier, stories):
             with m.session(kv_type="f32", kernel_tier=t) as s:
                 greedy[t] = s.generate_ids(toks, 16, cism.Sampler(), ignore_eos=True)
         assert greedy[tier] == greedy["scalar"] == ref["greedy_32"][32:48].tolist()
+
+
+@pytest.fixture(scope="module")
+def stories_quant(shared_models, tmp_path_factory):
+    out = {}
+    for recipe in ("q8", "4bit"):
+        out[recipe] = str(tmp_path_factory.mktemp("tiers") / f"stories260K.{recipe}.cism")
+        convert(os.path.join(shared_models, "stories260K-hf"), out[recipe], quant=recipe, progress=None)
+    return out, np.load(os.path.join(shared_models, "stories260K-hf", "reference.npz"))
+
+
+@pytest.mark.parametrize("act_quant", [False, True])
+@pytest.mark.parametrize("recipe", ["q8", "4bit"])
+@pytest.mark.parametrize("tier", cism.kernel_tiers())
+def test_quantized_tier_against_scalar(tier, recipe, act_quant, stories_quant):
+    paths, ref = stories_quant
+    toks = ref["tokens_32"]
+    with cism.Model(paths[recipe]) as m:
+        scalar = prefill(m, "scalar", 1, toks, act_quant)
+        a, b, c = (prefill(m, tier, n, toks, act_quant) for n in (1, 2, 3))
+        assert np.array_equal(a, b) and np.array_equal(a, c), f"{tier}: logits differ between thread counts"
+        err = float(np.abs(a - scalar).max())
+        assert err < (0.5 if act_quant else 1e-4), f"{tier} {recipe}: max |logit - scalar| {err:.3e}"
+        greedy = {}
+        for t in ("scalar", tier):
+            with m.session(kv_type="f32", kernel_tier=t, act_quant=act_quant) as s:
+                greedy[t] = s.generate_ids(toks, 16, cism.Sampler(), ignore_eos=True)
+        assert greedy[tier] == greedy["scalar"]
 
 
 def test_unsupported_tier_refused(stories):
