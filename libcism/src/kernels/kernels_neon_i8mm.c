@@ -17,14 +17,6 @@
 #error "kernels_neon_i8mm.c must be compiled with dotprod and i8mm enabled (-march=armv8.2-a+dotprod+i8mm)"
 #endif
 
-/* [a.d[0] | b.d[0]] and [a.d[1] | b.d[1]]: columns 0..7 / 8..15 of two rows */
-CISM__INLINE int8x16_t lo64(int8x16_t a, int8x16_t b) {
-    return vreinterpretq_s8_s64(vtrn1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
-CISM__INLINE int8x16_t hi64(int8x16_t a, int8x16_t b) {
-    return vreinterpretq_s8_s64(vtrn2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
-}
-
 CISM__INLINE float32x4_t combine4(float32x4_t acc, int32x4_t s, float32x4_t dw, float32x4_t da) {
     return vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(s), vmulq_f32(dw, da)));
 }
@@ -32,26 +24,25 @@ CISM__INLINE float32x4_t combine4(float32x4_t acc, int32x4_t s, float32x4_t dw, 
 /* Activation block j of 2*RP rows x 2*TP tokens. acc[p][q] is the 2x2 tile of
    rows 2p, 2p+1 and tokens 2q, 2q+1, lanes (r0 t0, r0 t1, r1 t0, r1 t1). */
 CISM__INLINE void mm_step(const int dt, const int RP, const int TP, const int has_b, const uint8_t *wp, uint64_t rb,
-                          const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t acc[2][2], int8x16_t lut,
-                          int8x16_t shift) {
+                          const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t acc[2][2], int8x16_t lut) {
     nq_w w[4];
     int8x16_t W[2][4];
     float32x4_t dA, dB, dAp[2], dBp[2];
     int p, q, r;
-    for (r = 0; r < 2 * RP; r++) w[r] = nq_decode(dt, wp + (uint64_t)r * rb, lut, shift, has_b);
-    nq_scales(dt, 2 * RP, wp, rb, has_b, &dA, &dB);
-    for (p = 0; p < RP; p++) {
-        W[p][0] = lo64(w[2 * p].lo, w[2 * p + 1].lo);
-        W[p][1] = hi64(w[2 * p].lo, w[2 * p + 1].lo);
-        W[p][2] = lo64(w[2 * p].hi, w[2 * p + 1].hi);
-        W[p][3] = hi64(w[2 * p].hi, w[2 * p + 1].hi);
+    for (r = 0; r < 2 * RP; r++) w[r] = nq_decode(dt, wp + (uint64_t)r * rb, lut, has_b);
+    nq_scales(dt, 2 * RP, wp, rb, w, has_b, &dA, &dB);
+    for (p = 0; p < RP; p++) { /* 8-column chunks of the row pair; for q4s/fp4: A 0-7, B 0-7, A 8-15, B 8-15 */
+        W[p][0] = nq_lo64(w[2 * p].lo, w[2 * p + 1].lo);
+        W[p][1] = nq_hi64(w[2 * p].lo, w[2 * p + 1].lo);
+        W[p][2] = nq_lo64(w[2 * p].hi, w[2 * p + 1].hi);
+        W[p][3] = nq_hi64(w[2 * p].hi, w[2 * p + 1].hi);
         dAp[p] = p ? vzip2q_f32(dA, dA) : vzip1q_f32(dA, dA);   /* (d_2p, d_2p, d_2p+1, d_2p+1) */
         dBp[p] = p ? vzip2q_f32(dB, dB) : vzip1q_f32(dB, dB);
     }
     for (q = 0; q < TP; q++) {
         const cism__act8 *a0 = nq_act(xq, ldq, 2 * q, j), *a1 = nq_act(xq, ldq, 2 * q + 1, j);
         int8x16_t x00 = vld1q_s8(a0->q), x01 = vld1q_s8(a0->q + 16), x10 = vld1q_s8(a1->q), x11 = vld1q_s8(a1->q + 16);
-        int8x16_t A0 = lo64(x00, x10), A1 = hi64(x00, x10), A2 = lo64(x01, x11), A3 = hi64(x01, x11);
+        int8x16_t A0 = nq_lo64(x00, x10), A1 = nq_hi64(x00, x10), A2 = nq_lo64(x01, x11), A3 = nq_hi64(x01, x11);
         float32x2_t d2 = vset_lane_f32(a1->d, vdup_n_f32(a0->d), 1);
         float32x4_t da = vcombine_f32(d2, d2);   /* (da_2q, da_2q+1, da_2q, da_2q+1) */
         for (p = 0; p < RP; p++) {
@@ -60,10 +51,10 @@ CISM__INLINE void mm_step(const int dt, const int RP, const int TP, const int ha
                 s = vmmlaq_s32(vmmlaq_s32(s, W[p][2], A2), W[p][3], A3);
                 acc[p][q] = combine4(acc[p][q], s, dAp[p], da);
             } else {
-                int32x4_t s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][0], A0), W[p][1], A1);
+                int32x4_t s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][0], A0), W[p][2], A1);
                 acc[p][q] = combine4(acc[p][q], s, dAp[p], da);
                 if (has_b) {
-                    s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][2], A2), W[p][3], A3);
+                    s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][1], A2), W[p][3], A3);
                     acc[p][q] = combine4(acc[p][q], s, dBp[p], da);
                 }
             }
@@ -73,14 +64,14 @@ CISM__INLINE void mm_step(const int dt, const int RP, const int TP, const int ha
 
 CISM__INLINE void mm_tile(const int dt, const int RP, const int TP, const uint8_t *w, uint64_t rb, int64_t nab,
                           int half_last, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy) {
-    const int8x16_t lut = nq_levels(dt), shift = vld1q_s8(nq_shift_hi);
+    const int8x16_t lut = nq_levels(dt);
     float32x4_t acc[2][2];
     int64_t j, nfull = nab - (half_last ? 1 : 0);
     int p, q;
     for (p = 0; p < RP; p++)
         for (q = 0; q < TP; q++) acc[p][q] = vdupq_n_f32(0.0f);
-    for (j = 0; j < nfull; j++) mm_step(dt, RP, TP, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
-    if (half_last) mm_step(dt, RP, TP, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
+    for (j = 0; j < nfull; j++) mm_step(dt, RP, TP, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
+    if (half_last) mm_step(dt, RP, TP, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
     for (p = 0; p < RP; p++)
         for (q = 0; q < TP; q++) {
             float o[4];

@@ -58,6 +58,8 @@ static void quantize_act(const float *x, int64_t n, void *out) {
 }
 
 /* ---- float activations ----------------------------------------------------------------- */
+static const int8_t nq_shift_hi[16] = {0, 0, 0, 0, 0, 0, 0, 0, -4, -4, -4, -4, -4, -4, -4, -4};
+
 typedef struct f8 { float32x4_t lo, hi; } f8;
 
 /* ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)): the tree of kernels_neon.c and the scalar tier */
@@ -104,47 +106,40 @@ CISM__INLINE uint8x16_t f_bytes(const int dt, const uint8_t *blk, const int h, u
     }
 }
 
-/* acc[r][t] += the 16 columns from c of R rows' decoded weights times T
-   tokens' x (n < 16 columns valid: the rest read as zero) */
-CISM__INLINE void f_fma16(const int R, const int T, f8 acc[2][4], float32x4_t wv[2][4], const float *x, int64_t ldx,
-                          int64_t c, const int partial, int64_t n) {
-    int r, t, k;
+/* acc[r][t] += 16 columns of R rows' decoded weights times T tokens' x
+   (x + t*ldx: the 16 matching activations of token t) */
+CISM__INLINE void f_fma16(const int R, const int T, f8 acc[2][4], float32x4_t wv[2][4], const float *x, int64_t ldx) {
+    int r, t;
     for (t = 0; t < T; t++) {
-        float buf[16];
-        const float *xp = x + t * ldx + c;
-        float32x4_t xv[4];
-        if (partial) {
-            memset(buf, 0, sizeof(buf));
-            memcpy(buf, xp, (size_t)n * sizeof(float));
-            xp = buf;
-        }
-        for (k = 0; k < 4; k++) xv[k] = vld1q_f32(xp + 4 * k);
+        float32x4_t x0 = vld1q_f32(x + t * ldx), x1 = vld1q_f32(x + t * ldx + 4);
+        float32x4_t x2 = vld1q_f32(x + t * ldx + 8), x3 = vld1q_f32(x + t * ldx + 12);
         for (r = 0; r < R; r++) {
-            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][0], xv[0]);
-            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][1], xv[1]);
-            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][2], xv[2]);
-            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][3], xv[3]);
+            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][0], x0);
+            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][1], x1);
+            acc[r][t].lo = vfmaq_f32(acc[r][t].lo, wv[r][2], x2);
+            acc[r][t].hi = vfmaq_f32(acc[r][t].hi, wv[r][3], x3);
         }
     }
 }
 
-/* Weight block b of R rows against T tokens; n = valid columns of the block. */
+/* Weight block b of R rows against T tokens' x (x + t*ldx: the block's first
+   activation of token t); halves = the block's 16-column halves to do. */
 CISM__INLINE void f_block(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t b, const float *x,
-                          int64_t ldx, f8 acc[2][4], const int partial, int64_t n, uint8x16_t lutu, int8x16_t shift) {
-    const int B = nq_block(dt);
+                          int64_t ldx, f8 acc[2][4], int halves, uint8x16_t lutu, int8x16_t shift) {
     float32x4_t wv[2][4];
     fdq s[2];
     int r, h;
     for (r = 0; r < R; r++) s[r] = f_scale(dt, w + (uint64_t)r * rb + b * nq_bytes(dt));
-    for (h = 0; h < B / 16; h++) {
-        int64_t m = n - 16 * h;
-        if (partial && m <= 0) break;
+    for (h = 0; h < nq_block(dt) / 16; h++) {
+        if (h >= halves) break;
         for (r = 0; r < R; r++) f_dec16(f_bytes(dt, w + (uint64_t)r * rb + b * nq_bytes(dt), h, lutu, shift), s[r], wv[r]);
-        f_fma16(R, T, acc, wv, x, ldx, b * B + 16 * h, partial && m < 16, m);
+        f_fma16(R, T, acc, wv, x + 16 * h, ldx);
     }
 }
 
-/* R <= 2 rows x T <= 4 tokens: y[t*ldy + r] */
+/* R <= 2 rows x T <= 4 tokens: y[t*ldy + r]. A last, partial block takes its
+   activations from a zero-padded copy (the padding weights, whose codes may
+   be any level, meet zeros). */
 CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t cols, const float *x,
                          int64_t ldx, float *y, int64_t ldy) {
     const uint8x16_t lutu = dt == CISM_DTYPE_Q8 ? vdupq_n_u8(0)
@@ -152,12 +147,17 @@ CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *
     const int8x16_t shift = vld1q_s8(nq_shift_hi);
     const int B = nq_block(dt);
     f8 acc[2][4];
-    int64_t b, nfull = cols / B;
+    int64_t b, nfull = cols / B, rem = cols - nfull * B;
     int r, t;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t].lo = acc[r][t].hi = vdupq_n_f32(0.0f);
-    for (b = 0; b < nfull; b++) f_block(dt, R, T, w, rb, b, x, ldx, acc, 0, B, lutu, shift);
-    if (nfull * B < cols) f_block(dt, R, T, w, rb, b, x, ldx, acc, 1, cols - nfull * B, lutu, shift);
+    for (b = 0; b < nfull; b++) f_block(dt, R, T, w, rb, b, x + b * B, ldx, acc, 2, lutu, shift);
+    if (rem) {
+        float xt[4][32];
+        memset(xt, 0, sizeof(xt));
+        for (t = 0; t < T; t++) memcpy(xt[t], x + t * ldx + nfull * B, (size_t)rem * sizeof(float));
+        f_block(dt, R, T, w, rb, nfull, xt[0], 32, acc, rem > 16 ? 2 : 1, lutu, shift);
+    }
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
 }

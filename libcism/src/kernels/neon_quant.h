@@ -35,38 +35,45 @@ CISM__INLINE int nq_f16_scale(const int dt) { return nq_block(dt) == 32; }
 /* bytes of one row's weights over one activation block (32 columns) */
 CISM__INLINE int nq_ab_bytes(const int dt) { return nq_bytes(dt) * (32 / nq_block(dt)); }
 
-static const int8_t nq_shift_hi[16] = {0, 0, 0, 0, 0, 0, 0, 0, -4, -4, -4, -4, -4, -4, -4, -4};
-
 /* The 16 levels of a 4-bit format as a table for TBL (zeros for q8). */
 CISM__INLINE int8x16_t nq_levels(const int dt) {
     return dt == CISM_DTYPE_Q8 ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
 }
 
 /* ---- weights as int8 --------------------------------------------------------------- */
-typedef struct nq_w { int8x16_t lo, hi; } nq_w;   /* columns 0..15 and 16..31 of an activation block */
+/* One row's levels over one activation block (32 columns). q8/q4/nl4: lo =
+   columns 0..15, hi = 16..31. q4s/fp4 (weight blocks A = columns 0..15 and
+   B = 16..31): lo = A's elements 0..7 then B's 0..7, hi = A's 8..15 then B's
+   8..15, i.e. the low and the high nibbles of A's and B's code bytes loaded
+   side by side; the activations are permuted to match (nq_actv), so one
+   accumulator holds A's products in lanes 0-1 and B's in lanes 2-3. */
+typedef struct nq_w {
+    int8x16_t lo, hi;
+    uint8x16_t raw;   /* q4s/fp4 with both blocks: the pair's first 16 bytes (scales at 0 and 9) */
+} nq_w;
 
-/* the 16 codes of a block of 16 (8 bytes: low nibbles are elements 0..7, high
-   nibbles 8..15) as levels: both halves from one replicating load */
-CISM__INLINE int8x16_t nq_dec16(const uint8_t *codes, int8x16_t lut, int8x16_t shift) {
-    uint8x16_t c = vreinterpretq_u8_u64(vld1q_dup_u64((const uint64_t *)(const void *)codes));
-    return vqtbl1q_s8(lut, vandq_u8(vshlq_u8(c, shift), vdupq_n_u8(15)));
-}
+static const uint8_t nq_pair_scales[16] = {0, 16, 32, 48, 9, 25, 41, 57, 0, 0, 0, 0, 0, 0, 0, 0};
 
-/* One row's levels over the activation block whose weights start at p. For
-   q4s/fp4, has_b = 0 says the row ends after the first block of 16 (odd
-   block count): the second is neither read nor used. */
-CISM__INLINE nq_w nq_decode(const int dt, const uint8_t *p, int8x16_t lut, int8x16_t shift, const int has_b) {
+/* has_b = 0: the row ends after block A (an odd number of blocks of 16): B is
+   not read (its lanes hold level(0) and meet zero activations). */
+CISM__INLINE nq_w nq_decode(const int dt, const uint8_t *p, int8x16_t lut, const int has_b) {
     nq_w w;
+    w.raw = vdupq_n_u8(0);
     if (dt == CISM_DTYPE_Q8) {
         w.lo = vld1q_s8((const int8_t *)p + 2);
         w.hi = vld1q_s8((const int8_t *)p + 18);
-    } else if (nq_block(dt) == 32) {
-        uint8x16_t c = vld1q_u8(p + 2);
+    } else {
+        uint8x16_t c;
+        if (nq_block(dt) == 32) {
+            c = vld1q_u8(p + 2);
+        } else if (has_b) {   /* A's codes at 1..8, B's at 10..17 */
+            w.raw = vld1q_u8(p);
+            c = vcombine_u8(vld1_u8(p + 1), vld1_u8(p + 10));
+        } else {
+            c = vcombine_u8(vld1_u8(p + 1), vdup_n_u8(0));
+        }
         w.lo = vqtbl1q_s8(lut, vandq_u8(c, vdupq_n_u8(15)));
         w.hi = vqtbl1q_s8(lut, vshrq_n_u8(c, 4));
-    } else {
-        w.lo = nq_dec16(p + 1, lut, shift);
-        w.hi = has_b ? nq_dec16(p + 10, lut, shift) : vdupq_n_s8(0);
     }
     return w;
 }
@@ -82,34 +89,34 @@ CISM__INLINE void nq_e4m3x8(uint8x8_t b, float32x4_t *lo, float32x4_t *hi) {
     nan = vceqq_u16(vandq_u16(h, vdupq_n_u16(0x3F80)), vdupq_n_u16(0x3F80));
     h = vorrq_u16(h, vandq_u16(nan, vdupq_n_u16(0x7E00)));
     *lo = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
-    *hi = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+    *hi = vcvt_high_f32_f16(vreinterpretq_f16_u16(h));
 }
 
-/* The weight scales of R <= 4 rows (row r's activation block at p + r*rb) in
-   lanes 0..R-1: dA for the first weight block, dB for the second (q4s/fp4
-   only; with has_b = 0 it is not loaded). Lanes >= R are 0. */
-CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_t rb, const int has_b, float32x4_t *dA,
-                            float32x4_t *dB) {
+/* The weight scales of R <= 4 rows (row r's activation block at p + r*rb,
+   decoded into w[r]) in lanes 0..R-1: dA for the first weight block, dB for
+   the second (q4s/fp4 only; with has_b = 0 it is not loaded). Lanes >= R are
+   copies of row 0's or 0. */
+CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_t rb, const nq_w *w, const int has_b,
+                            float32x4_t *dA, float32x4_t *dB) {
     if (nq_f16_scale(dt)) {
-        uint16x4_t h = vdup_n_u16(0);
-        h = vld1_lane_u16((const uint16_t *)(const void *)p, h, 0);
+        uint16x4_t h = vld1_dup_u16((const uint16_t *)(const void *)p);
         if (R > 1) h = vld1_lane_u16((const uint16_t *)(const void *)(p + rb), h, 1);
         if (R > 2) h = vld1_lane_u16((const uint16_t *)(const void *)(p + 2 * rb), h, 2);
         if (R > 3) h = vld1_lane_u16((const uint16_t *)(const void *)(p + 3 * rb), h, 3);
         *dA = vcvt_f32_f16(vreinterpret_f16_u16(h));
         *dB = *dA;
+    } else if (has_b) {   /* both blocks' scale bytes of the R rows by one lookup */
+        uint8x16x4_t t;
+        t.val[0] = w[0].raw;
+        t.val[1] = R > 1 ? w[1].raw : w[0].raw;
+        t.val[2] = R > 2 ? w[2].raw : w[0].raw;
+        t.val[3] = R > 3 ? w[3].raw : w[0].raw;
+        nq_e4m3x8(vget_low_u8(vqtbl4q_u8(t, vld1q_u8(nq_pair_scales))), dA, dB);
     } else {
-        uint8x8_t b = vdup_n_u8(0);
-        b = vld1_lane_u8(p, b, 0);
+        uint8x8_t b = vld1_dup_u8(p);
         if (R > 1) b = vld1_lane_u8(p + rb, b, 1);
         if (R > 2) b = vld1_lane_u8(p + 2 * rb, b, 2);
         if (R > 3) b = vld1_lane_u8(p + 3 * rb, b, 3);
-        if (has_b) {
-            b = vld1_lane_u8(p + 9, b, 4);
-            if (R > 1) b = vld1_lane_u8(p + rb + 9, b, 5);
-            if (R > 2) b = vld1_lane_u8(p + 2 * rb + 9, b, 6);
-            if (R > 3) b = vld1_lane_u8(p + 3 * rb + 9, b, 7);
-        }
         nq_e4m3x8(b, dA, dB);
     }
 }
@@ -119,32 +126,42 @@ CISM__INLINE const cism__act8 *nq_act(const uint8_t *xq, int64_t ldq, int64_t t,
     return (const cism__act8 *)(const void *)(xq + t * ldq) + j;
 }
 
-/* ---- integer dots: int32 lanes whose sum is the exact dot ---------------------------------- */
-/* 16 weights x 16 activations */
-CISM__INLINE int32x4_t nq_dot16(const int dot, int8x16_t w, int8x16_t a) {
-#if defined(__ARM_FEATURE_DOTPROD)
-    if (dot == NQ_SDOT) return vdotq_s32(vdupq_n_s32(0), w, a);
-#endif
-    {   /* |w a| <= 127 * 127: two products fit an int16 lane */
-        int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(a));
-        p = vmlal_high_s8(p, w, a);
-        (void)dot;
-        return vpaddlq_s16(p);
+/* [a.d[0] | b.d[0]] and [a.d[1] | b.d[1]] */
+CISM__INLINE int8x16_t nq_lo64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vtrn1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+CISM__INLINE int8x16_t nq_hi64(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vtrn2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+/* An activation block as two vectors in the order of nq_w's lo and hi. */
+CISM__INLINE void nq_actv(const int dt, const cism__act8 *a, int8x16_t *lo, int8x16_t *hi) {
+    int8x16_t a0 = vld1q_s8(a->q), a1 = vld1q_s8(a->q + 16);
+    if (nq_block(dt) == 32) {
+        *lo = a0;
+        *hi = a1;
+    } else {   /* columns 0..7 and 16..23; 8..15 and 24..31 */
+        *lo = nq_lo64(a0, a1);
+        *hi = nq_hi64(a0, a1);
     }
 }
 
-/* 32 weights x 32 activations */
-CISM__INLINE int32x4_t nq_dot32(const int dot, nq_w w, int8x16_t a0, int8x16_t a1) {
+/* ---- integer dots ------------------------------------------------------------------------- */
+/* int32 lanes of w . a over one activation block (w, a in nq_w's order): for
+   q8/q4/nl4 the dot is the sum of the 4 lanes; for q4s/fp4, lanes 0+1 are
+   block A's dot and lanes 2+3 block B's. */
+CISM__INLINE int32x4_t nq_dot(const int dt, const int dot, nq_w w, int8x16_t alo, int8x16_t ahi) {
 #if defined(__ARM_FEATURE_DOTPROD)
-    if (dot == NQ_SDOT) return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.lo, a0), w.hi, a1);
+    if (dot == NQ_SDOT) return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.lo, alo), w.hi, ahi);
 #endif
-    {
-        int16x8_t p = vmull_s8(vget_low_s8(w.lo), vget_low_s8(a0));
-        int16x8_t q = vmull_s8(vget_low_s8(w.hi), vget_low_s8(a1));
-        p = vmlal_high_s8(p, w.lo, a0);
-        q = vmlal_high_s8(q, w.hi, a1);
-        (void)dot;
-        return vpadalq_s16(vpaddlq_s16(p), q);
+    (void)dot;
+    {   /* |w a| <= 127 * 127: two products fit an int16 lane */
+        int16x8_t p = vmull_s8(vget_low_s8(w.lo), vget_low_s8(alo));
+        int16x8_t q = vmull_high_s8(w.lo, alo);
+        p = vmlal_s8(p, vget_low_s8(w.hi), vget_low_s8(ahi));
+        q = vmlal_high_s8(q, w.hi, ahi);
+        if (nq_block(dt) == 32) return vpadalq_s16(vpaddlq_s16(p), q);
+        return vpaddq_s32(vpaddlq_s16(p), vpaddlq_s16(q));   /* p: block A, q: block B */
     }
 }
 
@@ -153,6 +170,14 @@ CISM__INLINE int32x4_t nq_reduce(const int R, const int32x4_t *s) {
     int32x4_t a = vpaddq_s32(s[0], R > 1 ? s[1] : s[0]);
     int32x4_t b = R > 2 ? vpaddq_s32(s[2], R > 3 ? s[3] : s[2]) : a;
     return vpaddq_s32(a, b);
+}
+
+/* the same for q4s/fp4: lane r of *A = block A's dot of row r, of *B block B's */
+CISM__INLINE void nq_reduce_ab(const int R, const int32x4_t *s, int32x4_t *A, int32x4_t *B) {
+    int32x4_t a = vpaddq_s32(s[0], R > 1 ? s[1] : s[0]);   /* A0 B0 A1 B1 */
+    int32x4_t b = R > 2 ? vpaddq_s32(s[2], R > 3 ? s[3] : s[2]) : a;
+    *A = vuzp1q_s32(a, b);
+    *B = vuzp2q_s32(a, b);
 }
 
 /* acc + (float)s * (dw * da): the scalar tier's three roundings */
@@ -164,28 +189,25 @@ CISM__INLINE float32x4_t nq_combine(float32x4_t acc, int32x4_t s, float32x4_t dw
 /* Activation block j of R rows (wp: row 0's weights of that block) and T
    tokens; acc[t] holds token t's outputs, lane r = row r. */
 CISM__INLINE void nq_step(const int dt, const int dot, const int R, const int T, const int has_b, const uint8_t *wp,
-                          uint64_t rb, const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t *acc, int8x16_t lut,
-                          int8x16_t shift) {
+                          uint64_t rb, const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t *acc, int8x16_t lut) {
     nq_w w[4];
     float32x4_t dA, dB;
-    int32x4_t s[4];
+    int32x4_t s[4], sA, sB;
     int r, t;
-    for (r = 0; r < R; r++) w[r] = nq_decode(dt, wp + (uint64_t)r * rb, lut, shift, has_b);
-    nq_scales(dt, R, wp, rb, has_b, &dA, &dB);
+    for (r = 0; r < R; r++) w[r] = nq_decode(dt, wp + (uint64_t)r * rb, lut, has_b);
+    nq_scales(dt, R, wp, rb, w, has_b, &dA, &dB);
     for (t = 0; t < T; t++) {
         const cism__act8 *a = nq_act(xq, ldq, t, j);
-        int8x16_t a0 = vld1q_s8(a->q), a1 = vld1q_s8(a->q + 16);
+        int8x16_t alo, ahi;
         float da = a->d;
+        nq_actv(dt, a, &alo, &ahi);
+        for (r = 0; r < R; r++) s[r] = nq_dot(dt, dot, w[r], alo, ahi);
         if (nq_block(dt) == 32) {
-            for (r = 0; r < R; r++) s[r] = nq_dot32(dot, w[r], a0, a1);
             acc[t] = nq_combine(acc[t], nq_reduce(R, s), dA, da);
         } else {
-            for (r = 0; r < R; r++) s[r] = nq_dot16(dot, w[r].lo, a0);
-            acc[t] = nq_combine(acc[t], nq_reduce(R, s), dA, da);
-            if (has_b) {
-                for (r = 0; r < R; r++) s[r] = nq_dot16(dot, w[r].hi, a1);
-                acc[t] = nq_combine(acc[t], nq_reduce(R, s), dB, da);
-            }
+            nq_reduce_ab(R, s, &sA, &sB);
+            acc[t] = nq_combine(acc[t], sA, dA, da);
+            if (has_b) acc[t] = nq_combine(acc[t], sB, dB, da);
         }
     }
 }
@@ -194,13 +216,13 @@ CISM__INLINE void nq_step(const int dt, const int dot, const int R, const int T,
    blocks; half_last: the rows' last activation block holds one block of 16. */
 CISM__INLINE void nq_tile(const int dt, const int dot, const int R, const int T, const uint8_t *w, uint64_t rb,
                           int64_t nab, int half_last, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy) {
-    const int8x16_t lut = nq_levels(dt), shift = vld1q_s8(nq_shift_hi);
+    const int8x16_t lut = nq_levels(dt);
     float32x4_t acc[4];
     int64_t j, nfull = nab - (half_last ? 1 : 0);
     int r, t;
     for (t = 0; t < T; t++) acc[t] = vdupq_n_f32(0.0f);
-    for (j = 0; j < nfull; j++) nq_step(dt, dot, R, T, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
-    if (half_last) nq_step(dt, dot, R, T, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut, shift);
+    for (j = 0; j < nfull; j++) nq_step(dt, dot, R, T, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
+    if (half_last) nq_step(dt, dot, R, T, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
     for (t = 0; t < T; t++) {
         float o[4];
         vst1q_f32(o, acc[t]);
