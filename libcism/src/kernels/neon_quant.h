@@ -230,6 +230,105 @@ CISM__INLINE void nq_tile(const int dt, const int dot, const int R, const int T,
     }
 }
 
+#if defined(__ARM_FEATURE_DOTPROD)
+/* ---- R rows x 4 tokens with token lanes (lane-indexed SDOT, prefill) ------------------------ */
+/* The activation block j of 4 tokens transposed into 4-byte groups: lane i
+   of x[k] = token i's columns 4k..4k+3 (a 4x4 transpose of 32-bit lanes per
+   16 columns); *da = the 4 tokens' scales. */
+CISM__INLINE void nq_act4x(const uint8_t *xq, int64_t ldq, int64_t j, int8x16_t *x, float32x4_t *da) {
+    int h;
+    float32x4_t d = vld1q_dup_f32(&nq_act(xq, ldq, 0, j)->d);
+    d = vld1q_lane_f32(&nq_act(xq, ldq, 1, j)->d, d, 1);
+    d = vld1q_lane_f32(&nq_act(xq, ldq, 2, j)->d, d, 2);
+    *da = vld1q_lane_f32(&nq_act(xq, ldq, 3, j)->d, d, 3);
+    for (h = 0; h < 2; h++) {
+        int32x4_t t0 = vreinterpretq_s32_s8(vld1q_s8(nq_act(xq, ldq, 0, j)->q + 16 * h));
+        int32x4_t t1 = vreinterpretq_s32_s8(vld1q_s8(nq_act(xq, ldq, 1, j)->q + 16 * h));
+        int32x4_t t2 = vreinterpretq_s32_s8(vld1q_s8(nq_act(xq, ldq, 2, j)->q + 16 * h));
+        int32x4_t t3 = vreinterpretq_s32_s8(vld1q_s8(nq_act(xq, ldq, 3, j)->q + 16 * h));
+        int64x2_t p0 = vreinterpretq_s64_s32(vtrn1q_s32(t0, t1)), p1 = vreinterpretq_s64_s32(vtrn2q_s32(t0, t1));
+        int64x2_t p2 = vreinterpretq_s64_s32(vtrn1q_s32(t2, t3)), p3 = vreinterpretq_s64_s32(vtrn2q_s32(t2, t3));
+        x[4 * h + 0] = vreinterpretq_s8_s64(vtrn1q_s64(p0, p2));
+        x[4 * h + 1] = vreinterpretq_s8_s64(vtrn1q_s64(p1, p3));
+        x[4 * h + 2] = vreinterpretq_s8_s64(vtrn2q_s64(p0, p2));
+        x[4 * h + 3] = vreinterpretq_s8_s64(vtrn2q_s64(p1, p3));
+    }
+}
+
+/* da * lane r of dw (r a constant) */
+CISM__INLINE float32x4_t nq_mul_lane(float32x4_t da, float32x4_t dw, const int r) {
+    switch (r) {
+    case 0: return vmulq_laneq_f32(da, dw, 0);
+    case 1: return vmulq_laneq_f32(da, dw, 1);
+    case 2: return vmulq_laneq_f32(da, dw, 2);
+    default: return vmulq_laneq_f32(da, dw, 3);
+    }
+}
+
+/* Activation block j of R rows (R = 1, 4 or 8) and 4 tokens: acc[r] holds
+   row r's outputs, lane t = token t. */
+CISM__INLINE void nq_lane_step(const int dt, const int R, const int has_b, const uint8_t *wp, uint64_t rb,
+                               const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t *acc, int8x16_t lut) {
+    int8x16_t x[8];
+    float32x4_t da;
+    int g, r;
+    nq_act4x(xq, ldq, j, x, &da);
+    for (g = 0; g < R; g += 4) {
+        const int G = R - g < 4 ? R - g : 4;
+        const uint8_t *gp = wp + (uint64_t)g * rb;
+        nq_w w[4];
+        float32x4_t dA, dB;
+        for (r = 0; r < G; r++) w[r] = nq_decode(dt, gp + (uint64_t)r * rb, lut, has_b);
+        nq_scales(dt, G, gp, rb, w, has_b, &dA, &dB);
+        for (r = 0; r < G; r++) {
+            int32x4_t s = vdupq_n_s32(0);
+            if (nq_block(dt) == 32) {
+                s = vdotq_laneq_s32(s, x[0], w[r].lo, 0);
+                s = vdotq_laneq_s32(s, x[1], w[r].lo, 1);
+                s = vdotq_laneq_s32(s, x[2], w[r].lo, 2);
+                s = vdotq_laneq_s32(s, x[3], w[r].lo, 3);
+                s = vdotq_laneq_s32(s, x[4], w[r].hi, 0);
+                s = vdotq_laneq_s32(s, x[5], w[r].hi, 1);
+                s = vdotq_laneq_s32(s, x[6], w[r].hi, 2);
+                s = vdotq_laneq_s32(s, x[7], w[r].hi, 3);
+                acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vcvtq_f32_s32(s), nq_mul_lane(da, dA, r)));
+            } else { /* lo = A 0-7 | B 0-7, hi = A 8-15 | B 8-15 */
+                s = vdotq_laneq_s32(s, x[0], w[r].lo, 0);
+                s = vdotq_laneq_s32(s, x[1], w[r].lo, 1);
+                s = vdotq_laneq_s32(s, x[2], w[r].hi, 0);
+                s = vdotq_laneq_s32(s, x[3], w[r].hi, 1);
+                acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vcvtq_f32_s32(s), nq_mul_lane(da, dA, r)));
+                if (has_b) {
+                    s = vdupq_n_s32(0);
+                    s = vdotq_laneq_s32(s, x[4], w[r].lo, 2);
+                    s = vdotq_laneq_s32(s, x[5], w[r].lo, 3);
+                    s = vdotq_laneq_s32(s, x[6], w[r].hi, 2);
+                    s = vdotq_laneq_s32(s, x[7], w[r].hi, 3);
+                    acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vcvtq_f32_s32(s), nq_mul_lane(da, dB, r)));
+                }
+            }
+        }
+    }
+}
+
+/* y[t*ldy + r] for R rows (1, 4 or 8) and 4 tokens by lane-indexed SDOT */
+CISM__INLINE void nq_lane_tile(const int dt, const int R, const uint8_t *w, uint64_t rb, int64_t nab, int half_last,
+                               const uint8_t *xq, int64_t ldq, float *y, int64_t ldy) {
+    const int8x16_t lut = nq_levels(dt);
+    float32x4_t acc[8];
+    int64_t j, nfull = nab - (half_last ? 1 : 0);
+    int r, t;
+    for (r = 0; r < R; r++) acc[r] = vdupq_n_f32(0.0f);
+    for (j = 0; j < nfull; j++) nq_lane_step(dt, R, 1, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
+    if (half_last) nq_lane_step(dt, R, 0, w + j * nq_ab_bytes(dt), rb, xq, ldq, j, acc, lut);
+    for (r = 0; r < R; r++) {
+        float o[4];
+        vst1q_f32(o, acc[r]);
+        for (t = 0; t < 4; t++) y[t * ldy + r] = o[t];
+    }
+}
+#endif
+
 /* Tokens per cache block: the activation rows of one block stay in L2 while
    the row tiles stream past them. A multiple of `mult`. */
 CISM__INLINE int64_t nq_token_block(int64_t ldq, int64_t mult) {
@@ -238,8 +337,9 @@ CISM__INLINE int64_t nq_token_block(int64_t ldq, int64_t mult) {
     return tb < mult ? mult : tb;
 }
 
-/* The int8-activation matmul with row-lane tiles: 4 rows x 1 token for
-   decode, 4 rows x 4 tokens for prefill; the remainders by smaller tiles. */
+/* The int8-activation matmul: 4 rows x 1 token for decode (row lanes);
+   prefill by 8 rows x 4 tokens with token lanes (SDOT) or 4 rows x 4 tokens
+   (SMULL); the remainders by smaller tiles. */
 CISM__INLINE void nq_matmul_a8(const int dt, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
                                int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const uint8_t *wb = (const uint8_t *)w, *xb = (const uint8_t *)xq;
@@ -252,6 +352,28 @@ CISM__INLINE void nq_matmul_a8(const int dt, const int dot, const void *w, uint6
         return;
     }
     tb = nq_token_block(ldq, 4);
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (dot == NQ_SDOT) {
+        for (t0 = 0; t0 < nt; t0 += tb) {
+            int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+            for (t = t0; t + 4 <= t1; t += 4) {
+                const uint8_t *xt = xb + t * ldq;
+                for (r = r0; r + 8 <= r1; r += 8) nq_lane_tile(dt, 8, wb + r * rb, rb, nab, half_last, xt, ldq, y + t * ldy + r, ldy);
+                if (r + 4 <= r1) {
+                    nq_lane_tile(dt, 4, wb + r * rb, rb, nab, half_last, xt, ldq, y + t * ldy + r, ldy);
+                    r += 4;
+                }
+                for (; r < r1; r++) nq_lane_tile(dt, 1, wb + r * rb, rb, nab, half_last, xt, ldq, y + t * ldy + r, ldy);
+            }
+            for (; t < t1; t++) {
+                for (r = r0; r + 4 <= r1; r += 4)
+                    nq_tile(dt, dot, 4, 1, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+                for (; r < r1; r++) nq_tile(dt, dot, 1, 1, wb + r * rb, rb, nab, half_last, xb + t * ldq, ldq, y + t * ldy + r, ldy);
+            }
+        }
+        return;
+    }
+#endif
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
         for (r = r0; r + 4 <= r1; r += 4) {
