@@ -100,8 +100,8 @@ CISM__INLINE uint8x16_t f_bytes(const int dt, const uint8_t *blk, const int h, u
         c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
         return dt == CISM_DTYPE_Q4 ? c : vqtbl1q_u8(lutu, c);
     } else {
-        uint8x16_t c = vreinterpretq_u8_u64(vld1q_dup_u64((const uint64_t *)(const void *)(blk + 1)));
-        c = vandq_u8(vshlq_u8(c, shift), vdupq_n_u8(15));
+        uint8x8_t c8 = vld1_u8(blk + 1);
+        uint8x16_t c = vandq_u8(vshlq_u8(vcombine_u8(c8, c8), shift), vdupq_n_u8(15));
         return dt == CISM_DTYPE_Q4S ? c : vqtbl1q_u8(lutu, c);
     }
 }
