@@ -1,17 +1,23 @@
-/* kernel_bench.c - GFLOP/s of each tier's matmul kernels, from cache.
+/* kernel_bench.c - speed of each tier's matmul kernels.
  *
- *   cism-kernel-bench [cols ...]        (default: 576 1536)
+ *   cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB] [cols ...]
+ *                                                       (default cols: 576 1536)
  *
  * For every tier this CPU runs and every weight dtype: prefill (64 rows x 96
- * tokens) and decode (256 rows x 1 token), weights and activations small
- * enough for L2, so the numbers show the kernels' compute rate rather than
- * memory bandwidth. Time is the calling thread's CPU time, best of 7 runs of
- * ~10 ms, so other load on the machine disturbs it less than wall time.
+ * tokens) and decode (256 rows x 1 token) with weights and activations small
+ * enough for L2, so the numbers show the kernels' compute rate (GFLOP/s: 2 per
+ * multiply-add) rather than memory bandwidth. Packed dtypes run both paths:
+ * float activations (matmul) and int8 activations (matmul_a8, the activation
+ * quantization included once per token). --stream MB adds decode over a matrix
+ * of MB megabytes (more than the last-level cache): GB/s of weights read.
+ * Time is the calling thread's CPU time, best of 7 runs of ~10 ms, so other
+ * load on the machine disturbs it less than wall time.
  * Links the static library (internal kernel table). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,41 +39,116 @@ static double cpu_now(void) {
 }
 #endif
 
-static double gflops(const cism__kernels *k, int dt, int64_t rows, int64_t cols, int64_t nt) {
-    uint64_t rb = cism__row_bytes(dt, cols);
-    uint8_t *w = (uint8_t *)malloc((size_t)(rows * (int64_t)rb));
-    float *x = (float *)malloc((size_t)(nt * cols) * 4), *y = (float *)malloc((size_t)(nt * rows) * 4);
-    double best = 1e30;
+static int is_packed(int dt) { return dt >= CISM_DTYPE_Q8; }
+
+/* weights: real quantized values of random floats (packed) or patterns (float) */
+static uint8_t *make_weights(int dt, int64_t rows, int64_t cols, uint64_t *rb) {
+    uint8_t *w;
     int64_t i;
-    int rep, it, calls = (int)(3e7 / (double)(rows * cols * nt)) + 1;   /* ~10 ms per run */
-    for (i = 0; i < rows * (int64_t)rb / 2; i++) ((uint16_t *)w)[i] = (uint16_t)(0x3c00u ^ (uint16_t)(i & 0x3ff));
-    for (i = 0; i < nt * cols; i++) x[i] = (float)(i % 13) * 0.01f;
+    *rb = cism__row_bytes(dt, cols);
+    w = (uint8_t *)malloc((size_t)(rows * (int64_t)*rb));
+    if (is_packed(dt)) {
+        int64_t r0, step = 256, size;
+        float *f = (float *)malloc((size_t)(step * cols) * 4);
+        for (i = 0; i < step * cols; i++) f[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+        for (r0 = 0; r0 < rows; r0 += step) {
+            int64_t n = rows - r0 < step ? rows - r0 : step;
+            cism_quantize(dt, f, n, cols, NULL, w + r0 * (int64_t)*rb, n * (int64_t)*rb, &size, 1);
+        }
+        free(f);
+    } else {
+        for (i = 0; i < rows * (int64_t)*rb / 2; i++) ((uint16_t *)(void *)w)[i] = (uint16_t)(0x3c00u ^ (uint16_t)(i & 0x3ff));
+    }
+    return w;
+}
+
+/* seconds per call, best of 7 runs; a8: the activations quantized in each call */
+static double run(const cism__kernels *k, int dt, int a8, const uint8_t *w, uint64_t rb, int64_t rows, int64_t cols,
+                  int64_t nt, int calls) {
+    const cism__kernels *sc = cism__kernels_scalar();
+    cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : sc->matmul_a8[dt];
+    void (*qa)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : sc->quantize_act;
+    int64_t aq = cism__act8_row_bytes(cols), i, t;
+    float *x = (float *)malloc((size_t)(nt * cols) * 4), *y = (float *)malloc((size_t)(nt * rows) * 4);
+    uint8_t *xq = (uint8_t *)malloc((size_t)(nt * aq));
+    double best = 1e30;
+    int rep, it;
+    for (i = 0; i < nt * cols; i++) x[i] = (float)(i % 13) * 0.01f - 0.06f;
     for (rep = 0; rep < 7; rep++) {
         double t0 = cpu_now(), d;
-        for (it = 0; it < calls; it++) k->matmul[dt](w, rb, cols, x, cols, y, rows, nt, 0, rows);
+        for (it = 0; it < calls; it++) {
+            if (a8) {
+                for (t = 0; t < nt; t++) qa(x + t * cols, cols, xq + t * aq);
+                mq(w, rb, cols, xq, aq, y, rows, nt, 0, rows);
+            } else {
+                k->matmul[dt](w, rb, cols, x, cols, y, rows, nt, 0, rows);
+            }
+        }
         d = (cpu_now() - t0) / calls;
         if (d < best) best = d;
     }
-    free(w); free(x); free(y);
-    return 2.0 * (double)(rows * cols * nt) / best / 1e9;
+    free(x); free(y); free(xq);
+    return best;
+}
+
+static double gflops(const cism__kernels *k, int dt, int a8, int64_t rows, int64_t cols, int64_t nt) {
+    uint64_t rb;
+    uint8_t *w = make_weights(dt, rows, cols, &rb);
+    int calls = (int)(3e7 / (double)(rows * cols * nt)) + 1;   /* ~10 ms per run */
+    double s = run(k, dt, a8, w, rb, rows, cols, nt, calls);
+    free(w);
+    return 2.0 * (double)(rows * cols * nt) / s / 1e9;
+}
+
+static int in_list(const char *list, const char *name) {
+    const char *p = list;
+    size_t n = strlen(name);
+    if (!list) return 1;
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+        p += n;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     int64_t cols_list[8] = {576, 1536};
-    int n_cols = 2, i, t, dt;
-    if (argc > 1) {
-        n_cols = 0;
-        for (i = 1; i < argc && n_cols < 8; i++) cols_list[n_cols++] = atoi(argv[i]);
+    int n_cols = 0, i, t, dt, a8;
+    const char *dtypes = NULL, *tiers = NULL;
+    double stream_mb = 0;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
+        else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
+        else if (!strcmp(argv[i], "--stream") && i + 1 < argc) stream_mb = atof(argv[++i]);
+        else if (n_cols < 8) cols_list[n_cols++] = atoi(argv[i]);
     }
+    if (!n_cols) n_cols = 2;
     printf("%s\n%s\n", cism_build_info(), cism_system_info());
-    printf("%-8s %-5s %6s | %16s | %16s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s");
+    printf("%-8s %-8s %6s | %16s | %16s%s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s",
+           stream_mb > 0 ? " | stream GB/s" : "");
     for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {
         const cism__kernels *k = cism__kernels_tier(t);
-        if (!k) continue;
-        for (dt = 0; dt < CISM__DTYPE_COUNT; dt++)
-            for (i = 0; i < n_cols; i++)
-                printf("%-8s %-5s %6lld | %16.1f | %16.1f\n", k->name, cism_dtype_name(dt), (long long)cols_list[i],
-                       gflops(k, dt, 64, cols_list[i], 96), gflops(k, dt, 256, cols_list[i], 1));
+        if (!k || !in_list(tiers, k->name)) continue;
+        for (dt = 0; dt < CISM__DTYPE_COUNT; dt++) {
+            if (!in_list(dtypes, cism_dtype_name(dt))) continue;
+            for (a8 = 0; a8 <= is_packed(dt); a8++)
+                for (i = 0; i < n_cols; i++) {
+                    char name[32];
+                    snprintf(name, sizeof(name), "%s%s", cism_dtype_name(dt), a8 ? "/a8" : "");
+                    printf("%-8s %-8s %6lld | %16.1f | %16.1f", k->name, name, (long long)cols_list[i],
+                           gflops(k, dt, a8, 64, cols_list[i], 96), gflops(k, dt, a8, 256, cols_list[i], 1));
+                    if (stream_mb > 0) {
+                        uint64_t rb = cism__row_bytes(dt, cols_list[i]);
+                        int64_t rows = (int64_t)(stream_mb * 1e6 / (double)rb);
+                        uint8_t *w = make_weights(dt, rows, cols_list[i], &rb);
+                        double s = run(k, dt, a8, w, rb, rows, cols_list[i], 1, 3);
+                        printf(" | %8.1f", (double)rows * (double)rb / s / 1e9);
+                        free(w);
+                    }
+                    printf("\n");
+                    fflush(stdout);
+                }
+        }
     }
     return 0;
 }

@@ -168,7 +168,11 @@ enum {
     CISM_DTYPE_Q4   = 4,  /* blocks of 32: fp16 scale + 32 int4 levels -8..7 (4.5 bits/weight) */
     CISM_DTYPE_FP4  = 5,  /* blocks of 16: FP8 E4M3 scale + 16 FP4 E2M1 (4.5 bits/weight) */
     CISM_DTYPE_NL4  = 6,  /* blocks of 32: fp16 scale + 32 codes of a 16-level non-uniform codebook (4.5) */
-    CISM_DTYPE_Q4S  = 7   /* blocks of 16: FP8 E4M3 scale + 16 int4 levels -8..7 (4.5 bits/weight) */
+    CISM_DTYPE_Q4S  = 7,  /* blocks of 16: FP8 E4M3 scale + 16 int4 levels -8..7 (4.5 bits/weight) */
+    /* The same values as q8 / q4s with 16 rows interleaved (docs/QUANTIZATION.md):
+       for matrices whose row count is a multiple of 16; same bytes per row. */
+    CISM_DTYPE_Q8X16  = 8,
+    CISM_DTYPE_Q4SX16 = 9
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);
@@ -183,7 +187,9 @@ CISM_API int64_t     cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
    returned). importance (may be NULL) holds cols non-negative weights of the
    squared error per column (e.g. mean squared activations) for the 4-bit
    formats' scale search. Non-finite input is refused. n_threads 0 = 1.
-   The same input always gives the same bytes, whatever n_threads. */
+   The same input always gives the same bytes, whatever n_threads.
+   The interleaved dtypes (q8x16, q4sx16) need n_rows to be a multiple of 16
+   (CISM_ERR_INVALID_ARG otherwise), here and in cism_dequantize. */
 CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
                                    const float *importance, void *dst, int64_t dst_capacity,
                                    int64_t *dst_size, int32_t n_threads);

@@ -29,6 +29,14 @@
  * silu_mul: exp within a few ulp, then the same division and product: 8 ulp
  *   relative, plus an absolute 1e-30 for gate < -87 where the tiers clamp exp
  *   (the exact result is below 1e-36 there).
+ * matmul_a8 (packed weights x int8 activation blocks): the integer sum of
+ *   every weight block is exact in all tiers (tested bitwise on one-block
+ *   rows); the float part is a chain over the nb blocks, acc += s_b * (d_w d_a),
+ *   whose products (scalar) and sums round once each, or once per block with
+ *   FMA: each tier is within (nb + 1) u sum_b |s_b d_w d_a| of the exact sum,
+ *   so the two are within 2 (nb + 2) u sum_i |w_i a_i| (dequantized values).
+ *   AVX2 and AVX-512 run the same chain with FMA: bit-identical to each other.
+ * quantize_act: bit-identical (the same f32 operations per element).
  * rope, row_to_f32, f32_to_f16: bit-identical (no FMA in rope; conversions are
  *   exact or correctly rounded to nearest even), NaN stays NaN.
  *
@@ -53,6 +61,9 @@
    ds = scale * KB_MATMUL(head_dim) * max_t sum_i |q_i k_t,i|,
    range = max_t |s_t - max s| (scaled scores) */
 #define KB_ATTENTION(ds, range, n_kv) (4.0 * (ds) + 4.0 * (range) * KB_U + 16.0 * KB_U + 2.0 * ((double)(n_kv) + 8.0) * KB_U)
+
+/* |y_tier - y_scalar| <= KB_MATMUL_A8(nb) * sum_i |w_i a_i|, nb = weight blocks per row */
+#define KB_MATMUL_A8(nb) (2.0 * ((double)(nb) + 2.0) * KB_U)
 
 /* |out_tier - out_scalar| <= KB_RMSNORM * |out_scalar| */
 #define KB_RMSNORM (4.0 * KB_U)

@@ -1,13 +1,14 @@
 /* dtype.c - the table of element types. */
 #include "dtype.h"
 
-static const char *const g_names[CISM__DTYPE_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp4", "nl4", "q4s"};
+static const char *const g_names[CISM__DTYPE_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp4", "nl4", "q4s",
+                                                            "q8x16", "q4sx16"};
 
 int cism__dtype_is_known(int32_t dtype) { return dtype >= 0 && dtype < CISM__DTYPE_COUNT; }
 
 uint64_t cism__row_bytes(int32_t dtype, int64_t cols) {
     if (cols <= 0) return 0;
-    switch (dtype) {
+    switch (cism__dtype_base(dtype)) { /* an interleaved dtype: the same bytes per row */
     case CISM_DTYPE_F32: return (uint64_t)cols * 4u;
     case CISM_DTYPE_F16:
     case CISM_DTYPE_BF16: return (uint64_t)cols * 2u;

@@ -393,4 +393,5 @@ void cism__kernels_fill_avx512(cism__kernels *k) {
     k->silu_mul = silu_mul;
     k->rope = rope;
     k->f32_to_f16 = f32_to_f16;
+    cism__fill_avx512_quant(k);
 }

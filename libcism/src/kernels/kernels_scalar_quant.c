@@ -29,6 +29,15 @@ static inline float decode8(const uint8_t *blk, float *lv) {
     return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
 }
 
+/* Block b of row r in its base format's layout (scale, then codes): in place
+   for row-layout dtypes, copied into tmp for the interleaved ones. */
+static inline const uint8_t *block_at(int32_t dt, const uint8_t *w, uint64_t rb, int64_t r, int64_t b, int64_t bb,
+                                      uint8_t *tmp) {
+    if (!cism__dtype_is_x16(dt)) return w + (uint64_t)r * rb + (uint64_t)(b * bb);
+    cism__x16_block(dt, w, rb, r, b, tmp);
+    return tmp;
+}
+
 /* ---- float32 activations -------------------------------------------------------- */
 #define CHUNK 256 /* weights decoded at a time: whole blocks of 16 or 32 */
 
@@ -41,12 +50,14 @@ static inline void dot_lanes(float acc[LANES], const float *a, const float *b, i
     for (; j < n; j++) acc[j % LANES] += a[j] * b[j];
 }
 
-/* Weights c0 .. c0+n of a row (c0 a multiple of the block) as scale * level. */
-static void decode_run(const cism__fmt4 *f, const uint8_t *row, int64_t c0, int64_t n, float *out) {
-    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, c;
-    const uint8_t *blk = row + (c0 / B) * bb;
+/* Weights c0 .. c0+n of row r (c0 a multiple of the block) as scale * level. */
+static void decode_run(const cism__fmt4 *f, int32_t dt, const uint8_t *w, uint64_t rb, int64_t r, int64_t c0, int64_t n,
+                       float *out) {
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, c, b = c0 / B;
     float lv[32];
-    for (c = 0; c < n; c += B, blk += bb) {
+    uint8_t tmp[CISM__Q8_BYTES] = {0};
+    for (c = 0; c < n; c += B, b++) {
+        const uint8_t *blk = block_at(dt, w, rb, r, b, bb, tmp);
         float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
         int64_t m = n - c < B ? n - c : B, i;
         for (i = 0; i < m; i++) out[c + i] = d * lv[i];
@@ -55,13 +66,13 @@ static void decode_run(const cism__fmt4 *f, const uint8_t *row, int64_t c0, int6
 
 /* Rows are decoded CHUNK weights at a time into a stack buffer (never more)
    and dotted with up to TOK token rows; partial sums run across chunks. */
-static void matmul_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
+static void matmul_blocks(int32_t dt, const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx,
                           float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     float buf[CHUNK];
     float acc[TOK][LANES];
     int64_t r, t0;
     for (r = r0; r < r1; r++) {
-        const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
         for (t0 = 0; t0 < nt; t0 += TOK) {
             int64_t tn = nt - t0 < TOK ? nt - t0 : TOK, c0, t;
             int k;
@@ -69,7 +80,7 @@ static void matmul_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes
                 for (k = 0; k < LANES; k++) acc[t][k] = 0.0f;
             for (c0 = 0; c0 < cols; c0 += CHUNK) {
                 int64_t cn = cols - c0 < CHUNK ? cols - c0 : CHUNK;
-                decode_run(f, wr, c0, cn, buf);
+                decode_run(f, dt, (const uint8_t *)w, row_bytes, r, c0, cn, buf);
                 for (t = 0; t < tn; t++) dot_lanes(acc[t], buf, x + (t0 + t) * ldx + c0, cn);
             }
             for (t = 0; t < tn; t++)
@@ -81,30 +92,31 @@ static void matmul_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes
 
 void cism__scalar_matmul_q8(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(NULL, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+    matmul_blocks(CISM_DTYPE_Q8, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_q4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(cism__fmt4_of(CISM_DTYPE_Q4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+    matmul_blocks(CISM_DTYPE_Q4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_fp4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+    matmul_blocks(CISM_DTYPE_FP4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_q4s(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(cism__fmt4_of(CISM_DTYPE_Q4S), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+    matmul_blocks(CISM_DTYPE_Q4S, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_nl4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+    matmul_blocks(CISM_DTYPE_NL4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 
 /* ---- int8 activations ---------------------------------------------------------------- */
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
     cism__act8 *a = (cism__act8 *)out;
+    int32_t *hs = cism__act8_half_sums(out, n);
     int64_t c0;
-    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++) {
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         int m = (int)(n - c0 < CISM__A8_BLOCK ? n - c0 : CISM__A8_BLOCK), i;
         float amax = 0.0f, inv;
         int32_t sum = 0;
@@ -121,26 +133,29 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
             if (q < -127) q = -127;
             a->q[i] = (int8_t)q;
             sum += (int32_t)q;
+            if (i == CISM__A8_BLOCK / 2 - 1) hs[0] = sum;
         }
         a->sum = sum;
+        hs[1] = sum - hs[0];
     }
 }
 
 /* Weight blocks of B (16 or 32) against activation blocks of 32: weight block b
    covers activation block (b*B)/32 from offset (b*B)%32. Padding weights meet
    zero activations, so whole blocks are summed. */
-static void matmul_a8_blocks(const cism__fmt4 *f, const void *w, uint64_t row_bytes, int64_t cols, const void *xq,
+static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int64_t cols, const void *xq,
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
+    uint8_t tmp[CISM__Q8_BYTES] = {0};
     int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B;
     int32_t lv[32];
     int64_t r, t0, t, b;
     for (r = r0; r < r1; r++) {
-        const uint8_t *wr = (const uint8_t *)w + (uint64_t)r * row_bytes;
         for (t0 = 0; t0 < nt; t0 += TOK) {
             int64_t tn = nt - t0 < TOK ? nt - t0 : TOK;
             float acc[TOK] = {0, 0, 0, 0, 0, 0, 0, 0};
-            const uint8_t *blk = wr;
-            for (b = 0; b < nb; b++, blk += bb) {
+            for (b = 0; b < nb; b++) {
+                const uint8_t *blk = block_at(dt, (const uint8_t *)w, row_bytes, r, b, bb, tmp);
                 float d;
                 int i;
                 if (f) {
@@ -171,23 +186,40 @@ static void matmul_a8_blocks(const cism__fmt4 *f, const void *w, uint64_t row_by
 
 void cism__scalar_matmul_a8_q8(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                          int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(NULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+    matmul_a8_blocks(CISM_DTYPE_Q8, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_a8_q4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                          int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_Q4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+    matmul_a8_blocks(CISM_DTYPE_Q4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_a8_fp4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                           int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_FP4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+    matmul_a8_blocks(CISM_DTYPE_FP4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_a8_q4s(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                           int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_Q4S), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+    matmul_a8_blocks(CISM_DTYPE_Q4S, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 void cism__scalar_matmul_a8_nl4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                           int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(cism__fmt4_of(CISM_DTYPE_NL4), w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+    matmul_a8_blocks(CISM_DTYPE_NL4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
+void cism__scalar_matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                               int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(CISM_DTYPE_Q8X16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_q4sx16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                                int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(CISM_DTYPE_Q4SX16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                  int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(CISM_DTYPE_Q8X16, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                   int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(CISM_DTYPE_Q4SX16, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
 /* ---- rows as f32 (embedding lookups) ------------------------------------------------------ */

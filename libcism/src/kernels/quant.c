@@ -369,9 +369,40 @@ void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t
     }
 }
 
+void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int64_t cols, int64_t r, float *out) {
+    if (cism__dtype_is_x16(dtype)) {
+        int32_t base = cism__dtype_base(dtype);
+        int64_t B = cism_dtype_block_size(base), b, c;
+        uint8_t blk[CISM__Q8_BYTES];
+        float tmp[32];
+        for (b = 0, c = 0; c < cols; b++, c += B) {
+            cism__x16_block(dtype, (const uint8_t *)w, row_bytes, r, b, blk);
+            cism__dequantize_row(base, blk, tmp, B);
+            memcpy(out + c, tmp, (size_t)(cols - c < B ? cols - c : B) * sizeof(float));
+        }
+        return;
+    }
+    cism__dequantize_row(dtype, (const uint8_t *)w + (uint64_t)r * row_bytes, out, cols);
+}
+
+/* 16 rows of the base format (row_bytes apart, at plain) -> one interleaved group */
+static void x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp) {
+    cism__x16 g = cism__x16_geom(dtype, row_bytes);
+    int64_t i, b, c, bb = g.code_bytes + g.scale_bytes;
+    for (i = 0; i < CISM__X16; i++)
+        for (b = 0; b < g.nb; b++) {
+            const uint8_t *blk = plain + (uint64_t)i * row_bytes + (uint64_t)(b * bb);
+            memcpy(grp + g.codes_bytes + (uint64_t)(b * CISM__X16 + i) * (uint64_t)g.scale_bytes, blk, (size_t)g.scale_bytes);
+            for (c = 0; c < g.code_bytes / 4; c++)
+                memcpy(grp + (uint64_t)b * CISM__X16 * (uint64_t)g.code_bytes + (uint64_t)(c * 64 + i * 4), blk + g.scale_bytes + 4 * c, 4);
+        }
+}
+
 /* ---- the public API -------------------------------------------------------------------------- */
 int32_t cism_dtype_block_size(cism_dtype dtype) {
-    const cism__fmt4 *f = cism__fmt4_of(dtype);
+    const cism__fmt4 *f;
+    dtype = cism__dtype_base(dtype);
+    f = cism__fmt4_of(dtype);
     if (f) return f->block;
     if (dtype == CISM_DTYPE_Q8) return CISM__Q8_BLOCK;
     return cism__dtype_is_known(dtype) ? 1 : 0;
@@ -407,6 +438,9 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
     if (!cism__dtype_is_known(dtype)) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: unknown dtype %d", (int)dtype);
     if (n_rows < 0 || cols <= 0 || (n_rows > 0 && !src) || !dst_size || n_threads < 0)
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: bad argument (rows %lld, cols %lld)", (long long)n_rows, (long long)cols);
+    if (cism__dtype_is_x16(dtype) && n_rows % CISM__X16 != 0)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: %s needs a multiple of %d rows (got %lld)", cism_dtype_name(dtype),
+                          CISM__X16, (long long)n_rows);
     row_bytes = cism__row_bytes(dtype, cols);
     if (row_bytes == 0 || (uint64_t)n_rows > (uint64_t)INT64_MAX / row_bytes)
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: %lld x %lld is too large", (long long)n_rows, (long long)cols);
@@ -423,16 +457,16 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
         for (i = 0; i < cols; i++)
             if (!(importance[i] >= 0.0f) || !isfinite(importance[i]))
                 return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: importance[%lld] is negative or not finite", (long long)i);
-    if (dtype == CISM_DTYPE_Q8 || dtype == CISM_DTYPE_Q4) { /* fp16 scales: refuse what would overflow */
+    if (cism__dtype_base(dtype) == CISM_DTYPE_Q8 || dtype == CISM_DTYPE_Q4) { /* fp16 scales: refuse what would overflow */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
-        if (amax / (dtype == CISM_DTYPE_Q8 ? 127.0f : 7.0f) > 60000.0f)
+        if (amax / (dtype == CISM_DTYPE_Q4 ? 7.0f : 127.0f) > 60000.0f)
             return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: |value| up to %g is too large for %s's fp16 scales",
                               (double)amax, cism_dtype_name(dtype));
     }
-    job.dtype = dtype; job.src = src; job.imp = importance; job.n_rows = n_rows; job.cols = cols;
+    job.dtype = cism__dtype_base(dtype); job.src = src; job.imp = importance; job.n_rows = n_rows; job.cols = cols;
     job.dst = (uint8_t *)dst; job.row_bytes = row_bytes;
-    if (cism__fmt4_of(dtype)) sort_levels(cism__fmt4_of(dtype), &job.s4);
+    if (cism__fmt4_of(job.dtype)) sort_levels(cism__fmt4_of(job.dtype), &job.s4);
     if (n_threads == 0) n_threads = 1;
     if (n_threads > 64) n_threads = 64;
     if (n_threads > 1 && n_rows >= 2 * n_threads && n_rows * cols >= 65536) {
@@ -442,6 +476,17 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
         cism__pool_free(pool);
     } else {
         quantize_worker(&job, 0, 1);
+    }
+    if (cism__dtype_is_x16(dtype)) { /* rows were written plain: interleave each group in place */
+        uint8_t *tmp = (uint8_t *)malloc((size_t)(CISM__X16 * row_bytes));
+        int64_t r;
+        if (!tmp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize: out of memory");
+        for (r = 0; r < n_rows; r += CISM__X16) {
+            uint8_t *grp = (uint8_t *)dst + (uint64_t)r * row_bytes;
+            memcpy(tmp, grp, (size_t)(CISM__X16 * row_bytes));
+            x16_interleave(dtype, tmp, row_bytes, grp);
+        }
+        free(tmp);
     }
     return CISM_OK;
 }
@@ -454,6 +499,9 @@ cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, i
     row_bytes = cism__row_bytes(dtype, cols);
     if (n_rows < 0 || row_bytes == 0 || (n_rows > 0 && (!src || !dst)))
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_dequantize: bad argument (rows %lld, cols %lld)", (long long)n_rows, (long long)cols);
-    for (r = 0; r < n_rows; r++) cism__dequantize_row(dtype, (const uint8_t *)src + (uint64_t)r * row_bytes, dst + r * cols, cols);
+    if (cism__dtype_is_x16(dtype) && n_rows % CISM__X16 != 0)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_dequantize: %s needs a multiple of %d rows (got %lld)", cism_dtype_name(dtype),
+                          CISM__X16, (long long)n_rows);
+    for (r = 0; r < n_rows; r++) cism__matrix_row_f32(dtype, src, row_bytes, cols, r, dst + r * cols);
     return CISM_OK;
 }

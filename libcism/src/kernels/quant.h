@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include "dtype.h"
 
+#include <string.h>
+
 /* q8: 32 int8 (-127..127) after an fp16 scale: 34 bytes per 32 weights. */
 #define CISM__Q8_BLOCK 32
 #define CISM__Q8_BYTES 34
@@ -47,13 +49,56 @@ typedef struct cism__act8 {
     int8_t q[CISM__A8_BLOCK];
 } cism__act8;
 
-/* Bytes of one quantized activation row of cols elements. */
+/* A quantized activation row of cols elements: ceil(cols / 32) blocks, then
+   two int32 per block, the sums of its elements 0..15 and 16..31 (the
+   offset corrections of weight blocks of 16). Every quantize_act writes both. */
 static inline int64_t cism__act8_row_bytes(int64_t cols) {
-    return (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)sizeof(cism__act8);
+    return (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)(sizeof(cism__act8) + 2 * sizeof(int32_t));
+}
+static inline int32_t *cism__act8_half_sums(void *row, int64_t cols) {
+    return (int32_t *)(void *)((uint8_t *)row + (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)sizeof(cism__act8));
 }
 
-/* f32 rows of any dtype (quant.c). */
+/* f32 rows of any row-layout dtype (quant.c). */
 void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t cols);
+/* Row r of a matrix of any dtype (interleaved ones included) as f32. */
+void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int64_t cols, int64_t r, float *out);
+
+/* ---- row-interleaved layouts (q8x16, q4sx16) ----------------------------------------
+ * The values of the base dtype (q8, q4s), in groups of 16 rows (a matrix's
+ * rows are whole groups). A group of nb blocks per row takes 16 * row_bytes
+ * bytes: first the codes of every block, then the scales of every block.
+ *   codes of block b: its code bytes (q8: 32, q4s: 8) in 4-byte chunks; chunk
+ *     c of the 16 rows is 64 bytes: row 0's bytes 4c..4c+3, row 1's, ...
+ *   scales of block b: the 16 rows' scales (q8: fp16, 2 bytes; q4s: E4M3, 1)
+ * Code bytes mean what they mean in the base format (q8: int8; q4s: byte j
+ * holds element j in the low nibble and j + 8 in the high one). One 64-byte
+ * load thus feeds 16 rows with 4 bytes each (a 512-bit vpdpbusd, two 256-bit
+ * registers of 8 rows, four 128-bit sdot registers of 4 rows). */
+typedef struct cism__x16 {
+    int32_t code_bytes, scale_bytes;  /* per block and row */
+    int64_t nb;                       /* blocks per row */
+    uint64_t codes_bytes;             /* of a group: nb * 16 * code_bytes; the scales follow */
+} cism__x16;
+
+static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
+    cism__x16 g;
+    g.scale_bytes = dtype == CISM_DTYPE_Q8X16 ? 2 : 1;
+    g.code_bytes = dtype == CISM_DTYPE_Q8X16 ? 32 : 8;
+    g.nb = (int64_t)(row_bytes / (uint64_t)(g.code_bytes + g.scale_bytes));
+    g.codes_bytes = (uint64_t)g.nb * CISM__X16 * (uint64_t)g.code_bytes;
+    return g;
+}
+
+/* Block b of row r as the base format stores it (scale, then codes) into out. */
+static inline void cism__x16_block(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int64_t r, int64_t b, uint8_t *out) {
+    cism__x16 g = cism__x16_geom(dtype, row_bytes);
+    const uint8_t *grp = w + (uint64_t)(r / CISM__X16) * CISM__X16 * row_bytes;
+    int64_t i = r % CISM__X16, c;
+    memcpy(out, grp + g.codes_bytes + (uint64_t)(b * CISM__X16 + i) * (uint64_t)g.scale_bytes, (size_t)g.scale_bytes);
+    for (c = 0; c < g.code_bytes / 4; c++)
+        memcpy(out + g.scale_bytes + 4 * c, grp + (uint64_t)b * CISM__X16 * (uint64_t)g.code_bytes + (uint64_t)(c * 64 + i * 4), 4);
+}
 
 /* The scalar tier's kernels of the packed formats (kernels_scalar_quant.c). */
 #define CISM__SCALAR_QUANT_DECL(nm) \
@@ -67,6 +112,14 @@ CISM__SCALAR_QUANT_DECL(q4)
 CISM__SCALAR_QUANT_DECL(fp4)
 CISM__SCALAR_QUANT_DECL(nl4)
 CISM__SCALAR_QUANT_DECL(q4s)
+/* interleaved dtypes: no row_to_f32 (a row is not contiguous; cism__matrix_row_f32) */
+#define CISM__SCALAR_X16_DECL(nm) \
+    void cism__scalar_matmul_##nm(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx, \
+                                  float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1); \
+    void cism__scalar_matmul_a8_##nm(const void *w, uint64_t row_bytes, int64_t cols, const void *xq, int64_t ldq, \
+                                     float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+CISM__SCALAR_X16_DECL(q8x16)
+CISM__SCALAR_X16_DECL(q4sx16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 
 #endif

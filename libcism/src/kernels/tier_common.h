@@ -9,6 +9,12 @@
 #define CISM__INLINE static __forceinline
 #else
 #define CISM__INLINE static inline __attribute__((always_inline))
+/* The packed-format kernels of a tier live in their own translation unit
+   (kernels_<tier>_quant.c, built with the tier's flags); the tier's fill
+   function calls these. */
+void cism__fill_avx2_quant(cism__kernels *k);
+void cism__fill_avx512_quant(cism__kernels *k);
+
 #endif
 
 /* Matmul token blocking: the activations of one token block (tokens x cols
@@ -33,5 +39,11 @@
 #define CISM__EXP_P3 4.1665795894e-2f
 #define CISM__EXP_P4 1.6666665459e-1f
 #define CISM__EXP_P5 5.0000001201e-1f
+
+/* The packed-format kernels of a tier live in their own translation unit
+   (kernels_<tier>_quant.c, built with the tier's flags); the tier's fill
+   function calls these. */
+void cism__fill_avx2_quant(cism__kernels *k);
+void cism__fill_avx512_quant(cism__kernels *k);
 
 #endif

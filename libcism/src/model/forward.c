@@ -28,6 +28,7 @@
  * the rows that produce logits (none for a chunk that is not the last). */
 #include "session.h"
 #include "../core/error.h"
+#include "../kernels/quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -278,7 +279,8 @@ cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, in
     /* embeddings */
     for (t = 0; t < nt; t++) {
         const uint8_t *row = (const uint8_t *)m->tok_embd.data + (uint64_t)tokens[t] * m->tok_embd.row_bytes;
-        s->k->row_to_f32[m->tok_embd.dtype](row, s->x + t * hp->dim, hp->dim);
+        if (s->k->row_to_f32[m->tok_embd.dtype]) s->k->row_to_f32[m->tok_embd.dtype](row, s->x + t * hp->dim, hp->dim);
+        else cism__matrix_row_f32(m->tok_embd.dtype, m->tok_embd.data, m->tok_embd.row_bytes, hp->dim, tokens[t], s->x + t * hp->dim);
     }
     /* RoPE angles as Hugging Face computes them: float32 position * float32 frequency */
     for (t = 0; t < nt; t++) {

@@ -4,6 +4,7 @@
 #include "../core/error.h"
 #include "../core/params.h"
 #include "../kernels/kernels.h"
+#include "../kernels/quant.h"
 #include "../tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -173,6 +174,9 @@ static cism_status bind_weight(loadctx *c, const char *name, int64_t rows, int64
     if (t->n_dims != 2 || t->dims[0] != rows || t->dims[1] != cols)
         return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' should have shape [%lld, %lld] for these hyper-parameters", c->label,
                           name, (long long)rows, (long long)cols);
+    if (cism__dtype_is_x16(t->dtype) && rows % CISM__X16 != 0)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is %s, which needs a multiple of %d rows (it has %lld)", c->label,
+                          name, cism_dtype_name(t->dtype), CISM__X16, (long long)rows);
     t->used = 1;
     w->data = t->data;
     w->dtype = t->dtype;
@@ -200,12 +204,11 @@ static cism_status bind_vector(loadctx *c, const char *name, int64_t n, const fl
 }
 
 static cism_status check_weight_values(loadctx *c, const char *name, const cism__weight *w) {
-    const cism__kernels *k = cism__kernels_scalar();
     float *buf = (float *)malloc((size_t)w->cols * sizeof(float));
     int64_t r, i;
     if (!buf) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
     for (r = 0; r < w->rows; r++) { /* packed rows decode through their scales: a NaN/Inf scale shows */
-        k->row_to_f32[w->dtype]((const uint8_t *)w->data + (uint64_t)r * w->row_bytes, buf, w->cols);
+        cism__matrix_row_f32(w->dtype, w->data, w->row_bytes, w->cols, r, buf);
         for (i = 0; i < w->cols; i++)
             if (!isfinite(buf[i])) {
                 free(buf);
@@ -255,6 +258,10 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
         for (k = 0; k < 7; k++) {
             snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, mats[k].suffix);
             if ((st = bind_weight(c, name, mats[k].rows, mats[k].cols, mats[k].w))) return st;
+            /* Q/K/V are split by head: an interleaved group may not straddle two heads */
+            if (k < 3 && cism__dtype_is_x16(mats[k].w->dtype) && hp->head_dim % CISM__X16 != 0)
+                return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is %s, which needs head_dim to be a multiple of %d (it is %lld)",
+                                  c->label, name, cism_dtype_name(mats[k].w->dtype), CISM__X16, (long long)hp->head_dim);
             if (check_values && (st = check_weight_values(c, name, mats[k].w))) return st;
             account(m, mats[k].w);
             if (mats[k].w->rows * mats[k].w->cols > largest) {

@@ -1,0 +1,549 @@
+/* kernels_avx2_quant.c - the AVX2 tier's kernels of the packed weight formats
+ * against int8 activation blocks (built with the avx2 tier's flags; filled in
+ * by cism__kernels_fill_avx2, and kept by the AVX-512 tier for nothing: that
+ * tier has its own, kernels_avx512_quant.c).
+ *
+ * Same arithmetic per output element as the AVX-512 tier (see there): the
+ * exact int32 sum of every weight block, then acc = fma(s_b, d_w * d_a, acc)
+ * block after block, so both tiers give the same bits. Without VNNI the
+ * integer dot is vpmaddubsw (unsigned x signed bytes, pairs summed into int16)
+ * then vpmaddwd with ones (int32); it must never saturate:
+ *   - 4-bit codes 0..15 (q4, q4s) enter unsigned: |pair| <= 2 * 15 * 127, and
+ *     up to four such products are summed in int16 before widening; the
+ *     offset 8 is taken off with the activations' (half-)block sums;
+ *   - int8 levels (q8, and nl4/fp4 after their table) use the sign trick:
+ *     |w| times a with w's sign, |pair| <= 2 * 127 * 127 < 32767.
+ * Decode reads 8 rows at a time where they are (one dot per row and block,
+ * transposed into lanes); prefill repacks 8 rows x KC columns into a panel of
+ * int8 levels in 4-byte chunks with f32 scales and runs 8 rows x 4 tokens per
+ * register tile. The interleaved dtypes are read in place as two halves of 8
+ * rows. */
+#include "tier_common.h"
+#include "quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define KC 256        /* columns of a prefill panel */
+#define PR 8          /* rows of a panel */
+#define TT 4          /* tokens of the prefill register tile (16 ymm registers) */
+
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4 };
+
+typedef struct fmt {
+    int block, bytes, scale_e4m3;
+} fmt;
+
+static const fmt g_fmt[5] = {{32, 34, 0}, {32, 18, 0}, {32, 18, 0}, {16, 9, 1}, {16, 9, 1}};
+static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
+static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
+}
+
+CISM__INLINE short ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return (short)v;
+}
+
+/* E4M3 bytes (low byte of each 16-bit lane) -> e4m3 * 2^-8 as f32 (see the AVX-512 tier) */
+CISM__INLINE __m256 e4m3_words(__m128i h) {
+    h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(h, 8), _mm_set1_epi16((short)0x8000)),
+                     _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(0x3f80)));
+    return _mm256_cvtph_ps(h);
+}
+
+CISM__INLINE float e4m3_f(uint8_t e) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7))));
+}
+CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((uint16_t)ld16(p)))); }
+
+/* int32 lanes of sum u * s over 4-byte groups (u unsigned, no saturation by the callers' bounds) */
+CISM__INLINE __m256i dot_u(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+/* int32 lanes of sum w * a (both signed, |w|, |a| <= 127) */
+CISM__INLINE __m256i dot_s(__m256i w, __m256i a) { return dot_u(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
+
+CISM__INLINE __m256i bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
+CISM__INLINE __m256i nibbles32(const uint8_t *p) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+CISM__INLINE __m256i nibbles16x2(const uint8_t *p) {
+    __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 9)));
+    __m256i v = _mm256_broadcastsi128_si256(c);
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+CISM__INLINE __m256i rowsum8(const __m256i v[8]) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* v[r]: block b0 in lanes 0,1,4,5, b1 in 2,3,6,7 -> per-row sums, rows in lane order 0,1,4,5,2,3,6,7 */
+CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+    __m256i b = _mm256_add_epi32(_mm256_permute2x128_si256(t2, t3, 0x20), _mm256_permute2x128_si256(t2, t3, 0x31));
+    *s0 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88));
+    *s1 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
+}
+
+/* int32 lanes of one row's block (block-32 formats) against activations av */
+CISM__INLINE __m256i dot32(const uint8_t *blk, __m256i av, const int f) {
+    if (f == F_Q8) return dot_s(_mm256_loadu_si256((const __m256i *)(blk + 2)), av);
+    if (f == F_Q4) return dot_u(nibbles32(blk + 2), av);
+    return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2)), av);
+}
+
+/* two blocks of 16 against the reordered activations (see act16x2) */
+CISM__INLINE __m256i dot16x2(const uint8_t *blk, __m256i av, const int f) {
+    __m256i c = nibbles16x2(blk + 1);
+    if (f == F_Q4S) return dot_u(c, av);
+    return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_fp4_l)), c), av);
+}
+
+CISM__INLINE __m256i act16x2(const cism__act8 *a) {
+    return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
+}
+
+CISM__INLINE __m128i dot16(const uint8_t *blk, __m128i av, const int f) {
+    __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
+    __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+    if (f == F_FP4) {
+        __m128i l = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)g_fp4_l), u);
+        return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(l, l), _mm_sign_epi8(av, l)), _mm_set1_epi16(1));
+    }
+    return _mm_madd_epi16(_mm_maddubs_epi16(u, av), _mm_set1_epi16(1));
+}
+
+CISM__INLINE __m256 scales8_f16(const uint8_t *blk, uint64_t rb) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
+                                          ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
+}
+/* E4M3 scales of 8 rows, rows in the lane order 0,1,4,5,2,3,6,7 */
+CISM__INLINE __m256 scales8_e4m3(const uint8_t *blk, uint64_t rb) {
+    return e4m3_words(_mm_setr_epi16(blk[0], blk[rb], blk[4 * rb], blk[5 * rb], blk[2 * rb], blk[3 * rb], blk[6 * rb], blk[7 * rb]));
+}
+
+CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *a, float *y, const int f) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b;
+    int r;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q), v[8], s;
+        for (r = 0; r < 8; r++) v[r] = dot32(blk + (uint64_t)r * rb, av, f);
+        s = rowsum8(v);
+        if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a[b].sum));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d)), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+CISM__INLINE int32_t hsum_epi32(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, const int f) {
+    __m128 acc = _mm_setzero_ps();
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        int32_t s = hsum_epi32(dot32(blk, _mm256_loadu_si256((const __m256i *)a[b].q), f));
+        if (f == F_Q4) s -= 8 * a[b].sum;
+        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *a, const int32_t *hs, float *y,
+                            const int f) {
+    const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b;
+    int r;
+    for (b = 0; b + 2 <= nb; b += 2) {
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m256i av = act16x2(ab), v[8], s0, s1;
+        __m256 da = _mm256_set1_ps(ab->d);
+        for (r = 0; r < 8; r++) v[r] = dot16x2(blk + (uint64_t)r * rb, av, f);
+        rowsum8x2(v, &s0, &s1);
+        if (f == F_Q4S) {
+            s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(8 * hs[b]));
+            s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(8 * hs[b + 1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scales8_e4m3(blk, rb), da), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scales8_e4m3(blk + 9, rb), da), acc);
+    }
+    if (b < nb) { /* an odd last block: the first half of an activation block */
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m128i av = _mm_loadu_si128((const __m128i *)ab->q);
+        __m256i v[8], s;
+        for (r = 0; r < 8; r++) v[r] = _mm256_zextsi128_si256(dot16(blk + (uint64_t)r * rb, av, f));
+        s = _mm256_permutevar8x32_epi32(rowsum8(v), perm);
+        if (f == F_Q4S) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * hs[b]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_e4m3(blk, rb), _mm256_set1_ps(ab->d)), acc);
+    }
+    _mm256_storeu_ps(y, _mm256_permutevar8x32_ps(acc, perm));
+}
+
+CISM__INLINE float gemv1_b16(const uint8_t *w, int64_t nb, const cism__act8 *a, const int32_t *hs, const int f) {
+    __m128 acc = _mm_setzero_ps();
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m128i h = dot16(blk, _mm_loadu_si128((const __m128i *)(ab->q + (b & 1) * 16)), f);
+        int32_t s;
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        s = _mm_cvtsi128_si32(h);
+        if (f == F_Q4S) s -= 8 * hs[b];
+        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(e4m3_f(blk[0]) * ab->d), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__act8 *a, float *y, int64_t r0, int64_t r1,
+                       const int f) {
+    int64_t nb = (cols + g_fmt[f].block - 1) / g_fmt[f].block, r;
+    const int32_t *hs = cism__act8_half_sums((void *)(uintptr_t)a, cols);
+    if (g_fmt[f].block == 32) {
+        for (r = r0; r + 8 <= r1; r += 8) gemv8_b32(w + (uint64_t)r * rb, rb, nb, a, y + r, f);
+        for (; r < r1; r++) y[r] = gemv1_b32(w + (uint64_t)r * rb, nb, a, f);
+    } else {
+        for (r = r0; r + 8 <= r1; r += 8) gemv8_b16(w + (uint64_t)r * rb, rb, nb, a, hs, y + r, f);
+        for (; r < r1; r++) y[r] = gemv1_b16(w + (uint64_t)r * rb, nb, a, hs, f);
+    }
+}
+
+/* ---- prefill: panels of 8 rows x KC columns ------------------------------------------------ */
+/* Block j (B = 16 or 32 columns): 8 f32 scales, then B/4 chunks of 8 rows x 4 bytes (int8 levels) */
+#define PANEL_BYTES (KC / 16 * (32 + 8 * 16))
+
+CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
+    if (f == F_Q8) {
+        memcpy(out, blk + 2, 32);
+    } else if (g_fmt[f].block == 32) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2));
+        __m128i t = _mm_loadu_si128((const __m128i *)(f == F_Q4 ? g_q4_l : g_nl4_l));
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(t, _mm_and_si128(c, _mm_set1_epi8(0x0f))));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f))));
+    } else {
+        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
+        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(f == F_Q4S ? g_q4_l : g_fp4_l)), u));
+    }
+}
+
+static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, uint8_t *pd, int f) {
+    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, jb = 32 + 8 * B;
+    int8_t lv[PR][KC];
+    int64_t j;
+    int i, c;
+    for (i = 0; i < PR; i++) {
+        const uint8_t *row = w + (uint64_t)(r + (i < nr ? i : 0)) * rb + b0 * bb;
+        float *sc = (float *)(void *)pd;
+        for (j = 0; j < nb; j++) {
+            if (i < nr) {
+                switch (f) {
+                case F_Q8: levels_of(row + j * bb, lv[i] + j * B, F_Q8); break;
+                case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
+                case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
+                case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
+                default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
+                }
+                sc[(j * jb) / 4 + i] = g_fmt[f].scale_e4m3 ? e4m3_f(row[j * bb]) : f16_f(row + j * bb);
+            } else {
+                memset(lv[i] + j * B, 0, (size_t)B);
+                sc[(j * jb) / 4 + i] = 0.0f;
+            }
+        }
+    }
+    { /* 8 x 8 transposes of 4-byte chunks */
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(KC));
+        for (j = 0; j < nb; j++)
+            for (c = 0; c < B / 4; c++)
+                _mm256_storeu_si256((__m256i *)(void *)(pd + j * jb + 32 + c * 32),
+                                    _mm256_i32gather_epi32((const int *)(const void *)(&lv[0][0] + j * B + c * 4), idx, 1));
+    }
+}
+
+/* y[t][0..8) (+)= panel . tokens t < T over blocks j < nbp (weight blocks jb0 + j) */
+CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, int nr,
+                       int first, const int T, const int B) {
+    __m256 facc[TT];
+    __m256i iacc[TT];
+    const int jb = 32 + 8 * B;
+    int64_t j;
+    int t, c;
+    for (t = 0; t < T; t++) {
+        if (first) facc[t] = _mm256_setzero_ps();
+        else if (nr == 8) facc[t] = _mm256_loadu_ps(y + t * ldy);
+        else facc[t] = _mm256_maskload_ps(y + t * ldy, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    }
+    for (j = 0; j < nbp; j++) {
+        const uint8_t *blk = pd + j * jb;
+        int64_t ja = jb0 + j;
+        __m256 sc = _mm256_loadu_ps((const float *)(const void *)blk);
+        for (t = 0; t < T; t++) iacc[t] = _mm256_setzero_si256();
+        for (c = 0; c < B / 4; c++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 + c * 32)), aw = _mm256_sign_epi8(wv, wv);
+            for (t = 0; t < T; t++) {
+                __m256i av = bcast4(a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4);
+                iacc[t] = _mm256_add_epi32(iacc[t], dot_u(aw, _mm256_sign_epi8(av, wv)));
+            }
+        }
+        for (t = 0; t < T; t++)
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(sc, _mm256_set1_ps(a[t][(ja * B) / 32].d)), facc[t]);
+    }
+    for (t = 0; t < T; t++) {
+        if (nr == 8) _mm256_storeu_ps(y + t * ldy, facc[t]);
+        else _mm256_maskstore_ps(y + t * ldy, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), facc[t]);
+    }
+}
+
+CISM__INLINE void tiles(const uint8_t *pd, int64_t nbp, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0,
+                        float *y, int64_t ldy, int nr, int first, const int B) {
+    const cism__act8 *a[TT];
+    int64_t t;
+    int i;
+    for (t = t0; t + TT <= t1; t += TT) {
+        for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
+        tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, TT, B);
+    }
+    for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
+    switch (t1 - t) {
+    case 3: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 3, B); break;
+    case 2: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 2, B); break;
+    case 1: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 1, B); break;
+    default: break;
+    }
+}
+
+static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt,
+                 int64_t r0, int64_t r1, int f) {
+    uint8_t pd[PANEL_BYTES];
+    const int B = g_fmt[f].block;
+    int64_t nb = (cols + B - 1) / B, tb = CISM__X_BLOCK_BYTES / ldq, t0, r, j0;
+    if (tb < TT) tb = TT;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r < r1; r += PR) {
+            int nr = r1 - r < PR ? (int)(r1 - r) : PR;
+            for (j0 = 0; j0 < nb; j0 += KC / B) {
+                int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
+                pack_panel(w, rb, r, nr, j0, n, pd, f);
+                if (B == 32) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32);
+                else tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 16);
+            }
+        }
+    }
+}
+
+#define A8_KERNEL(nm, F)                                                                                                  \
+    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
+        int64_t t;                                                                                                    \
+        if (nt >= 2) {                                                                                                \
+            gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
+            return;                                                                                                   \
+        }                                                                                                             \
+        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
+    }
+A8_KERNEL(q8, F_Q8)
+A8_KERNEL(q4, F_Q4)
+A8_KERNEL(nl4, F_NL4)
+A8_KERNEL(q4s, F_Q4S)
+A8_KERNEL(fp4, F_FP4)
+
+/* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
+CISM__INLINE __m256 x16_scales(const uint8_t *scales, int64_t b, int h, const int q8) {
+    if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + b * 32 + h * 16)));
+    return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + b * 16 + h * 8))));
+}
+
+/* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token for latency when T is small. */
+CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
+                           float *y, int64_t ldy, __m256i keep, const int T, const int q8) {
+    const uint8_t *scales = grp + g->codes_bytes;
+    const int NA = T == 1 ? 2 : 1;
+    __m256 facc[TT];
+    __m256i iacc[TT][2];
+    int64_t b;
+    int t, c, k;
+    for (t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
+    for (b = 0; b < g->nb; b++) {
+        __m256 sc = x16_scales(scales, b, h, q8);
+        for (t = 0; t < T; t++)
+            for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
+        if (q8) {
+            const uint8_t *cb = grp + b * 512 + h * 32;
+            for (c = 0; c < 8; c++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64)), aw = _mm256_sign_epi8(wv, wv);
+                for (t = 0; t < T; t++)
+                    iacc[t][c % NA] = _mm256_add_epi32(iacc[t][c % NA], dot_u(aw, _mm256_sign_epi8(bcast4(a[t][b].q + 4 * c), wv)));
+            }
+        } else { /* four unsigned products of codes <= 15 summed in int16: |sum| <= 4 * 2 * 15 * 127 */
+            const uint8_t *cb = grp + b * 128 + h * 32;
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)cb);
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
+            __m256i l0 = _mm256_and_si256(v0, _mm256_set1_epi8(0x0f)), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), _mm256_set1_epi8(0x0f));
+            __m256i l1 = _mm256_and_si256(v1, _mm256_set1_epi8(0x0f)), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), _mm256_set1_epi8(0x0f));
+            for (t = 0; t < T; t++) {
+                const int8_t *q = a[t][b / 2].q + (b & 1) * 16;
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(l0, bcast4(q)), _mm256_maddubs_epi16(h0, bcast4(q + 8)));
+                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(l1, bcast4(q + 4)), _mm256_maddubs_epi16(h1, bcast4(q + 12))));
+                iacc[t][0] = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * hs[t][b]));
+            }
+        }
+        for (t = 0; t < T; t++) {
+            __m256i s = NA == 2 ? _mm256_add_epi32(iacc[t][0], iacc[t][1]) : iacc[t][0];
+            float da = q8 ? a[t][b].d : a[t][b / 2].d;
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da)), facc[t]);
+        }
+    }
+    for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);
+}
+
+CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
+                            int64_t t1, float *y, int64_t ldy, uint32_t mask, const int q8) {
+    const cism__act8 *a[TT];
+    const int32_t *hs[TT];
+    int64_t t;
+    int i, h;
+    for (h = 0; h < 2; h++) {
+        uint32_t mh = (mask >> (8 * h)) & 0xffu;
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)mh), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+                                          _mm256_setzero_si256());
+        float *yh = y + 8 * h;
+        if (!mh) continue;
+        for (t = t0; t + TT <= t1; t += TT) {
+            for (i = 0; i < TT; i++) {
+                a[i] = act_row(xq, ldq, t + i);
+                hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+            }
+            x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, TT, q8);
+        }
+        for (i = 0; t + i < t1; i++) {
+            a[i] = act_row(xq, ldq, t + i);
+            hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+        }
+        switch (t1 - t) {
+        case 3: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 3, q8); break;
+        case 2: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 2, q8); break;
+        case 1: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 1, q8); break;
+        default: break;
+        }
+    }
+}
+
+CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
+    cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
+    if (tb < TT) tb = TT;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
+            int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
+            uint32_t mm = 0xffffu;
+            if (lo > 0) mm &= ~((1u << lo) - 1u);
+            if (hi < 16) mm &= (1u << hi) - 1u;
+            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm, q8);
+        }
+    }
+}
+
+static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                            int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
+}
+static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 0);
+}
+
+/* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
+static void quantize_act(const float *x, int64_t n, void *out) {
+    cism__act8 *a = (cism__act8 *)out;
+    int32_t *hs = cism__act8_half_sums(out, n);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int64_t c0;
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
+        float buf[32];
+        const float *src = x + c0;
+        __m256 v[4], mx;
+        __m256i q[4];
+        float amax, inv;
+        int i;
+        if (n - c0 < 32) { /* the last partial block, zero-padded */
+            memset(buf, 0, sizeof(buf));
+            memcpy(buf, x + c0, (size_t)(n - c0) * sizeof(float));
+            src = buf;
+        }
+        for (i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(src + 8 * i);
+        mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
+                           _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+        {
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        }
+        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        a->d = amax / 127.0f;
+        for (i = 0; i < 4; i++) {
+            __m256 p = _mm256_mul_ps(v[i], _mm256_set1_ps(inv)), ap = _mm256_and_ps(p, absmask);
+            __m256 tr = _mm256_round_ps(ap, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __m256 up = _mm256_cmp_ps(_mm256_sub_ps(ap, tr), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+            __m256i qi = _mm256_cvttps_epi32(_mm256_add_ps(tr, _mm256_and_ps(up, _mm256_set1_ps(1.0f))));
+            qi = _mm256_min_epi32(qi, _mm256_set1_epi32(127));
+            q[i] = _mm256_sign_epi32(qi, _mm256_castps_si256(_mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_LT_OQ),
+                                                                                         _mm256_castsi256_ps(_mm256_set1_epi32(-1))),
+                                                                           _mm256_castsi256_ps(_mm256_set1_epi32(1)))));
+        }
+        { /* 32 int32 -> 32 int8 in order */
+            __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+            __m256i b = _mm256_packs_epi16(p01, p23);
+            b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(void *)a->q, b);
+        }
+        {
+            __m256i s0 = _mm256_add_epi32(q[0], q[1]), s1 = _mm256_add_epi32(q[2], q[3]);
+            hs[0] = hsum_epi32(s0);
+            hs[1] = hsum_epi32(s1);
+            a->sum = hs[0] + hs[1];
+        }
+    }
+}
+
+void cism__fill_avx2_quant(cism__kernels *k) {
+    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
+    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
+    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
+    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
+    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    k->quantize_act = quantize_act;
+}

@@ -1,0 +1,605 @@
+/* kernels_avx512_quant.c - the AVX-512 tier's kernels of the packed weight
+ * formats (q8, q4, nl4: blocks of 32; q4s, fp4: blocks of 16) against int8
+ * activation blocks, built with the avx512 tier's flags (VNNI: vpdpbusd) and
+ * filled in by cism__kernels_fill_avx512.
+ *
+ * Arithmetic of one output element (the same in every tile shape, in the
+ * AVX2 tier, and in the scalar tier up to FMA): per weight block b, the exact
+ * int32 sum s_b = sum level * q_act; then, block after block,
+ *     acc = fma((float)s_b, d_w,b * d_act,b, acc)        (acc starts at 0)
+ * The scalar tier rounds the product before adding (no FMA); nothing else
+ * differs. vpdpbusd multiplies unsigned by signed bytes, so the weights enter
+ * as unsigned values level + c (q4/q4s: their codes, c = 8; q8, nl4, fp4:
+ * c = 128) and the accumulator starts at -c * (sum of the activations of each
+ * lane), which makes every int32 lane exact.
+ *
+ * Decode (one token) reads the rows where they are: 8 rows at a time, one
+ * 256-bit dot per row and block, the 8 row sums transposed into one register
+ * (lane = row), the 8 rows' scales gathered. Prefill (several tokens) repacks
+ * 16 rows x KC columns at a time into a panel of level + 128 bytes in 4-byte
+ * chunks (16 rows in one 512-bit register) with f32 scales, then runs a
+ * register tile of 16 rows x T tokens over it: one weight load per chunk, one
+ * vpdpbusd per token with the activations broadcast. The panel is rebuilt
+ * once per token block, so each weight byte is read from memory once per block
+ * of tokens. */
+#include "tier_common.h"
+#include "quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define KC 256        /* columns of a prefill panel: 8 blocks of 32, 16 of 16 */
+#define PR 16         /* rows of a panel */
+#define TT 8          /* tokens of the prefill register tile */
+
+/* ---- formats ------------------------------------------------------------------------- */
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4 };
+
+typedef struct fmt {
+    int block, bytes;   /* weights and bytes per block */
+    int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
+    int corr;           /* weights enter as level + corr */
+} fmt;
+
+static const fmt g_fmt[5] = {
+    {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128},
+};
+
+/* level + 128 of each code, for the codebook formats */
+static const int8_t g_nl4_u[16] = {16, 38, 57, 73, 87, 101, 113, 125, -119, -107, -94, -80, -65, -47, -27, -1};
+static const int8_t g_fp4_u[16] = {-128, -127, -126, -125, -124, -122, -120, -116,
+                                   -128, 127, 126, 125, 124, 122, 120, 116};
+/* levels (signed), for the panel repack */
+static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
+static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
+}
+
+/* E4M3 byte e in the low byte of each 32-bit lane -> e4m3(e) * 2^-8 as f32:
+   the bits s eeee mmm moved to s 0eeee mmm0000000 are the fp16 of exactly
+   that value (normal and subnormal alike). */
+CISM__INLINE __m256 e4m3_lanes(__m256i v) {
+    __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(v, 8), _mm256_set1_epi32(0x8000)),
+                                _mm256_and_si256(_mm256_slli_epi32(v, 7), _mm256_set1_epi32(0x3f80)));
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h));
+}
+
+CISM__INLINE __m256 f16_lanes(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)); }
+
+CISM__INLINE short ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return (short)v;
+}
+
+CISM__INLINE float e4m3_f(uint8_t e) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7))));
+}
+CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | (p[1] << 8)))); }
+
+/* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
+/* 16 code bytes (low nibble: element j, high: j + 16) -> the 32 codes in order */
+CISM__INLINE __m256i nibbles32(const uint8_t *p) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* two blocks of 16 (8 code bytes each at p and p + 9) -> [b0 0..7, b1 0..7 | b0 8..15, b1 8..15] */
+CISM__INLINE __m256i nibbles16x2(const uint8_t *p) {
+    __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 9)));
+    __m256i v = _mm256_broadcastsi128_si256(c);
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* lane r = the sum of v[r]'s 8 lanes (r < 8), exact */
+CISM__INLINE __m256i rowsum8(const __m256i v[8]) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* v[r] holds block b0 in lanes 0,1,4,5 and b1 in 2,3,6,7: s0 / s1 get the
+   per-row sums of each, rows in lane order 0,1,4,5,2,3,6,7 */
+CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+    __m256i b = _mm256_add_epi32(_mm256_permute2x128_si256(t2, t3, 0x20), _mm256_permute2x128_si256(t2, t3, 0x31));
+    *s0 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88));
+    *s1 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
+}
+
+/* unsigned weight bytes of block b of a row (block-32 formats) */
+CISM__INLINE __m256i wu32(const uint8_t *blk, const int f) {
+    if (f == F_Q8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    if (f == F_Q4) return nibbles32(blk + 2);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_u)), nibbles32(blk + 2));
+}
+
+/* unsigned weight bytes of blocks b, b + 1 (block-16 formats; blk = block b) */
+CISM__INLINE __m256i wu16x2(const uint8_t *blk, const int f) {
+    __m256i c = nibbles16x2(blk + 1);
+    if (f == F_Q4S) return c;
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_fp4_u)), c);
+}
+
+/* One token, rows [r, r + 8): y[0..8) (block-32 formats) */
+CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *a, float *y, const int f) {
+    const __m256i corr = _mm256_set1_epi8((char)g_fmt[f].corr);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b;
+    int r;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q);
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), corr, av));
+        __m256i v[8], s;
+        __m256 d;
+        for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wu32(blk + (uint64_t)r * rb, f), av);
+        s = rowsum8(v);
+        d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
+                                           ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d)), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+/* One token, one row (the remainders; the same arithmetic per row) */
+CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, const int f) {
+    const __m256i corr = _mm256_set1_epi8((char)g_fmt[f].corr);
+    __m128 acc = _mm_setzero_ps();
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q);
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), corr, av));
+        __m256i v = _mm256_dpbusd_epi32(neg, wu32(blk, f), av);
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        int32_t s;
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        s = _mm_cvtsi128_si32(h);
+        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+/* Block-16 formats: weight blocks 2i, 2i + 1 against activation block i. The
+   activations are reordered to [0..7, 16..23 | 8..15, 24..31] to meet the
+   codes as nibbles16x2 unpacks them. */
+CISM__INLINE __m256i act16x2(const cism__act8 *a) {
+    return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
+}
+
+CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *a, float *y, const int f) {
+    const __m256i corr = _mm256_set1_epi8((char)g_fmt[f].corr);
+    /* rows in lane order 0,1,4,5,2,3,6,7 (rowsum8x2) */
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7), _mm256_set1_epi32((int)rb));
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b;
+    int r;
+    for (b = 0; b + 2 <= nb; b += 2) {
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m256i av = act16x2(ab);
+        __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), corr, av));
+        __m256i v[8], s0, s1;
+        __m256 da = _mm256_set1_ps(ab->d);
+        for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wu16x2(blk + (uint64_t)r * rb, f), av);
+        rowsum8x2(v, &s0, &s1);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
+                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)), da), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)(blk + 9), idx, 1)), da),
+                              acc);
+    }
+    if (b < nb) { /* an odd last block: the first half of an activation block */
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m128i av = _mm_loadu_si128((const __m128i *)ab->q);
+        __m128i neg = _mm_sub_epi32(_mm_setzero_si128(), _mm_dpbusd_epi32(_mm_setzero_si128(), _mm256_castsi256_si128(corr), av));
+        __m256i v[8], s;
+        for (r = 0; r < 8; r++) {
+            const uint8_t *p = blk + (uint64_t)r * rb;
+            __m128i c = _mm_loadl_epi64((const __m128i *)(p + 1));
+            __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+            if (f == F_FP4) u = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)g_fp4_u), u);
+            v[r] = _mm256_zextsi128_si256(_mm_dpbusd_epi32(neg, u, av));
+        }
+        s = rowsum8(v); /* rows in natural order: permute to the lane order */
+        s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)),
+                                            _mm256_set1_ps(ab->d)), acc);
+    }
+    /* back to row order */
+    _mm256_storeu_ps(y, _mm256_permutevar8x32_ps(acc, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)));
+}
+
+CISM__INLINE float gemv1_b16(const uint8_t *w, int64_t nb, const cism__act8 *a, const int f) {
+    const __m128i corr = _mm_set1_epi8((char)g_fmt[f].corr);
+    __m128 acc = _mm_setzero_ps();
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * 9;
+        const cism__act8 *ab = a + b / 2;
+        __m128i av = _mm_loadu_si128((const __m128i *)(ab->q + (b & 1) * 16));
+        __m128i neg = _mm_sub_epi32(_mm_setzero_si128(), _mm_dpbusd_epi32(_mm_setzero_si128(), corr, av));
+        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
+        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+        __m128i h;
+        if (f == F_FP4) u = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)g_fp4_u), u);
+        h = _mm_dpbusd_epi32(neg, u, av);
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        acc = _mm_fmadd_ss(_mm_set_ss((float)_mm_cvtsi128_si32(h)), _mm_set_ss(e4m3_f(blk[0]) * ab->d), acc);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__act8 *a, float *y, int64_t r0, int64_t r1,
+                       const int f) {
+    int64_t nb = (cols + g_fmt[f].block - 1) / g_fmt[f].block, r;
+    if (g_fmt[f].block == 32) {
+        for (r = r0; r + 8 <= r1; r += 8) gemv8_b32(w + (uint64_t)r * rb, rb, nb, a, y + r, f);
+        for (; r < r1; r++) y[r] = gemv1_b32(w + (uint64_t)r * rb, nb, a, f);
+    } else {
+        for (r = r0; r + 8 <= r1; r += 8) gemv8_b16(w + (uint64_t)r * rb, rb, nb, a, y + r, f);
+        for (; r < r1; r++) y[r] = gemv1_b16(w + (uint64_t)r * rb, nb, a, f);
+    }
+}
+
+/* ---- prefill: panels of 16 rows x KC columns --------------------------------------------- */
+/* Block j of a panel (B = 16 or 32 columns): 16 f32 scales, then B/4 chunks of
+   16 rows x 4 bytes (level + 128). */
+typedef struct panel {
+    int64_t nb;        /* blocks in this panel */
+    int B;
+    uint8_t *data;     /* nb * (64 + 16 B) bytes */
+} panel;
+
+#define PANEL_BYTES (KC / 16 * (64 + 16 * 16))   /* the larger of the block-16 and block-32 layouts */
+
+/* levels of block b of a row as int8, B of them */
+CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
+    int i;
+    if (f == F_Q8) {
+        memcpy(out, blk + 2, 32);
+    } else if (g_fmt[f].block == 32) {
+        const int8_t *lv = f == F_Q4 ? g_q4_l : g_nl4_l;
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2)), t = _mm_loadu_si128((const __m128i *)lv);
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(t, _mm_and_si128(c, _mm_set1_epi8(0x0f))));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f))));
+    } else {
+        const int8_t *lv = f == F_Q4S ? g_q4_l : g_fp4_l;
+        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
+        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)lv), u));
+    }
+    (void)i;
+}
+
+CISM__INLINE float scale_of(const uint8_t *blk, const int f) {
+    return g_fmt[f].scale_e4m3 ? e4m3_f(blk[0]) : f16_f(blk);
+}
+
+/* Rows [r, r + nr) (nr <= 16; the others zero) and blocks [b0, b0 + nb) into p */
+static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, panel *p, int f) {
+    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, jb = 64 + 16 * B;
+    int8_t lv[PR][KC];
+    int64_t j;
+    int i, c;
+    p->nb = nb;
+    p->B = B;
+    for (i = 0; i < PR; i++) {
+        const uint8_t *row = w + (uint64_t)(r + (i < nr ? i : 0)) * rb + b0 * bb;
+        float *sc = (float *)(void *)p->data;
+        for (j = 0; j < nb; j++) {
+            if (i < nr) {
+                switch (f) { /* constant per call: lets levels_of inline per format */
+                case F_Q8: levels_of(row + j * bb, lv[i] + j * B, F_Q8); break;
+                case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
+                case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
+                case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
+                default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
+                }
+                sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);
+            } else {
+                memset(lv[i] + j * B, 0, (size_t)B);
+                sc[(j * jb) / 4 + i] = 0.0f;
+            }
+        }
+    }
+    { /* transpose into 4-byte chunks of 16 rows, biased to unsigned */
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(KC));
+        for (j = 0; j < nb; j++)
+            for (c = 0; c < B / 4; c++) {
+                __m512i v = _mm512_i32gather_epi32(idx, (const void *)(&lv[0][0] + j * B + c * 4), 1);
+                _mm512_storeu_si512((void *)(p->data + j * jb + 64 + c * 64), _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
+            }
+    }
+}
+
+/* -128 * (sum of the activations of weight block j's columns), for every lane */
+CISM__INLINE __m512i neg_corr(const cism__act8 *a, int64_t j, const int B) {
+    if (B == 32) return _mm512_set1_epi32(-128 * a[j].sum);
+    {
+        __m128i q = _mm_loadu_si128((const __m128i *)(a[j / 2].q + (j & 1) * 16));
+        __m128i s = _mm_sad_epu8(_mm_xor_si128(q, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+        int32_t sum = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 16 * 128;
+        return _mm512_set1_epi32(-128 * sum);
+    }
+}
+
+/* y[t][0..16) (+)= panel . tokens t < T; first: start from 0, else from y.
+   Block j of the panel covers activation block (k0 + j*B) / 32. */
+CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, __mmask16 m,
+                       int first, const int T, const int B) {
+    __m512 facc[TT];
+    __m512i iacc[TT];
+    const int jb = 64 + 16 * B;
+    int64_t j;
+    int t, c;
+    for (t = 0; t < T; t++) facc[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + t * ldy);
+    for (j = 0; j < p->nb; j++) {
+        const uint8_t *blk = p->data + j * jb;
+        int64_t ja = jb0 + j; /* weight block index in the row */
+        __m512 sc = _mm512_loadu_ps((const float *)(const void *)blk);
+        for (t = 0; t < T; t++) iacc[t] = neg_corr(a[t], ja, B);
+        for (c = 0; c < B / 4; c++) {
+            __m512i wv = _mm512_loadu_si512((const void *)(blk + 64 + c * 64));
+            for (t = 0; t < T; t++) {
+                const int8_t *q = a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4;
+                int32_t q4;
+                memcpy(&q4, q, 4);
+                iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(q4));
+            }
+        }
+        for (t = 0; t < T; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sc, _mm512_set1_ps(a[t][(ja * B) / 32].d)),
+                                      facc[t]);
+    }
+    for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
+}
+
+CISM__INLINE void tiles(const panel *p, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0, float *y,
+                        int64_t ldy, __mmask16 m, int first, const int B) {
+    const cism__act8 *a[TT];
+    int64_t t;
+    int i;
+    for (t = t0; t + TT <= t1; t += TT) {
+        for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
+        tile(p, a, jb0, y + t * ldy, ldy, m, first, TT, B);
+    }
+    for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
+    switch (t1 - t) {
+    case 7: tile(p, a, jb0, y + t * ldy, ldy, m, first, 7, B); break;
+    case 6: tile(p, a, jb0, y + t * ldy, ldy, m, first, 6, B); break;
+    case 5: tile(p, a, jb0, y + t * ldy, ldy, m, first, 5, B); break;
+    case 4: tile(p, a, jb0, y + t * ldy, ldy, m, first, 4, B); break;
+    case 3: tile(p, a, jb0, y + t * ldy, ldy, m, first, 3, B); break;
+    case 2: tile(p, a, jb0, y + t * ldy, ldy, m, first, 2, B); break;
+    case 1: tile(p, a, jb0, y + t * ldy, ldy, m, first, 1, B); break;
+    default: break;
+    }
+}
+
+static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                 int64_t nt, int64_t r0, int64_t r1, int f) {
+    uint8_t pdata[PANEL_BYTES];
+    panel p;
+    const int B = g_fmt[f].block;
+    int64_t nb = (cols + B - 1) / B, tb = CISM__X_BLOCK_BYTES / ldq, t0, r, j0;
+    p.data = pdata;
+    if (tb < TT) tb = TT;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0; r < r1; r += PR) {
+            int nr = r1 - r < PR ? (int)(r1 - r) : PR;
+            __mmask16 m = (__mmask16)(nr == 16 ? 0xffffu : (1u << nr) - 1u);
+            for (j0 = 0; j0 < nb; j0 += KC / B) {
+                int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
+                pack_panel(w, rb, r, nr, j0, n, &p, f);
+                if (B == 32) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32);
+                else tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 16);
+            }
+        }
+    }
+}
+
+/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register ------------------ */
+/* The 16 rows' scales of block b as f32 */
+CISM__INLINE __m512 x16_scales(const uint8_t *scales, int64_t b, const int q8) {
+    __m256i h;
+    if (q8) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + b * 32)));
+    h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(scales + b * 16)));
+    h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16((short)0x8000)),
+                        _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3f80)));
+    return _mm512_cvtph_ps(h);
+}
+
+CISM__INLINE __m512i bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Tokens t < T against one group of 16 rows: y[t * ldy + i] for the rows i in
+   mask m. Each int32 lane sums one row's block exactly (the chunks' order does
+   not matter); NA independent accumulators per token keep vpdpbusd's latency
+   hidden when T is small. */
+CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
+                           float *y, int64_t ldy, __mmask16 m, const int T, const int q8) {
+    const uint8_t *scales = grp + g->codes_bytes;
+    const int NA = T == 1 ? 4 : T == 2 ? 2 : 1;
+    __m512 facc[TT];
+    __m512i iacc[TT][4];
+    int64_t b;
+    int t, c, k;
+    for (t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+    for (b = 0; b < g->nb; b++) {
+        __m512 sc = x16_scales(scales, b, q8);
+        for (t = 0; t < T; t++) {
+            iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
+            for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
+        }
+        if (q8) {
+            const uint8_t *cb = grp + b * 512;
+            for (c = 0; c < 8; c++) {
+                __m512i wv = _mm512_xor_si512(_mm512_loadu_si512((const void *)(cb + c * 64)), _mm512_set1_epi8((char)0x80));
+                for (t = 0; t < T; t++) iacc[t][c % NA] = _mm512_dpbusd_epi32(iacc[t][c % NA], wv, bcast4(a[t][b].q + 4 * c));
+            }
+        } else {
+            const uint8_t *cb = grp + b * 128;
+            const int8_t *q[TT];
+            for (t = 0; t < T; t++) q[t] = a[t][b / 2].q + (b & 1) * 16;
+            for (c = 0; c < 2; c++) {
+                __m512i v = _mm512_loadu_si512((const void *)(cb + c * 64));
+                __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+                for (t = 0; t < T; t++) {
+                    iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(q[t] + 4 * c));
+                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(q[t] + 8 + 4 * c));
+                }
+            }
+        }
+        for (t = 0; t < T; t++) {
+            __m512i s = iacc[t][0];
+            float da = q8 ? a[t][b].d : a[t][b / 2].d;
+            for (k = 1; k < NA; k++) s = _mm512_add_epi32(s, iacc[t][k]);
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(da)), facc[t]);
+        }
+    }
+    for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
+}
+
+CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
+                            int64_t t1, float *y, int64_t ldy, __mmask16 m, const int q8) {
+    const cism__act8 *a[TT];
+    const int32_t *hs[TT];
+    int64_t t;
+    int i;
+    for (t = t0; t + TT <= t1; t += TT) {
+        for (i = 0; i < TT; i++) {
+            a[i] = act_row(xq, ldq, t + i);
+            hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+        }
+        x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, TT, q8);
+    }
+    for (i = 0; t + i < t1; i++) {
+        a[i] = act_row(xq, ldq, t + i);
+        hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+    }
+    switch (t1 - t) {
+    case 7: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 7, q8); break;
+    case 6: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 6, q8); break;
+    case 5: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 5, q8); break;
+    case 4: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 4, q8); break;
+    case 3: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 3, q8); break;
+    case 2: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 2, q8); break;
+    case 1: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 1, q8); break;
+    default: break;
+    }
+}
+
+/* Rows [r0, r1) of a matrix of whole groups; a group partly outside is
+   computed whole and stored masked. Tokens in blocks whose activations stay
+   in L2 while every group of the range passes over them. */
+CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
+    cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
+    if (tb < TT) tb = TT;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
+            int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
+            uint32_t mm = 0xffffu;
+            if (lo > 0) mm &= ~((1u << lo) - 1u);
+            if (hi < 16) mm &= (1u << hi) - 1u;
+            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
+                      (__mmask16)mm, q8);
+        }
+    }
+}
+
+static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                            int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
+}
+static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 0);
+}
+
+/* ---- entry points ---------------------------------------------------------------------- */
+#define GEMM_MIN_TOKENS 2
+
+#define A8_KERNEL(nm, F)                                                                                                  \
+    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
+        int64_t t;                                                                                                    \
+        if (nt >= GEMM_MIN_TOKENS) {                                                                                  \
+            gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
+            return;                                                                                                   \
+        }                                                                                                             \
+        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
+    }
+A8_KERNEL(q8, F_Q8)
+A8_KERNEL(q4, F_Q4)
+A8_KERNEL(nl4, F_NL4)
+A8_KERNEL(q4s, F_Q4S)
+A8_KERNEL(fp4, F_FP4)
+
+/* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
+static void quantize_act(const float *x, int64_t n, void *out) {
+    cism__act8 *a = (cism__act8 *)out;
+    int32_t *hs = cism__act8_half_sums(out, n);
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    int64_t c0;
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
+        int64_t m = n - c0 < 32 ? n - c0 : 32;
+        __mmask16 k0 = (__mmask16)(m >= 16 ? 0xffffu : (1u << m) - 1u);
+        __mmask16 k1 = (__mmask16)(m >= 32 ? 0xffffu : m > 16 ? (1u << (m - 16)) - 1u : 0u);
+        __m512 x0 = _mm512_maskz_loadu_ps(k0, x + c0), x1 = _mm512_maskz_loadu_ps(k1, x + c0 + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        __m512 vi = _mm512_set1_ps(inv);
+        __m512i q0, q1;
+        int h;
+        a->d = amax / 127.0f;
+        for (h = 0; h < 2; h++) {
+            __m512 v = _mm512_mul_ps(h ? x1 : x0, vi), av = _mm512_and_ps(v, absmask);
+            __m512 tr = _mm512_roundscale_ps(av, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(av, tr), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+            __m512 q = _mm512_mask_add_ps(tr, up, tr, _mm512_set1_ps(1.0f));
+            __m512i qi = _mm512_min_epi32(_mm512_cvttps_epi32(q), _mm512_set1_epi32(127));
+            __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+            qi = _mm512_mask_sub_epi32(qi, neg, _mm512_setzero_si512(), qi);
+            if (h) q1 = qi; else q0 = qi;
+        }
+        _mm_storeu_si128((__m128i *)a->q, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(a->q + 16), _mm512_cvtsepi32_epi8(q1));
+        hs[0] = _mm512_reduce_add_epi32(q0);
+        hs[1] = _mm512_reduce_add_epi32(q1);
+        a->sum = hs[0] + hs[1];
+    }
+}
+
+void cism__fill_avx512_quant(cism__kernels *k) {
+    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
+    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
+    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
+    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
+    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    k->quantize_act = quantize_act;
+}
