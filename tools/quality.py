@@ -16,7 +16,6 @@ data: norms, scales, padding) / (elements of the weight matrices).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ if os.path.exists(_built):
 from cism import format as fmt  # noqa: E402
 from cism.convert import convert, expected_tensors, hparams_from_config  # noqa: E402
 from cism.ppl import METHODS, perplexity  # noqa: E402
+from cism.llamacpp import gguf_info, quantize_gguf, unpermute_rope  # noqa: E402  (the compare extra)
 from cism.safetensors import open_checkpoint  # noqa: E402
 
 OURS = [("f32", None, False), ("q8", "q8", False), ("q8 + int8 act", "q8", True), ("q4", "q4", False),
@@ -51,14 +51,7 @@ def bits_cism(path: str) -> float:
 
 
 # ---------------------------------------------------------------------------
-# llama.cpp
-
-def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """rotate-half row order (HF) -> interleaved pairs (llama.cpp's 'normal' RoPE)."""
-    rows, cols = w.shape
-    hs = rows // n_heads
-    return w.reshape(n_heads, 2, hs // 2, cols).transpose(0, 2, 1, 3).reshape(rows, cols)
-
+# llama.cpp (GGUF helpers shared with `cism bench --vs`: cism/llamacpp.py)
 
 def write_gguf(folder: str, out: str) -> None:
     import gguf
@@ -111,8 +104,8 @@ def write_gguf(folder: str, out: str) -> None:
     for i in range(L):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_norm.weight", get(p + "input_layernorm.weight"))
-        w.add_tensor(f"blk.{i}.attn_q.weight", _unpermute(get(p + "self_attn.q_proj.weight"), nh))
-        w.add_tensor(f"blk.{i}.attn_k.weight", _unpermute(get(p + "self_attn.k_proj.weight"), nkv))
+        w.add_tensor(f"blk.{i}.attn_q.weight", unpermute_rope(get(p + "self_attn.q_proj.weight"), nh))
+        w.add_tensor(f"blk.{i}.attn_k.weight", unpermute_rope(get(p + "self_attn.k_proj.weight"), nkv))
         w.add_tensor(f"blk.{i}.attn_v.weight", get(p + "self_attn.v_proj.weight"))
         w.add_tensor(f"blk.{i}.attn_output.weight", get(p + "self_attn.o_proj.weight"))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", get(p + "post_attention_layernorm.weight"))
@@ -123,28 +116,6 @@ def write_gguf(folder: str, out: str) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-
-
-def quantize_gguf(src: str, out: str, ftype: str) -> None:
-    import llama_cpp
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
-    p.nthread = 2
-    rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(p))
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize {ftype} failed ({rc})")
-
-
-def gguf_info(path: str):
-    import gguf
-    r = gguf.GGUFReader(path)
-    data = sum(int(t.n_bytes) for t in r.tensors)
-    weights = sum(int(t.n_elements) for t in r.tensors if len(t.shape) == 2)
-    types = {}
-    for t in r.tensors:
-        if len(t.shape) == 2:
-            types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    return 8.0 * data / weights, types
 
 
 def ppl_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):

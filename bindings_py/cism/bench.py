@@ -144,7 +144,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", choices=sorted(PRESETS), help="a synthetic model of this shape (random weights)")
     src.add_argument("--model", "-m", help="a .cism file")
-    p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"], help="weights of a synthetic model (default f32)")
+    from .quant import RECIPES
+    p.add_argument("--dtype", default="f32", metavar="DTYPE",
+                   help="weights of a synthetic model: f32 (default), f16, bf16, or a quantization recipe ("
+                        + ", ".join(RECIPES) + "); with --vs a comma-separated list")
     p.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prefill test length (default 512; 0 skips)")
     p.add_argument("-n", "--gen-tokens", type=int, default=128, help="decode test length (default 128; 0 skips)")
     p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
@@ -155,6 +158,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "
                                                    "e.g. scalar, avx2, avx512, neon")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    v = p.add_argument_group("comparison with another engine (needs the compare extra: pip install 'cism[compare]')")
+    v.add_argument("--vs", metavar="ENGINE", help="run the same weights through ENGINE (llama.cpp) in the same process, "
+                                                   "alternating the two rep by rep, and print the ratio")
+    v.add_argument("--vs-type", metavar="TYPES", help="llama.cpp file types to compare with, one per --dtype entry "
+                                                      "(F16, Q8_0, Q4_0, Q4_K_M, IQ4_NL; default: f16->F16, q8->Q8_0, "
+                                                      "4bit/q4s/q4->Q4_0, nl4->IQ4_NL, mix->Q4_K_M)")
+    v.add_argument("--threads-list", metavar="N,M", help="with --vs: thread counts to run (default: -t, or 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     from .model import Model
     if args.reps < 1:
         raise ValueError("--reps must be at least 1")
+    if args.vs:
+        from .bench_vs import run_vs
+        return run_vs(args)
     if args.preset:
         from .synthetic import get_synthetic
         path = get_synthetic(args.preset, args.dtype, args.seed)

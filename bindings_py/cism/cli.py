@@ -5,7 +5,8 @@
     cism chat -m MODEL.cism
     cism info [-m MODEL.cism]
     cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
-    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant]
+    cism bench --preset smollm2-135m --dtype f16,q8,4bit --vs llama.cpp [--threads-list 1,2] [-r 5]
+    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant | --float-act]
 
 Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
 """
@@ -48,7 +49,7 @@ def _sampling(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
     rep = convert(args.src, args.output, dtype=args.dtype, tokenizer=args.tokenizer, overwrite=args.force,
-                  progress=None if args.quiet else _progress(), quant=args.quant)
+                  progress=None if args.quiet else _progress(), quant=args.quant, layout=args.layout)
     from .model import Model
     with Model(rep.path) as m:  # the C loader checks what was written
         arch = m.architecture
@@ -282,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .quant import RECIPES
     c.add_argument("--quant", choices=list(RECIPES), metavar="RECIPE",
                    help="quantize the weight matrices: " + "; ".join(f"{r.name}: {r.description}" for r in RECIPES.values()))
+    c.add_argument("--layout", default="auto", choices=["auto", "rows"],
+                   help="with --quant: auto (default) stores q8/q4s matrices 16 rows interleaved where the shape allows "
+                        "(same values, faster kernels); rows keeps them row by row")
     c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -325,7 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--method", choices=sorted(METHODS), default="full",
                     help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
     pp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
-    pp.add_argument("--act-quant", action="store_true", help="int8 activations with integer dot products (packed weights)")
+    aq = pp.add_mutually_exclusive_group()
+    aq.add_argument("--act-quant", dest="act_quant", action="store_const", const=True, default=None,
+                    help="int8 activations with integer dot products for packed weights (the default)")
+    aq.add_argument("--float-act", dest="act_quant", action="store_const", const=False,
+                    help="float activations for packed weights (decode each block to f32)")
     pp.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = the whole text)")
     pp.set_defaults(func=cmd_ppl)
     return p
@@ -348,6 +356,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except ImportError as e:
+        from .llamacpp import MissingExtra
+        if isinstance(e, MissingExtra):  # an optional extra is not installed: say which and how
+            print(f"cism: error: {e}", file=sys.stderr)
+            return 1
+        raise
     except (OSError, ValueError, RuntimeError, MemoryError) as e:
         # CismError subclasses, ConversionError, FileExistsError, TokenizerError, ...
         print(f"cism: error: {e}", file=sys.stderr)

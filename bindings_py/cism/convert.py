@@ -256,10 +256,12 @@ def _matrix_bytes(arr: np.ndarray, dtype: int) -> np.ndarray:
 def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable[[str], np.ndarray],
                 dtype_for: Callable[[str], int], overwrite: bool = False,
                 progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None,
-                quant: Optional[str] = None) -> Report:
+                quant: Optional[str] = None, layout: str = "auto") -> Report:
     """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
     arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
-    (used to keep bf16/f16 sources bit-exact)."""
+    (used to keep bf16/f16 sources bit-exact). With a recipe, `layout` "auto" stores
+    q8/q4s matrices in their row-interleaved variants where the shape allows
+    (cism.quant.stored_dtype); "rows" keeps every matrix row by row."""
     t0 = time.time()
     shapes = expected_tensors(meta)
     if os.path.exists(out) and not overwrite:
@@ -270,7 +272,8 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     if quant:
         from . import quant as q
         rec = q.recipe(quant)
-        pick = lambda n: q.QUANT_DTYPES[rec.pick(n)]  # noqa: E731
+        hd = int(meta["model.head_dim"])
+        pick = lambda n: q.QUANT_DTYPES[q.stored_dtype(n, rec.pick(n), shapes[n], hd, layout)]  # noqa: E731
         meta["general.quantization"] = quant
         w.metadata["general.quantization"] = quant
     for name in order:
@@ -417,7 +420,7 @@ def chat_format_meta(template: str, meta: Dict[str, Any], tok_cfg: Dict[str, Any
 # Hugging Face folders
 
 def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = False,
-               progress: Optional[ProgressFn] = None, quant: Optional[str] = None) -> Report:
+               progress: Optional[ProgressFn] = None, quant: Optional[str] = None, layout: str = "auto") -> Report:
     cfg = _read_json(os.path.join(folder, "config.json"))
     if cfg is None:
         raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
@@ -470,7 +473,8 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
         return None
 
     order = list(expected)
-    return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for, quant=quant)
+    return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for, quant=quant,
+                       layout=layout)
 
 
 def _version() -> str:
@@ -636,7 +640,7 @@ def llama2c_tokenizer_json(pieces: List[bytes], scores: np.ndarray) -> Dict[str,
 
 def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype: str = "f32",
                     overwrite: bool = False, progress: Optional[ProgressFn] = None,
-                    quant: Optional[str] = None) -> Report:
+                    quant: Optional[str] = None, layout: str = "auto") -> Report:
     cfg, t, shared = _read_llama2c(path)
     hs = cfg["dim"] // cfg["n_heads"]
     meta: Dict[str, Any] = {
@@ -687,23 +691,26 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
         return t[src][layer]
 
     order = list(expected_tensors(meta))
-    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress, quant=quant)
+    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress, quant=quant, layout=layout)
 
 
 def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
             overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr,
-            quant: Optional[str] = None) -> Report:
+            quant: Optional[str] = None, layout: str = "auto") -> Report:
     """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism).
     `quant` names a quantization recipe (cism.quant.RECIPES) that picks a packed
-    format for every weight matrix; `dtype` then applies to nothing but is checked."""
+    format for every weight matrix; `dtype` then applies to nothing but is checked.
+    `layout` ("auto" or "rows") picks whether q8/q4s matrices are stored row-interleaved
+    where their shape allows (the same values; faster kernels)."""
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
     if quant:
         from . import quant as q
         q.recipe(quant)  # unknown recipe: refused before anything is read
+        q.stored_dtype("x", "q8", (16, 16), 16, layout)  # so is an unknown layout
     if os.path.isdir(src):
-        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant)
+        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant, layout=layout)
     if os.path.isfile(src):
         return convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
-                               overwrite=overwrite, progress=progress, quant=quant)
+                               overwrite=overwrite, progress=progress, quant=quant, layout=layout)
     raise FileNotFoundError(f"{src}: no such file or folder")

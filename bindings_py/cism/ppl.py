@@ -68,7 +68,7 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Sequence[int]] = None,
-               ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: bool = False,
+               ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: Optional[bool] = None,
                max_windows: int = 0, kv_f16: bool = False) -> PplResult:
     """Perplexity of `model` (.cism path) on `text` (or pre-tokenized `tokens`).
     ctx 0 = the model's context length. max_windows > 0 stops after that many windows."""

@@ -17,7 +17,14 @@ import numpy as np
 from . import format as fmt
 
 DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7  # cism.h's cism_dtype values
-QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S}
+DTYPE_Q8X16, DTYPE_Q4SX16 = 8, 9  # the same values as q8 / q4s, 16 rows interleaved
+QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S,
+                "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16}
+# the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
+# that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
+INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16"}
+GROUP_ROWS = 16
+LAYOUTS = ("auto", "rows")
 for _n, _v in QUANT_DTYPES.items():
     fmt.DTYPE_NAMES.setdefault(_v, _n)
 
@@ -108,6 +115,20 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("mix", f"embeddings/output head and attention q8, MLP {BEST4}",
            lambda n: "q8" if _kind(n) in ("embed", "attn") else BEST4),
 ]}
+
+
+def stored_dtype(name: str, fmt_name: str, shape: Tuple[int, ...], head_dim: int, layout: str = "auto") -> str:
+    """The dtype a recipe's format is written in: its interleaved variant when
+    the layout is "auto", the format has one and the matrix allows it (whole
+    groups of 16 rows; Q/K/V, split by head, also need head_dim % 16 == 0)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    x = INTERLEAVED.get(fmt_name)
+    if layout == "rows" or not x or len(shape) != 2 or shape[0] % GROUP_ROWS:
+        return fmt_name
+    if any(name.endswith(s) for s in (".attn_q", ".attn_k", ".attn_v")) and head_dim % GROUP_ROWS:
+        return fmt_name
+    return x
 
 
 def recipe(name: str) -> Recipe:

@@ -61,7 +61,8 @@ class Session:
     logits_all (keep the logits of every evaluated position, for perplexity),
     kernel_tier ("auto", or one of cism.kernel_tiers() to force an instruction
     set: every tier is tested against "scalar"),
-    act_quant (int8 activations and integer dot products for packed weights).
+    act_quant (None: the library default, int8 activations and integer dot
+    products for packed weights; False: float activations; True: int8).
 
     A session is used by one thread at a time (calls are serialized by a
     lock); cancel() may be called from any thread.
@@ -69,12 +70,12 @@ class Session:
 
     def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  n_batch: Optional[int] = None, logits_all: bool = False, kernel_tier: Union[str, int] = "auto",
-                 act_quant: bool = False):
+                 act_quant: Optional[bool] = None):
         self.model = model
         h = _lib.cism_session_p()
         with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
                     logits_all=int(logits_all), kernel_tier=kernel_tier,
-                    act_quant=int(act_quant) if act_quant else None) as p:
+                    act_quant=None if act_quant is None else int(act_quant)) as p:
             check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_session, h.value)

@@ -101,9 +101,10 @@ def cache_dir() -> str:
     return d
 
 
-def _tensor_blocks(seed: int, name: str, shape, dtype: int, rows_per_block: int = 1024) -> Iterator[np.ndarray]:
-    """The tensor's data a block of rows at a time, from a generator seeded by
-    (seed, tensor name): the same bytes on every machine and every run."""
+def float_blocks(seed: int, name: str, shape, rows_per_block: int = 1024) -> Iterator[np.ndarray]:
+    """The tensor's f32 values a block of rows at a time, from a generator seeded
+    by (seed, tensor name): the same values on every machine and every run, in
+    every dtype or recipe (and in the GGUF files of cism.llamacpp)."""
     rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(name.encode()), VERSION]))
     half = INIT_STD * np.sqrt(3.0)  # uniform(-a, a) has std a/sqrt(3)
     rows = shape[0]
@@ -113,19 +114,31 @@ def _tensor_blocks(seed: int, name: str, shape, dtype: int, rows_per_block: int 
         block = rng.random((n, cols), dtype=np.float32)
         block *= np.float32(2 * half)
         block -= np.float32(half)
+        yield block
+
+
+def _tensor_blocks(seed: int, name: str, shape, dtype: int, rows_per_block: int = 1024) -> Iterator[np.ndarray]:
+    """The tensor's data in `dtype`, a block of rows at a time (whole groups of 16 rows)."""
+    for block in float_blocks(seed, name, shape, rows_per_block):
         if dtype == fmt.DTYPE_F32:
             yield block
         elif dtype == fmt.DTYPE_F16:
             yield block.astype("<f2")
-        else:
+        elif dtype == fmt.DTYPE_BF16:
             yield f32_to_bf16(block)
+        else:
+            from .quant import quantize
+            yield quantize(block, dtype)
 
 
 def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0,
                     progress: Optional[Callable[[int, int, str], None]] = None) -> str:
-    """Writes the preset's model with random weights to `path` (via path.partial)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+    """Writes the preset's model with random weights to `path`. `dtype` is a float
+    dtype (f32, f16, bf16) or a quantization recipe (cism.quant.RECIPES: q8, 4bit,
+    q4s, ...), applied as `cism convert --quant` would (row-interleaved layout)."""
+    from . import quant as q
+    if dtype not in DTYPES and dtype not in q.RECIPES:
+        raise ValueError(f"unknown dtype or recipe {dtype!r} (one of {', '.join(list(DTYPES) + list(q.RECIPES))})")
     meta = preset.metadata()
     meta.update({"general.name": f"synthetic {preset.name}", "general.source": f"synthetic:{preset.source}",
                  "general.converter": f"cism.synthetic v{VERSION}", "synthetic.seed": int(seed)})
@@ -139,10 +152,18 @@ def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0
         except TokenizerUnsupported:
             pass
     shapes = expected_tensors(meta)
+    if dtype in q.RECIPES:
+        meta["general.quantization"] = dtype
     w = fmt.Writer(meta)
     for name, shape in shapes.items():
-        dt = fmt.DTYPE_F32 if len(shape) == 1 else DTYPES[dtype]
-        w.add(name, dt, shape, int(np.prod(shape)) * (4 if dt == fmt.DTYPE_F32 else 2))
+        if len(shape) == 1:
+            dt = fmt.DTYPE_F32
+        elif dtype in DTYPES:
+            dt = DTYPES[dtype]
+        else:
+            dt = q.QUANT_DTYPES[q.stored_dtype(name, q.recipe(dtype).pick(name), shape, preset.head_dim)]
+        nbytes = shape[0] * q.row_bytes(dt, shape[1]) if len(shape) == 2 else int(np.prod(shape)) * 4
+        w.add(name, dt, shape, nbytes)
     total = sum(t.nbytes for t in w.tensors)
     done = 0
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -172,7 +193,7 @@ def get_synthetic(name: str, dtype: str = "f32", seed: int = 0, verbose: bool = 
         return path
     preset = PRESETS[name]
     if verbose:
-        gb = preset.n_params() * (4 if dtype == "f32" else 2) / 1e9
+        gb = preset.n_params() * {"f32": 4, "f16": 2, "bf16": 2, "q8": 1.06}.get(dtype, 0.6) / 1e9
         sys.stderr.write(f"generating synthetic {name} ({preset.n_params() / 1e6:.1f}M parameters, {dtype}, "
                          f"{gb:.2f} GB) into {path} (once; reused afterwards)\n")
     from .convert import progress_printer

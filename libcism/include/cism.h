@@ -116,8 +116,10 @@ enum {
     CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
     CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
     CISM_PARAM_CHECK_WEIGHTS = 6, /* int bool, default 0: scan every weight for NaN/Inf at load */
-    CISM_PARAM_ACT_QUANT  = 7,  /* int bool, default 0: quantize activations to int8 blocks and use
-                                   integer dot products for packed (q8/q4/fp4/nl4/q4s) weights */
+    CISM_PARAM_ACT_QUANT  = 7,  /* int bool, default 1: quantize the inputs of packed (q8, q4, ...)
+                                   weight matrices to int8 blocks and use integer dot products;
+                                   0 = float activations (each weight block decoded to f32).
+                                   No effect on f32/f16/bf16 weights. */
     CISM_PARAM_KERNEL_TIER = 8  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
 };
 CISM_API cism_status cism_params_create(cism_params **out);

@@ -17,7 +17,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->logits_all = 0;
     p->check_weights = 0;
     p->kernel_tier = CISM_TIER_AUTO;
-    p->act_quant = 0;
+    p->act_quant = 1;
 }
 
 int cism__default_threads(void) {

@@ -92,6 +92,20 @@ void cism_session_free(cism_session *s) {
     free(s);
 }
 
+static int is_packed(const cism__weight *w) { return w->dtype >= CISM_DTYPE_Q8; }
+
+static int model_has_packed(const cism_model *m) {
+    int64_t l;
+    if (is_packed(&m->tok_embd) || is_packed(&m->output)) return 1;
+    for (l = 0; l < m->hp.n_layers; l++) {
+        const cism__layer *L = &m->layers[l];
+        if (is_packed(&L->wq) || is_packed(&L->wk) || is_packed(&L->wv) || is_packed(&L->wo) || is_packed(&L->gate) ||
+            is_packed(&L->up) || is_packed(&L->down))
+            return 1;
+    }
+    return 0;
+}
+
 /* The session shape params ask for, checked against the model. */
 typedef struct shape { int64_t n_ctx, n_batch, kv_elem, kv_elems; int nth, act_quant; } shape;
 
@@ -114,7 +128,7 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     sh->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
     sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;
-    sh->act_quant = params->act_quant != 0;
+    sh->act_quant = params->act_quant != 0 && model_has_packed(model); /* float weights never use it */
     sh->kv_elems = sh->n_ctx * hp->head_dim * hp->n_kv_heads * hp->n_layers;
     return CISM_OK;
 }
@@ -197,7 +211,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->n_batch = sh.n_batch;
     s->kv_type = (int32_t)params->kv_type;
     s->logits_all = (int)params->logits_all;
-    s->act_quant = (int)params->act_quant;
+    s->act_quant = sh.act_quant;
 
     s->kv_head_stride = (uint64_t)sh.n_ctx * (uint64_t)hp->head_dim;
     s->kv_layer_stride = s->kv_head_stride * (uint64_t)hp->n_kv_heads;
