@@ -1,7 +1,7 @@
 /* cism_bench.c - prefill and decode speed per kernel tier and thread count.
  *
  *   cism-bench [--model FILE | --preset NAME --dtype f32|f16|bf16] [--tiers scalar,avx2,...]
- *              [--threads 1,2] [--pp 512] [--tg 64] [--reps 3] [--membw] [--keep]
+ *              [--threads 1,2] [--load mmap,copy] [--pp 512] [--tg 64] [--reps 3] [--membw] [--keep]
  *
  * A preset writes a model of that shape with random weights to a temporary
  * .cism file (deleted afterwards unless --keep): float matmul speed does not
@@ -210,7 +210,7 @@ static int write_model(const char *path, const preset *p, int dtype) {
 }
 
 /* ---- measuring ------------------------------------------------------------------- */
-typedef struct config { int tier, threads; cism_session *s; double *pp, *tg, *ppc, *tgc; } config;
+typedef struct config { int tier, threads, load; cism_session *s; double *pp, *tg, *ppc, *tgc; } config;
 
 static int cmp_double(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 static double median(double *v, int n) { qsort(v, (size_t)n, sizeof(double), cmp_double); return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
@@ -240,11 +240,12 @@ static int parse_list(const char *s, int *out, int max, int tiers) {
 int main(int argc, char **argv) {
     const char *model_path = NULL, *preset_name = "smollm2-135m", *dtype_name = "f16";
     char tmp_path[512] = "";
-    int tiers[8], threads[8], n_tiers = 0, n_threads, pp = 512, tg = 64, reps = 3, membw = 0, keep = 0;
+    int tiers[8], threads[8], loads[2] = {1, 0}, n_tiers = 0, n_threads, n_loads = 1, pp = 512, tg = 64, reps = 3, membw = 0, keep = 0;
+    int li;
     int i, j, r, n_cfg;
     int64_t vocab, dim, layers, heads, kv_heads, hd, ffn, wdtype;
     double weight_bytes, kv_per_pos;
-    cism_model *m = NULL;
+    cism_model *m = NULL, *models[2] = {NULL, NULL};
     cism_params *prm = NULL;
     config cfg[64];
     int32_t *tokens;
@@ -258,6 +259,12 @@ int main(int argc, char **argv) {
         else if (ARG("--dtype")) dtype_name = v;
         else if (ARG("--tiers")) n_tiers = parse_list(v, tiers, 8, 1);
         else if (ARG("--threads")) n_threads = parse_list(v, threads, 8, 0);
+        else if (ARG("--load")) { /* mmap: map the file (default); copy: read it into (huge-page) memory */
+            n_loads = 0;
+            if (strstr(v, "mmap")) loads[n_loads++] = 1;
+            if (strstr(v, "copy")) loads[n_loads++] = 0;
+            if (!n_loads) { fprintf(stderr, "--load takes mmap, copy or mmap,copy\n"); return 2; }
+        }
         else if (ARG("--pp")) pp = atoi(v);
         else if (ARG("--tg")) tg = atoi(v);
         else if (ARG("--reps")) reps = atoi(v);
@@ -265,7 +272,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--keep") == 0) keep = 1;
         else {
             fprintf(stderr, "usage: %s [--model FILE | --preset stories260k|smollm2-135m|qwen3-0.6b --dtype f32|f16|bf16]\n"
-                            "          [--tiers all|scalar,avx2,...] [--threads 1,2] [--pp 512] [--tg 64] [--reps 3] [--membw] [--keep]\n", argv[0]);
+                            "          [--tiers all|scalar,avx2,...] [--threads 1,2] [--load mmap,copy] [--pp 512] [--tg 64] [--reps 3]\n"
+                            "          [--membw] [--keep]\n", argv[0]);
             return 2;
         }
 #undef ARG
@@ -289,7 +297,11 @@ int main(int argc, char **argv) {
         model_path = tmp_path;
     }
     if (cism_params_create(&prm) != CISM_OK) die("params");
-    if (cism_model_load(model_path, prm, &m) != CISM_OK) die("load");
+    for (li = 0; li < n_loads; li++) {
+        cism_params_set_int(prm, CISM_PARAM_USE_MMAP, loads[li]);
+        if (cism_model_load(model_path, prm, &models[li]) != CISM_OK) die("load");
+    }
+    m = models[0];
     cism_model_get_info(m, CISM_INFO_VOCAB_SIZE, &vocab);
     cism_model_get_info(m, CISM_INFO_DIM, &dim);
     cism_model_get_info(m, CISM_INFO_N_LAYERS, &layers);
@@ -298,23 +310,32 @@ int main(int argc, char **argv) {
     cism_model_get_info(m, CISM_INFO_HEAD_DIM, &hd);
     cism_model_get_info(m, CISM_INFO_FFN_DIM, &ffn);
     cism_model_get_info(m, CISM_INFO_WEIGHT_DTYPE, &wdtype);
-    weight_bytes = (double)((layers * (2 * heads * hd * dim + 2 * kv_heads * hd * dim + 3 * ffn * dim) + vocab * dim) *
-                            (wdtype == CISM_DTYPE_F32 ? 4 : 2));
+    {   /* the file's tensor bytes (any dtypes; norms are negligible); an untied model reads one
+           row of its embedding table, whose share of the bytes is taken as its share of the weights */
+        int64_t all = 0, tied = 1, params = 1;
+        cism_model_get_info(m, CISM_INFO_WEIGHT_BYTES, &all);
+        cism_model_get_info(m, CISM_INFO_TIED_EMBEDDINGS, &tied);
+        cism_model_get_info(m, CISM_INFO_N_PARAMS, &params);
+        weight_bytes = (double)all;
+        if (!tied) weight_bytes -= (double)all * (double)(vocab * dim) / (double)params;
+    }
     kv_per_pos = (double)(2 * layers * kv_heads * hd * 2); /* f16 KV cache (the default) */
     printf("model: %s, %s weights, %.1f MB of matrices read per decoded token\n", model_path,
            cism_dtype_name((cism_dtype)wdtype), weight_bytes / 1e6);
 
     n_cfg = 0;
+    for (li = 0; li < n_loads; li++)
     for (i = 0; i < n_tiers; i++)
         for (j = 0; j < n_threads; j++) {
             config *c = &cfg[n_cfg];
             if (!cism_kernel_tier_supported(tiers[i])) { printf("tier %s: not available here, skipped\n", cism_kernel_tier_name(tiers[i])); break; }
             c->tier = tiers[i];
             c->threads = threads[j];
+            c->load = li;
             cism_params_set_int(prm, CISM_PARAM_N_THREADS, threads[j]);
             cism_params_set_int(prm, CISM_PARAM_KERNEL_TIER, tiers[i]);
             cism_params_set_int(prm, CISM_PARAM_N_CTX, pp + tg + 1);
-            if (cism_session_create(m, prm, &c->s) != CISM_OK) die("session");
+            if (cism_session_create(models[li], prm, &c->s) != CISM_OK) die("session");
             c->pp = (double *)calloc((size_t)reps, sizeof(double));
             c->tg = (double *)calloc((size_t)reps, sizeof(double));
             c->ppc = (double *)calloc((size_t)reps, sizeof(double));
@@ -357,7 +378,7 @@ int main(int argc, char **argv) {
                 if (cism_measure_read_bandwidth(threads[j], 0, &bw[j]) != CISM_OK) die("bandwidth");
                 printf("read bandwidth, %d thread%s: %.1f GB/s\n", threads[j], threads[j] > 1 ? "s" : "", bw[j] / 1e9);
             }
-        printf("\n%-8s %3s | %9s %9s | %9s %8s %8s %7s %6s | %6s | %9s %9s\n", "tier", "thr", "pp t/s", "(min-max)", "tg t/s",
+        printf("\n%-4s %-8s %3s | %9s %9s | %9s %8s %8s %7s %6s | %6s | %9s %9s\n", "load", "tier", "thr", "pp t/s", "(min-max)", "tg t/s",
                "(min-max)", "ms/tok", "GB/s", "of BW", "pp/tg", "pp t/cpus", "tg t/cpus");
         for (i = 0; i < n_cfg; i++) {
             double ppmin = 1e300, ppmax = 0, tgmin = 1e300, tgmax = 0, ppm, tgm, bytes, share = 0;
@@ -372,14 +393,14 @@ int main(int argc, char **argv) {
             bytes = weight_bytes + kv_per_pos * (tg / 2.0);
             for (j = 0; j < n_threads; j++)
                 if (threads[j] == cfg[i].threads && bw[j] > 0) share = bytes * tgm / bw[j];
-            printf("%-8s %3d | %9.1f %4.0f-%-4.0f | %9.1f %3.0f-%-4.0f %8.2f %7.1f %5.0f%% | %6.1f | %9.1f %9.1f\n",
-                   cism_kernel_tier_name(cfg[i].tier), cfg[i].threads, ppm, ppmin, ppmax, tgm, tgmin, tgmax,
+            printf("%-4s %-8s %3d | %9.1f %4.0f-%-4.0f | %9.1f %3.0f-%-4.0f %8.2f %7.1f %5.0f%% | %6.1f | %9.1f %9.1f\n",
+                   loads[cfg[i].load] ? "mmap" : "copy", cism_kernel_tier_name(cfg[i].tier), cfg[i].threads, ppm, ppmin, ppmax, tgm, tgmin, tgmax,
                    tgm > 0 ? 1000.0 / tgm : 0.0, bytes * tgm / 1e9, share * 100.0, tgm > 0 ? ppm / tgm : 0.0,
                    median(cfg[i].ppc, reps), median(cfg[i].tgc, reps));
         }
     }
     for (i = 0; i < n_cfg; i++) { cism_session_free(cfg[i].s); free(cfg[i].pp); free(cfg[i].tg); free(cfg[i].ppc); free(cfg[i].tgc); }
-    cism_model_free(m);
+    for (li = 0; li < n_loads; li++) cism_model_free(models[li]);
     cism_params_free(prm);
     free(tokens);
     if (tmp_path[0] && !keep) remove(tmp_path);

@@ -450,12 +450,15 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
+#endif
 #ifndef PF_DIST
-#define PF_DIST 2048
+#define PF_DIST 16384
 #endif
         if (T <= 2 && PF_DIST > 0) { /* decode: fetch the codes ahead (the hardware prefetcher alone falls behind) */
             const uint8_t *pf = grp + b * (q8 ? 512 : 128) + PF_DIST;
-            for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * c), _MM_HINT_T0);
+            for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * c), PF_HINT);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512;
