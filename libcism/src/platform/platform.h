@@ -11,7 +11,7 @@
 typedef struct cism__file_view {
     const uint8_t *data;
     uint64_t size;
-    int mapped;      /* 1: mmap/MapViewOfFile, 0: heap copy */
+    int mapped;      /* 1: mmap/MapViewOfFile, 0: heap copy, 2: huge-page copy (Linux) */
     void *handle;    /* platform bookkeeping */
 } cism__file_view;
 
