@@ -14,7 +14,7 @@ static cism_status mem_status(int rc, const char *what, const char *err) {
     }
 }
 
-int32_t cism_model_is_mapped(const cism_model *model) { return model ? model->file.view.mapped : 0; }
+int32_t cism_model_is_mapped(const cism_model *model) { return model ? model->file.view.mapped == 1 : 0; }
 
 cism_status cism_model_prefetch(const cism_model *model, int32_t wait) {
     char err[256] = "";
