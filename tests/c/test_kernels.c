@@ -617,8 +617,6 @@ static const int32_t g_packed[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4,
                                    CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16};
 #define N_PACKED ((int)(sizeof(g_packed) / sizeof(g_packed[0])))
 static double g_worst_a8;
-static float *g_a8_prev[N_PACKED * 64]; /* results of the previous tier per (dtype, shape): AVX2 == AVX-512 */
-static const char *g_a8_prev_tier;
 
 static cism__matmul_a8_fn a8_of(const cism__kernels *k, int32_t dt) {
     return k->matmul_a8[dt] ? k->matmul_a8[dt] : cism__kernels_scalar()->matmul_a8[dt];
@@ -626,8 +624,9 @@ static cism__matmul_a8_fn a8_of(const cism__kernels *k, int32_t dt) {
 
 /* One shape: activation quantization bit-identical; matmul_a8 within
    KB_MATMUL_A8 of the scalar tier, bit-identical to it on one-block rows (the
-   integer sums are exact), and bit-identical however rows and tokens are
-   split into calls. */
+   integer sums are exact) and everywhere on the tiers that do the scalar
+   tier's float operations (KB_A8_EXACT), and bit-identical however rows and
+   tokens are split into calls. */
 static void a8_vs_scalar(const cism__kernels *k, int di, int si, int64_t rows, int64_t cols, int64_t nt) {
     const cism__kernels *ref = cism__kernels_scalar();
     int32_t dt = g_packed[di];
@@ -676,9 +675,10 @@ static void a8_vs_scalar(const cism__kernels *k, int di, int si, int64_t rows, i
             CHECK_MSG(e <= bound, "%s matmul_a8 %s %lldx%lld nt %lld: row %lld token %lld: %.9g vs scalar %.9g", k->name,
                       cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)r, (long long)t,
                       yk[t * ldy + r], ys[t * ldy + r]);
-            if (nb == 1)
-                CHECK_MSG(memcmp(&yk[t * ldy + r], &ys[t * ldy + r], 4) == 0, "%s matmul_a8 %s one block: %.9g vs scalar %.9g",
-                          k->name, cism_dtype_name(dt), yk[t * ldy + r], ys[t * ldy + r]);
+            if (nb == 1 || KB_A8_EXACT(k->name))
+                CHECK_MSG(memcmp(&yk[t * ldy + r], &ys[t * ldy + r], 4) == 0, "%s matmul_a8 %s %lldx%lld nt %lld: row %lld "
+                          "token %lld: %.9g, not the scalar tier's bits %.9g", k->name, cism_dtype_name(dt), (long long)rows,
+                          (long long)cols, (long long)nt, (long long)r, (long long)t, yk[t * ldy + r], ys[t * ldy + r]);
         }
     { /* rows split at odd points, tokens one call each, then in odd groups */
         int64_t cuts[6] = {0, 1, 6, 17, 19, 0}, c;
@@ -696,15 +696,6 @@ static void a8_vs_scalar(const cism__kernels *k, int di, int si, int64_t rows, i
             CHECK_MSG(memcmp(ysplit + t * ldy, yk + t * ldy, (size_t)rows * 4) == 0,
                       "%s matmul_a8 %s %lldx%lld nt %lld: token %lld differs when rows/tokens are split differently", k->name,
                       cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)t);
-    }
-    if (k->tier != CISM_TIER_SCALAR) { /* the x86 tiers (and the ARM ones) run the same FMA chain: same bits */
-        float **prev = &g_a8_prev[di * 64 + si];
-        if (*prev && g_a8_prev_tier)
-            CHECK_MSG(memcmp(*prev, yk, (size_t)(nt * ldy) * 4) == 0, "%s matmul_a8 %s %lldx%lld nt %lld differs from %s", k->name,
-                      cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, g_a8_prev_tier);
-        free(*prev);
-        *prev = yk;
-        yk = NULL;
     }
     free(w); free(wq); free(x); free(xa); free(ys); free(yk); free(ysplit); free(p); free(xs); free(xk);
 }
@@ -724,7 +715,6 @@ static void a8_tier(const cism__kernels *k) {
         a8_vs_scalar(k, di, 60, 7, 100, 3);
         a8_vs_scalar(k, di, 61, 23, 64, 1);
     }
-    if (k->tier != CISM_TIER_SCALAR) g_a8_prev_tier = k->name;
     printf("  matmul_a8 vs scalar, worst error / bound: %.3f\n", g_worst_a8);
 }
 

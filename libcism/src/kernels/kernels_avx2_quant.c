@@ -150,7 +150,7 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         for (r = 0; r < 8; r++) v[r] = dot32(blk + (uint64_t)r * rb, av, f);
         s = rowsum8(v);
         if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a[b].sum));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d)), acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d))));
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -169,7 +169,7 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         const uint8_t *blk = w + b * g_fmt[f].bytes;
         int32_t s = hsum_epi32(dot32(blk, _mm256_loadu_si256((const __m256i *)a[b].q), f));
         if (f == F_Q4) s -= 8 * a[b].sum;
-        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d), acc);
+        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -191,8 +191,8 @@ CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cis
             s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(8 * hs[b]));
             s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(8 * hs[b + 1]));
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scales8_e4m3(blk, rb), da), acc);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scales8_e4m3(blk + 9, rb), da), acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scales8_e4m3(blk, rb), da)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scales8_e4m3(blk + 9, rb), da)));
     }
     if (b < nb) { /* an odd last block: the first half of an activation block */
         const uint8_t *blk = w + b * 9;
@@ -202,7 +202,7 @@ CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         for (r = 0; r < 8; r++) v[r] = _mm256_zextsi128_si256(dot16(blk + (uint64_t)r * rb, av, f));
         s = _mm256_permutevar8x32_epi32(rowsum8(v), perm);
         if (f == F_Q4S) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * hs[b]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_e4m3(blk, rb), _mm256_set1_ps(ab->d)), acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_e4m3(blk, rb), _mm256_set1_ps(ab->d))));
     }
     _mm256_storeu_ps(y, _mm256_permutevar8x32_ps(acc, perm));
 }
@@ -219,7 +219,7 @@ CISM__INLINE float gemv1_b16(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         s = _mm_cvtsi128_si32(h);
         if (f == F_Q4S) s -= 8 * hs[b];
-        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(e4m3_f(blk[0]) * ab->d), acc);
+        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(e4m3_f(blk[0]) * ab->d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -315,7 +315,7 @@ CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *
             }
         }
         for (t = 0; t < T; t++)
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(sc, _mm256_set1_ps(a[t][(ja * B) / 32].d)), facc[t]);
+            facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(sc, _mm256_set1_ps(a[t][(ja * B) / 32].d))));
     }
     for (t = 0; t < T; t++) {
         if (nr == 8) _mm256_storeu_ps(y + t * ldy, facc[t]);
@@ -420,7 +420,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         for (t = 0; t < T; t++) {
             __m256i s = NA == 2 ? _mm256_add_epi32(iacc[t][0], iacc[t][1]) : iacc[t][0];
             float da = q8 ? a[t][b].d : a[t][b / 2].d;
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da)), facc[t]);
+            facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da))));
         }
     }
     for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);

@@ -145,7 +145,7 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         s = rowsum8(v);
         d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
                                            ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d)), acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d))));
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -165,7 +165,7 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         s = _mm_cvtsi128_si32(h);
-        acc = _mm_fmadd_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d), acc);
+        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -193,11 +193,8 @@ CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         __m256 da = _mm256_set1_ps(ab->d);
         for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wu16x2(blk + (uint64_t)r * rb, f), av);
         rowsum8x2(v, &s0, &s1);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
-                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)), da), acc);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)(blk + 9), idx, 1)), da),
-                              acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)), da)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)(blk + 9), idx, 1)), da)));
     }
     if (b < nb) { /* an odd last block: the first half of an activation block */
         const uint8_t *blk = w + b * 9;
@@ -214,9 +211,8 @@ CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         }
         s = rowsum8(v); /* rows in natural order: permute to the lane order */
         s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-                              _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)),
-                                            _mm256_set1_ps(ab->d)), acc);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(e4m3_lanes(_mm256_i32gather_epi32((const int *)(const void *)blk, idx, 1)),
+                                            _mm256_set1_ps(ab->d))));
     }
     /* back to row order */
     _mm256_storeu_ps(y, _mm256_permutevar8x32_ps(acc, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)));
@@ -238,7 +234,7 @@ CISM__INLINE float gemv1_b16(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         h = _mm_dpbusd_epi32(neg, u, av);
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        acc = _mm_fmadd_ss(_mm_set_ss((float)_mm_cvtsi128_si32(h)), _mm_set_ss(e4m3_f(blk[0]) * ab->d), acc);
+        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)_mm_cvtsi128_si32(h)), _mm_set_ss(e4m3_f(blk[0]) * ab->d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -363,8 +359,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
             }
         }
         for (t = 0; t < T; t++)
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sc, _mm512_set1_ps(a[t][(ja * B) / 32].d)),
-                                      facc[t]);
+            facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sc, _mm512_set1_ps(a[t][(ja * B) / 32].d))));
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
@@ -484,7 +479,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             __m512i s = iacc[t][0];
             float da = q8 ? a[t][b].d : a[t][b / 2].d;
             for (k = 1; k < NA; k++) s = _mm512_add_epi32(s, iacc[t][k]);
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(da)), facc[t]);
+            facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(da))));
         }
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
