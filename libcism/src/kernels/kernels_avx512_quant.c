@@ -431,7 +431,7 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
    not matter); NA independent accumulators per token keep vpdpbusd's latency
    hidden when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __mmask16 m, const int T, const int q8) {
+                           float *y, int64_t ldy, __mmask16 m, const uint8_t *pf_end, const int T, const int q8) {
     const uint8_t *scales = grp + g->codes_bytes;
     const int NA = T == 1 ? 4 : T == 2 ? 2 : 1;
     __m512 facc[TT];
@@ -451,9 +451,10 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
 #ifndef PF_DIST
 #define PF_DIST 16384
 #endif
-        if (T <= 2 && PF_DIST > 0) { /* decode: fetch the codes ahead (the hardware prefetcher alone falls behind) */
-            const uint8_t *pf = grp + b * (q8 ? 512 : 128) + PF_DIST;
-            for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * c), PF_HINT);
+        if (T <= 2 && PF_DIST > 0) { /* decode: fetch the codes ahead (the hardware prefetcher alone falls behind), */
+            uintptr_t pf = (uintptr_t)grp + (uintptr_t)(b * (q8 ? 512 : 128) + PF_DIST); /* not past this call's rows */
+            if (pf < (uintptr_t)pf_end)                                                  /* (another thread's)     */
+                for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * (uintptr_t)c), PF_HINT);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512;
@@ -486,7 +487,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
 }
 
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, __mmask16 m, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, __mmask16 m, const uint8_t *pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -496,20 +497,20 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
             a[i] = act_row(xq, ldq, t + i);
             hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
         }
-        x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, TT, q8);
+        x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, TT, q8);
     }
     for (i = 0; t + i < t1; i++) {
         a[i] = act_row(xq, ldq, t + i);
         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
     }
     switch (t1 - t) {
-    case 7: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 7, q8); break;
-    case 6: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 6, q8); break;
-    case 5: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 5, q8); break;
-    case 4: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 4, q8); break;
-    case 3: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 3, q8); break;
-    case 2: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 2, q8); break;
-    case 1: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, 1, q8); break;
+    case 7: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 7, q8); break;
+    case 6: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 6, q8); break;
+    case 5: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 5, q8); break;
+    case 4: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 4, q8); break;
+    case 3: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 3, q8); break;
+    case 2: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 2, q8); break;
+    case 1: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 1, q8); break;
     default: break;
     }
 }
@@ -521,6 +522,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
+    const uint8_t *pf_end = (const uint8_t *)w + (uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * rb;
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
@@ -530,7 +532,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (__mmask16)mm, q8);
+                      (__mmask16)mm, pf_end, q8);
         }
     }
 }
