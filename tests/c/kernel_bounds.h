@@ -16,8 +16,8 @@
  *   the nb terms in order (nb - 1 roundings), so it is within (nb + 1) u
  *   sum_b |t_b| of the exact sum, as is any tier that adds them in another
  *   order or fuses a product; twice that, with margin: 2 (nb + 2) u. The ARM
- *   tiers do the scalar tier's operations in its order and are checked to be
- *   bit-identical (KB_A8_EXACT).
+ *   and x86 tiers do the scalar tier's operations in its order and are checked
+ *   to be bit-identical (KB_A8_EXACT).
  * attention: the scores carry the matmul bound (times the scale); softmax
  *   turns a score error ds into a relative error of at most 2 ds in every
  *   probability; exp itself differs by at most a few ulp (libm expf vs the
@@ -29,14 +29,6 @@
  * silu_mul: exp within a few ulp, then the same division and product: 8 ulp
  *   relative, plus an absolute 1e-30 for gate < -87 where the tiers clamp exp
  *   (the exact result is below 1e-36 there).
- * matmul_a8 (packed weights x int8 activation blocks): each weight block b
- *   gives an exact int32 s_b; the scalar tier forms t_b = s_b * (dw_b * da_b)
- *   (2 roundings) and adds the nb terms in order (nb - 1 roundings), so it is
- *   within (nb + 1) u sum_b |t_b| of the exact sum, as is any tier that adds
- *   them in another order or fuses a product; twice that, with margin:
- *   2 (nb + 2) u. The x86 and ARM tiers do the scalar tier's operations in its
- *   order and are checked to be bit-identical (KB_A8_EXACT).
- * quantize_act: bit-identical (the same f32 operations per element).
  * rope, row_to_f32, f32_to_f16: bit-identical (no FMA in rope; conversions are
  *   exact or correctly rounded to nearest even), NaN stays NaN.
  *
@@ -55,17 +47,12 @@
 /* |y_tier - y_scalar| <= KB_MATMUL_A8(nb) * sum_b |s_b dw_b da_b|, nb weight blocks per row */
 #define KB_MATMUL_A8(nb) ((2.0 * ((double)(nb) + 2.0)) * KB_U)
 /* tiers whose int8-activation kernels must give the scalar tier's bits */
-#define KB_A8_EXACT(tier_name) (strncmp((tier_name), "neon", 4) == 0)
+#define KB_A8_EXACT(tier_name) (strncmp((tier_name), "neon", 4) == 0 || strncmp((tier_name), "avx", 3) == 0)
 
 /* |out_tier - out_scalar| <= KB_ATTENTION(ds, range, n_kv) * sum_t p_t |v_t,i|,
    ds = scale * KB_MATMUL(head_dim) * max_t sum_i |q_i k_t,i|,
    range = max_t |s_t - max s| (scaled scores) */
 #define KB_ATTENTION(ds, range, n_kv) (4.0 * (ds) + 4.0 * (range) * KB_U + 16.0 * KB_U + 2.0 * ((double)(n_kv) + 8.0) * KB_U)
-
-/* |y_tier - y_scalar| <= KB_MATMUL_A8(nb) * sum_b |s_b dw_b da_b|, nb weight blocks per row */
-#define KB_MATMUL_A8(nb) ((2.0 * ((double)(nb) + 2.0)) * KB_U)
-/* tiers whose int8-activation kernels must give the scalar tier's bits */
-#define KB_A8_EXACT(tier_name) (strncmp((tier_name), "neon", 4) == 0 || strncmp((tier_name), "avx", 3) == 0)
 
 /* |out_tier - out_scalar| <= KB_RMSNORM * |out_scalar| */
 #define KB_RMSNORM (4.0 * KB_U)

@@ -340,7 +340,15 @@ static uint32_t rnd(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8;
    but the two NaNs, or when all_scales every code in turn, NaNs included),
    random padding codes (which no kernel may let into a result). */
 static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, int all_scales) {
-    const cism__fmt4 *f = cism__fmt4_of(dt);
+    const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
+    if (cism__dtype_is_x16(dt)) { /* random rows of the base format, interleaved 16 at a time */
+        int64_t rb = cism_dtype_row_bytes(dt, cols), g;
+        uint8_t *plain = (uint8_t *)malloc((size_t)(rows * rb));
+        random_packed(cism__dtype_base(dt), rows, cols, plain, all_scales);
+        for (g = 0; g < rows; g += CISM__X16) cism__x16_interleave(dt, plain + g * rb, (uint64_t)rb, p + g * rb);
+        free(plain);
+        return;
+    }
     int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B, i, j;
     for (i = 0; i < rows * nb; i++) {
         uint8_t *blk = p + i * bb;
@@ -390,7 +398,7 @@ static void packed_split(const cism__kernels *k, int32_t dt, int a8, const uint8
    that promise it, bit-identical; all bit-identical however the work is split. */
 static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int32_t dt, int64_t rows, int64_t cols,
                              int64_t nt, int all_scales) {
-    const cism__fmt4 *f = cism__fmt4_of(dt);
+    const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     const int64_t B = f ? f->block : CISM__Q8_BLOCK, nb = (cols + B - 1) / B, ldx = cols + 3, ldy = rows + 5;
     const int64_t aq = cism__act8_row_bytes(cols);
     const uint64_t rb = (uint64_t)cism_dtype_row_bytes(dt, cols);
@@ -405,7 +413,7 @@ static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
     int exact = KB_A8_EXACT(k->name);
     if (!kk.matmul_a8[dt]) kk.matmul_a8[dt] = ref->matmul_a8[dt];
     random_packed(dt, rows, cols, p, all_scales);
-    for (r = 0; r < rows; r++) cism__dequantize_row(dt, p + (uint64_t)r * rb, wq + r * cols, cols);
+    for (r = 0; r < rows; r++) cism__matrix_row_f32(dt, p, rb, cols, r, wq + r * cols);
     fill(x, nt * ldx);
     for (i = 0; i < nt * ldx; i += 11) x[i] *= 16.0f;
     for (t = 0; t < nt; t++) {
@@ -469,7 +477,7 @@ static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
 static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *ref) {
     enum { N = 200 };
     float x[N];
-    uint8_t a[7 * 40], b[7 * 40];
+    uint8_t a[7 * 48], b[7 * 48];   /* 7 blocks of 40 bytes and their two half sums */
     uint32_t nan_bits = 0x7fc00000u;
     int64_t ns[] = {1, 5, 31, 32, 33, 64, 100, 161, N};
     size_t c;
@@ -491,6 +499,17 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
         k->quantize_act(x, ns[c], b);
         CHECK_MSG(memcmp(a, b, (size_t)bytes) == 0 && memcmp(a + bytes, b + bytes, sizeof(a) - (size_t)bytes) == 0,
                   "%s quantize_act n %lld differs from scalar (or wrote past the row)", k->name, (long long)ns[c]);
+        { /* the half-block sums after the blocks */
+            const cism__act8 *blk = (const cism__act8 *)(const void *)b;
+            const int32_t *hs = cism__act8_half_sums(b, ns[c]);
+            int64_t j;
+            for (j = 0; j < (ns[c] + 31) / 32; j++) {
+                int32_t s0 = 0, s1 = 0;
+                for (i = 0; i < 16; i++) { s0 += blk[j].q[i]; s1 += blk[j].q[16 + i]; }
+                CHECK_MSG(hs[2 * j] == s0 && hs[2 * j + 1] == s1 && blk[j].sum == s0 + s1,
+                          "%s quantize_act n %lld: sums of block %lld", k->name, (long long)ns[c], (long long)j);
+            }
+        }
     }
 }
 
@@ -513,9 +532,16 @@ static void vs_scalar(const cism__kernels *k) {
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
             for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) packed_vs_scalar(k, ref, qdt[d], qs[s][0], qs[s][1], qs[s][2], 0);
+        /* the interleaved dtypes: whole groups of 16 rows, any row range (the splits) */
+        const int32_t xdt[] = {CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16};
+        int64_t xs[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 48, 2}, {16, 172, 9}, {48, 300, 13}, {16, 576, 1},
+                           {32, 1000, 6}, {64, 64, 8}, {16, 33, 17}, {80, 96, 5}};
+        for (d = 0; d < sizeof(xdt) / sizeof(xdt[0]); d++)
+            for (s = 0; s < sizeof(xs) / sizeof(xs[0]); s++) packed_vs_scalar(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2], 0);
         /* every E4M3 scale code, NaNs included */
         packed_vs_scalar(k, ref, CISM_DTYPE_Q4S, 2, 16 * 128, 3, 1);
         packed_vs_scalar(k, ref, CISM_DTYPE_FP4, 5, 16 * 52, 5, 1);
+        packed_vs_scalar(k, ref, CISM_DTYPE_Q4SX16, 16, 16 * 16, 3, 1);
         quantize_act_vs_scalar(k, ref);
     }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
@@ -612,112 +638,6 @@ static void test_quant_matmul(const cism__kernels *k, int32_t dt, int64_t rows, 
 }
 
 
-/* ---- packed weights x int8 activations: every tier against the scalar tier -------------- */
-static const int32_t g_packed[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
-                                   CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16};
-#define N_PACKED ((int)(sizeof(g_packed) / sizeof(g_packed[0])))
-static double g_worst_a8;
-
-static cism__matmul_a8_fn a8_of(const cism__kernels *k, int32_t dt) {
-    return k->matmul_a8[dt] ? k->matmul_a8[dt] : cism__kernels_scalar()->matmul_a8[dt];
-}
-
-/* One shape: activation quantization bit-identical; matmul_a8 within
-   KB_MATMUL_A8 of the scalar tier, bit-identical to it on one-block rows (the
-   integer sums are exact) and everywhere on the tiers that do the scalar
-   tier's float operations (KB_A8_EXACT), and bit-identical however rows and
-   tokens are split into calls. */
-static void a8_vs_scalar(const cism__kernels *k, int di, int si, int64_t rows, int64_t cols, int64_t nt) {
-    const cism__kernels *ref = cism__kernels_scalar();
-    int32_t dt = g_packed[di];
-    int64_t rb = cism_dtype_row_bytes(dt, cols), aq = cism__act8_row_bytes(cols), ldy = rows + 3, size, r, t, i;
-    int64_t B = cism_dtype_block_size(dt), nb = (cols + B - 1) / B;
-    float *w = (float *)malloc((size_t)(rows * cols) * 4), *wq = (float *)malloc((size_t)(rows * cols) * 4);
-    float *x = (float *)malloc((size_t)(nt * cols) * 4), *xa = (float *)malloc((size_t)(nt * cols) * 4);
-    float *ys = (float *)calloc((size_t)(nt * ldy), 4), *yk = (float *)calloc((size_t)(nt * ldy), 4);
-    float *ysplit = (float *)calloc((size_t)(nt * ldy), 4);
-    uint8_t *p = (uint8_t *)malloc((size_t)(rows * rb)), *xs = (uint8_t *)malloc((size_t)(nt * aq));
-    uint8_t *xk = (uint8_t *)malloc((size_t)(nt * aq));
-    void (*qa)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : ref->quantize_act;
-    rng = 1000u + (uint32_t)(di * 64 + si);   /* the same inputs for every tier */
-    fill(w, rows * cols);
-    fill(x, nt * cols);
-    for (i = 0; i < rows * cols; i += 5) w[i] *= 8.0f;
-    for (i = 0; i < nt * cols; i += 3) x[i] *= 20.0f;
-    if (nt > 1) for (i = 0; i < cols; i++) x[i] = 0.0f;  /* a zero row: scale 0 */
-    CHECK_OK(cism_quantize(dt, w, rows, cols, NULL, p, rows * rb, &size, 1));
-    CHECK_OK(cism_dequantize(dt, p, rows, cols, wq));
-    memset(xs, 0xa5, (size_t)(nt * aq));
-    memset(xk, 0x5a, (size_t)(nt * aq));
-    for (t = 0; t < nt; t++) {
-        ref->quantize_act(x + t * cols, cols, xs + t * aq);
-        qa(x + t * cols, cols, xk + t * aq);
-    }
-    CHECK_MSG(memcmp(xs, xk, (size_t)(nt * aq)) == 0, "%s quantize_act cols %lld differs from scalar", k->name, (long long)cols);
-    for (t = 0; t < nt; t++) { /* the dequantized activations, for the bound */
-        const cism__act8 *a = (const cism__act8 *)(const void *)(xs + t * aq);
-        const int32_t *hs = cism__act8_half_sums(xs + t * aq, cols);
-        for (i = 0; i < cols; i++) xa[t * cols + i] = a[i / 32].d * (float)a[i / 32].q[i % 32];
-        for (i = 0; i < (cols + 31) / 32; i++) {
-            int j, s0 = 0, s1 = 0;
-            for (j = 0; j < 16; j++) { s0 += a[i].q[j]; s1 += a[i].q[16 + j]; }
-            CHECK_MSG(hs[2 * i] == s0 && hs[2 * i + 1] == s1 && a[i].sum == s0 + s1, "quantize_act half sums of block %lld", (long long)i);
-        }
-    }
-    ref->matmul_a8[dt](p, (uint64_t)rb, cols, xs, aq, ys, ldy, nt, 0, rows);
-    a8_of(k, dt)(p, (uint64_t)rb, cols, xs, aq, yk, ldy, nt, 0, rows);
-    for (t = 0; t < nt; t++)
-        for (r = 0; r < rows; r++) {
-            double mag = 0, e = fabs((double)yk[t * ldy + r] - (double)ys[t * ldy + r]), bound;
-            for (i = 0; i < cols; i++) mag += fabs((double)wq[r * cols + i] * (double)xa[t * cols + i]);
-            bound = KB_MATMUL_A8(nb) * mag;
-            if (bound > 0 && e / bound > g_worst_a8) g_worst_a8 = e / bound;
-            CHECK_MSG(e <= bound, "%s matmul_a8 %s %lldx%lld nt %lld: row %lld token %lld: %.9g vs scalar %.9g", k->name,
-                      cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)r, (long long)t,
-                      yk[t * ldy + r], ys[t * ldy + r]);
-            if (nb == 1 || KB_A8_EXACT(k->name))
-                CHECK_MSG(memcmp(&yk[t * ldy + r], &ys[t * ldy + r], 4) == 0, "%s matmul_a8 %s %lldx%lld nt %lld: row %lld "
-                          "token %lld: %.9g, not the scalar tier's bits %.9g", k->name, cism_dtype_name(dt), (long long)rows,
-                          (long long)cols, (long long)nt, (long long)r, (long long)t, yk[t * ldy + r], ys[t * ldy + r]);
-        }
-    { /* rows split at odd points, tokens one call each, then in odd groups */
-        int64_t cuts[6] = {0, 1, 6, 17, 19, 0}, c;
-        cuts[5] = rows;
-        for (c = 0; c < 5; c++) {
-            int64_t a = cuts[c] < rows ? cuts[c] : rows, b = c == 4 ? rows : cuts[c + 1] < rows ? cuts[c + 1] : rows;
-            if (b <= a) continue;
-            if (c % 2 == 0)
-                for (t = 0; t < nt; t++) a8_of(k, dt)(p, (uint64_t)rb, cols, xs + t * aq, aq, ysplit + t * ldy, ldy, 1, a, b);
-            else
-                for (t = 0; t < nt; t += 5)
-                    a8_of(k, dt)(p, (uint64_t)rb, cols, xs + t * aq, aq, ysplit + t * ldy, ldy, nt - t < 5 ? nt - t : 5, a, b);
-        }
-        for (t = 0; t < nt; t++)
-            CHECK_MSG(memcmp(ysplit + t * ldy, yk + t * ldy, (size_t)rows * 4) == 0,
-                      "%s matmul_a8 %s %lldx%lld nt %lld: token %lld differs when rows/tokens are split differently", k->name,
-                      cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt, (long long)t);
-    }
-    free(w); free(wq); free(x); free(xa); free(ys); free(yk); free(ysplit); free(p); free(xs); free(xk);
-}
-
-static void a8_tier(const cism__kernels *k) {
-    /* rows, cols, tokens: rows multiples of 16 (the interleaved dtypes); cols with partial
-       blocks, odd block counts, one block; token counts around the register tiles */
-    static const int64_t shapes[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 64, 1}, {48, 300, 5}, {16, 172, 9}, {64, 576, 1},
-                                        {32, 1000, 13}, {16, 48, 2}, {80, 33, 8}, {32, 1536, 17}, {16, 8, 4}};
-    int di;
-    size_t si;
-    g_worst_a8 = 0;
-    for (di = 0; di < N_PACKED; di++)
-        for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
-            a8_vs_scalar(k, di, (int)si, shapes[si][0], shapes[si][1], shapes[si][2]);
-    for (di = 0; di < 5; di++) { /* row-layout dtypes: any row count */
-        a8_vs_scalar(k, di, 60, 7, 100, 3);
-        a8_vs_scalar(k, di, 61, 23, 64, 1);
-    }
-    printf("  matmul_a8 vs scalar, worst error / bound: %.3f\n", g_worst_a8);
-}
-
 static void test_tier(const cism__kernels *k) {
     int dt;
     int64_t shapes[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 300, 5}, {64, 576, 1}, {5, 1000, 9}};
@@ -740,7 +660,6 @@ static void test_tier(const cism__kernels *k) {
     test_attention(k, CISM_DTYPE_F32);
     test_attention(k, CISM_DTYPE_F16);
     vs_scalar(k);
-    a8_tier(k);
 }
 
 int main(void) {

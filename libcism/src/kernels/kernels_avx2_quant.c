@@ -51,13 +51,15 @@ CISM__INLINE short ld16(const uint8_t *p) {
 
 /* E4M3 bytes (low byte of each 16-bit lane) -> e4m3 * 2^-8 as f32 (see the AVX-512 tier) */
 CISM__INLINE __m256 e4m3_words(__m128i h) {
+    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
     h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(h, 8), _mm_set1_epi16((short)0x8000)),
                      _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(0x3f80)));
-    return _mm256_cvtph_ps(h);
+    return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00))));
 }
 
 CISM__INLINE float e4m3_f(uint8_t e) {
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7))));
+    int nan = (e & 0x7f) == 0x7f ? 0x7e00 : 0;
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7) | nan)));
 }
 CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((uint16_t)ld16(p)))); }
 
@@ -503,8 +505,11 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             src = buf;
         }
         for (i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(src + 8 * i);
-        mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
-                           _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+        { /* max |x| ignoring NaN (the scalar compare does): NaN lanes count as 0 */
+            __m256 ab[4];
+            for (i = 0; i < 4; i++) ab[i] = _mm256_and_ps(_mm256_and_ps(v[i], absmask), _mm256_cmp_ps(v[i], v[i], _CMP_ORD_Q));
+            mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
+        }
         {
             __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
             m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -517,6 +522,7 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             __m256 tr = _mm256_round_ps(ap, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             __m256 up = _mm256_cmp_ps(_mm256_sub_ps(ap, tr), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
             __m256i qi = _mm256_cvttps_epi32(_mm256_add_ps(tr, _mm256_and_ps(up, _mm256_set1_ps(1.0f))));
+            qi = _mm256_and_si256(qi, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_ORD_Q))); /* NaN -> 0 */
             qi = _mm256_min_epi32(qi, _mm256_set1_epi32(127));
             q[i] = _mm256_sign_epi32(qi, _mm256_castps_si256(_mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_LT_OQ),
                                                                                          _mm256_castsi256_ps(_mm256_set1_epi32(-1))),

@@ -60,10 +60,14 @@ CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
 
 /* E4M3 byte e in the low byte of each 32-bit lane -> e4m3(e) * 2^-8 as f32:
    the bits s eeee mmm moved to s 0eeee mmm0000000 are the fp16 of exactly
-   that value (normal and subnormal alike). */
+   that value (normal and subnormal alike); the NaN codes 0x7f/0xff become NaN
+   (never written by the quantizer; a damaged file's NaN propagates as in the
+   scalar tier). */
 CISM__INLINE __m256 e4m3_lanes(__m256i v) {
     __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(v, 8), _mm256_set1_epi32(0x8000)),
                                 _mm256_and_si256(_mm256_slli_epi32(v, 7), _mm256_set1_epi32(0x3f80)));
+    __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f)); /* 0x7f, 0xff */
+    h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi32(0x7e00)));
     return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h));
 }
 
@@ -76,7 +80,8 @@ CISM__INLINE short ld16(const uint8_t *p) {
 }
 
 CISM__INLINE float e4m3_f(uint8_t e) {
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7))));
+    int nan = (e & 0x7f) == 0x7f ? 0x7e00 : 0;
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7) | nan)));
 }
 CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | (p[1] << 8)))); }
 
@@ -412,12 +417,13 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
 /* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register ------------------ */
 /* The 16 rows' scales of block b as f32 */
 CISM__INLINE __m512 x16_scales(const uint8_t *scales, int64_t b, const int q8) {
-    __m256i h;
+    __m256i h, nan;
     if (q8) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + b * 32)));
     h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(scales + b * 16)));
+    nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
     h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16((short)0x8000)),
                         _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3f80)));
-    return _mm512_cvtph_ps(h);
+    return _mm512_cvtph_ps(_mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00))));
 }
 
 CISM__INLINE __m512i bcast4(const int8_t *q) {
@@ -576,7 +582,10 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         __mmask16 k0 = (__mmask16)(m >= 16 ? 0xffffu : (1u << m) - 1u);
         __mmask16 k1 = (__mmask16)(m >= 32 ? 0xffffu : m > 16 ? (1u << (m - 16)) - 1u : 0u);
         __m512 x0 = _mm512_maskz_loadu_ps(k0, x + c0), x1 = _mm512_maskz_loadu_ps(k1, x + c0 + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absmask), _mm512_and_ps(x1, absmask)));
+        /* max |x| ignoring NaN (the scalar compare does) */
+        __m512 a0 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0, absmask);
+        __m512 a1 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1, absmask);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
         float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         __m512 vi = _mm512_set1_ps(inv);
         __m512i q0, q1;
@@ -587,8 +596,9 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             __m512 tr = _mm512_roundscale_ps(av, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(av, tr), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
             __m512 q = _mm512_mask_add_ps(tr, up, tr, _mm512_set1_ps(1.0f));
-            __m512i qi = _mm512_min_epi32(_mm512_cvttps_epi32(q), _mm512_set1_epi32(127));
+            __m512i qi = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_cvttps_epi32(q)); /* NaN -> 0 */
             __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+            qi = _mm512_min_epi32(qi, _mm512_set1_epi32(127));
             qi = _mm512_mask_sub_epi32(qi, neg, _mm512_setzero_si512(), qi);
             if (h) q1 = qi; else q0 = qi;
         }

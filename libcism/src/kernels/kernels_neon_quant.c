@@ -22,11 +22,13 @@
 
 /* ---- int8 activation rows ------------------------------------------------------------ */
 /* d = max|x| / 127, q = x * (127 / max|x|) rounded half away from zero (FCVTAS),
-   sum = sum of q: the scalar tier's operations, NaN ignored by the max as there */
+   sum = sum of q, and after the row's blocks the sums of each half block: the
+   scalar tier's operations, NaN ignored by the max as there */
 static void quantize_act(const float *x, int64_t n, void *out) {
     cism__act8 *a = (cism__act8 *)out;
+    int32_t *hs = cism__act8_half_sums(out, n);
     int64_t c0;
-    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++) {
+    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         float buf[CISM__A8_BLOCK], amax, inv;
         const float *p = x + c0;
         float32x4_t v[8], m = vdupq_n_f32(0.0f);
@@ -53,7 +55,9 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         q1 = vmaxq_s8(vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1)), vdupq_n_s8(-127));
         vst1q_s8(a->q, q0);
         vst1q_s8(a->q + 16, q1);
-        a->sum = (int32_t)vaddlvq_s8(q0) + (int32_t)vaddlvq_s8(q1);
+        hs[0] = (int32_t)vaddlvq_s8(q0);
+        hs[1] = (int32_t)vaddlvq_s8(q1);
+        a->sum = hs[0] + hs[1];
     }
 }
 

@@ -126,7 +126,7 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
         inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (i = 0; i < CISM__A8_BLOCK; i++) {
             float v = i < m ? x[c0 + i] * inv : 0.0f, av = fabsf(v);
-            long q = (long)av; /* round half away from zero */
+            long q = av == av ? (long)av : 0; /* round half away from zero; NaN (a NaN input, or inf * 0) -> 0 */
             if (av - (float)q >= 0.5f) q++;
             if (v < 0) q = -q;
             if (q > 127) q = 127;

@@ -386,7 +386,7 @@ void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int6
 }
 
 /* 16 rows of the base format (row_bytes apart, at plain) -> one interleaved group */
-static void x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp) {
+void cism__x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp) {
     cism__x16 g = cism__x16_geom(dtype, row_bytes);
     int64_t i, b, c, bb = g.code_bytes + g.scale_bytes;
     for (i = 0; i < CISM__X16; i++)
@@ -484,7 +484,7 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
         for (r = 0; r < n_rows; r += CISM__X16) {
             uint8_t *grp = (uint8_t *)dst + (uint64_t)r * row_bytes;
             memcpy(tmp, grp, (size_t)(CISM__X16 * row_bytes));
-            x16_interleave(dtype, tmp, row_bytes, grp);
+            cism__x16_interleave(dtype, tmp, row_bytes, grp);
         }
         free(tmp);
     }

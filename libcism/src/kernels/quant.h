@@ -90,6 +90,9 @@ static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
     return g;
 }
 
+/* 16 rows of the base format (row_bytes apart, at plain) -> one interleaved group (quant.c). */
+void cism__x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp);
+
 /* Block b of row r as the base format stores it (scale, then codes) into out. */
 static inline void cism__x16_block(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int64_t r, int64_t b, uint8_t *out) {
     cism__x16 g = cism__x16_geom(dtype, row_bytes);
