@@ -10,6 +10,7 @@
  * when HWCAP/sysctl report dotprod, and the qemu runs in CI check that
  * selection per CPU model. */
 #include "neon_quant.h"
+#include "neon_x16.h"
 
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "kernels_neon_dotprod.c must be compiled with dotprod enabled (-march=armv8.2-a+dotprod)"
@@ -26,10 +27,22 @@ NQ_ENTRY(fp4, CISM_DTYPE_FP4)
 NQ_ENTRY(nl4, CISM_DTYPE_NL4)
 NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
 
+/* the interleaved dtypes: lane-indexed SDOT on the 4-row registers (neon_x16.h) */
+static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                            int64_t nt, int64_t r0, int64_t r1) {
+    nx_matmul_a8(1, NQ_SDOT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    nx_matmul_a8(0, NQ_SDOT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
 void cism__kernels_fill_neon_dotprod(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
+    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
 }

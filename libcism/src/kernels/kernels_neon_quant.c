@@ -17,6 +17,7 @@
  * (1024 + u) * d - (1024 + off) * d give d * level exactly (every term is
  * exact in f32: d has at most 11 significant bits). */
 #include "neon_quant.h"
+#include "neon_x16.h"
 
 #include <math.h>
 
@@ -205,6 +206,17 @@ NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
 NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
 NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
 
+/* the interleaved dtypes, int8 activations (neon_x16.h); their float path
+   stays the scalar tier's */
+static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                            int64_t nt, int64_t r0, int64_t r1) {
+    nx_matmul_a8(1, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    nx_matmul_a8(0, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
 void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q8] = matmul_q8;
     k->matmul[CISM_DTYPE_Q4] = matmul_q4;
@@ -216,5 +228,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
+    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->quantize_act = quantize_act;
 }

@@ -1,0 +1,252 @@
+/* neon_x16.h - the int8-activation matmul of the row-interleaved dtypes
+ * (q8x16, q4sx16; layout in quant.h and docs/QUANTIZATION.md) on the ARM64
+ * tiers. Included by kernels_neon_quant.c (NQ_SMULL: widening multiplies,
+ * every ARM64 CPU) and kernels_neon_dotprod.c (NQ_SDOT: lane-indexed SDOT);
+ * the i8mm tier keeps the dotprod tier's entries.
+ *
+ * One 64-byte chunk of a group's codes holds 4 bytes of each of its 16 rows:
+ * four 128-bit registers of 4 rows x 4 bytes (row register k = rows
+ * 4k..4k+3). `SDOT s.4s, w.16b, a.4b[l]` adds to lane i of s the dot of row
+ * 4k+i's 4 bytes with the 4 activation bytes in 32-bit lane l of a: the
+ * activations are loaded once per block and never shuffled, and each int32
+ * lane is one row's exact block sum (no horizontal sums). Without dotprod the
+ * same lanes come from SMULL/SMLAL on the activation 4 bytes duplicated
+ * (DUP), two chunks summed in int16, SADALP into int32 and one ADDP per
+ * block.
+ *
+ * q4sx16 codes enter as they are (0..15, signed bytes) and the block's int32
+ * starts at -8 * (the sum of its 16 activations), the half-block sums
+ * quantize_act writes after each row: exactly sum (code - 8) * q.
+ *
+ * Then the scalar tier's float operations per block, in block order:
+ *     acc = acc + (float)s_b * (dw_b * da_b)        (no FMA)
+ * so every output has the scalar tier's bits, for any tile, row range, token
+ * count or thread count (test_kernels: KB_A8_EXACT). */
+#ifndef CISM_NEON_X16_H
+#define CISM_NEON_X16_H
+
+#include "neon_quant.h"
+
+/* 4 rows x T tokens per row register: at most 2 row registers x 4 tokens
+   (prefill) or 4 x 1 (decode) per tile */
+#define NX_MAXK 4
+#define NX_MAXT 4
+
+/* The 16 rows' scales of block b: d[k] lane i = row 4k + i. */
+CISM__INLINE void nx_scales(const int q8, const uint8_t *sc, int64_t b, float32x4_t *d) {
+    if (q8) {
+        uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc + b * 32));
+        uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + b * 32 + 16));
+        d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
+        d[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0));
+        d[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1)));
+        d[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1));
+    } else {
+        uint8x16_t s = vld1q_u8(sc + b * 16);
+        nq_e4m3x8(vget_low_u8(s), &d[0], &d[1]);
+        nq_e4m3x8(vget_high_u8(s), &d[2], &d[3]);
+    }
+}
+
+#if defined(__ARM_FEATURE_DOTPROD)
+/* s + the dots of w's 4 rows with 32-bit lane l of a (l a constant) */
+CISM__INLINE int32x4_t nx_sdot(int32x4_t s, int8x16_t w, int8x16_t a, const int l) {
+    switch (l) {
+    case 0: return vdotq_laneq_s32(s, w, a, 0);
+    case 1: return vdotq_laneq_s32(s, w, a, 1);
+    case 2: return vdotq_laneq_s32(s, w, a, 2);
+    default: return vdotq_laneq_s32(s, w, a, 3);
+    }
+}
+#endif
+
+/* 32-bit lane l of a in every lane (l a constant) */
+CISM__INLINE int8x16_t nx_dup(int8x16_t a, const int l) {
+    int32x4_t v = vreinterpretq_s32_s8(a);
+    switch (l) {
+    case 0: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 0));
+    case 1: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 1));
+    case 2: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 2));
+    default: return vreinterpretq_s8_s32(vdupq_laneq_s32(v, 3));
+    }
+}
+
+/* int16 products of two (w, a) pairs, rows 0-1 (lo) and rows 2-3 (hi) of
+   the row register, added pairwise into the int32 lanes of *lo, *hi
+   (|product| <= 127 * 127: two fit an int16) */
+CISM__INLINE void nx_mull2(int32x4_t *lo, int32x4_t *hi, int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
+    int16x8_t p = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
+    int16x8_t q = vmull_high_s8(w0, a0);
+    p = vmlal_s8(p, vget_low_s8(w1), vget_low_s8(a1));
+    q = vmlal_high_s8(q, w1, a1);
+    *lo = vpadalq_s16(*lo, p);
+    *hi = vpadalq_s16(*hi, q);
+}
+
+/* One weight block b of the row registers k0..k0+K-1 of a group, T tokens:
+   s[t][k] lane i = the exact int32 block dot of row 4(k0+k)+i with token t.
+   q: token t's 32 (q8) or 16 (q4s) activations of the block; corr[t]: the
+   int32 the sums start from (q4s: -8 * half-block sum; q8: 0). */
+CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *cb,
+                          const int8_t *const *q, const int32_t *corr, int32x4_t s[NX_MAXT][NX_MAXK]) {
+    int8x16_t a[NX_MAXT][2];
+    int t, k, c;
+    for (t = 0; t < T; t++) {
+        a[t][0] = vld1q_s8(q[t]);
+        a[t][1] = q8 ? vld1q_s8(q[t] + 16) : a[t][0];
+    }
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (dot == NQ_SDOT) {
+        for (t = 0; t < T; t++)
+            for (k = 0; k < K; k++) s[t][k] = vdupq_n_s32(corr[t]);
+        if (q8) {
+            for (c = 0; c < 8; c++)
+                for (k = 0; k < K; k++) {
+                    int8x16_t w = vld1q_s8((const int8_t *)cb + c * 64 + (k0 + k) * 16);
+                    for (t = 0; t < T; t++) s[t][k] = nx_sdot(s[t][k], w, a[t][c / 4], c % 4);
+                }
+        } else { /* chunk c: low nibbles = elements 4c.., high = 8 + 4c.. */
+            for (c = 0; c < 2; c++)
+                for (k = 0; k < K; k++) {
+                    uint8x16_t raw = vld1q_u8(cb + c * 64 + (k0 + k) * 16);
+                    int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15)));
+                    int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+                    for (t = 0; t < T; t++) {
+                        s[t][k] = nx_sdot(s[t][k], lo, a[t][0], c);
+                        s[t][k] = nx_sdot(s[t][k], hi, a[t][0], 2 + c);
+                    }
+                }
+        }
+        return;
+    }
+#endif
+    (void)dot;
+    {
+        int32x4_t lo[NX_MAXT][NX_MAXK], hi[NX_MAXT][NX_MAXK];
+        for (t = 0; t < T; t++)
+            for (k = 0; k < K; k++) lo[t][k] = hi[t][k] = vdupq_n_s32(0);
+        if (q8) {
+            for (c = 0; c < 8; c += 2) {
+                int8x16_t d0[NX_MAXT], d1[NX_MAXT];
+                for (t = 0; t < T; t++) {
+                    d0[t] = nx_dup(a[t][c / 4], c % 4);
+                    d1[t] = nx_dup(a[t][c / 4], c % 4 + 1);
+                }
+                for (k = 0; k < K; k++) {
+                    int8x16_t w0 = vld1q_s8((const int8_t *)cb + c * 64 + (k0 + k) * 16);
+                    int8x16_t w1 = vld1q_s8((const int8_t *)cb + (c + 1) * 64 + (k0 + k) * 16);
+                    for (t = 0; t < T; t++) nx_mull2(&lo[t][k], &hi[t][k], w0, d0[t], w1, d1[t]);
+                }
+            }
+        } else { /* codes 0..15: |code * q| <= 1905, the block's 4 pairs of a row fit an int16 */
+            int8x16_t d[NX_MAXT][4];
+            for (t = 0; t < T; t++)
+                for (c = 0; c < 4; c++) d[t][c] = nx_dup(a[t][0], c);
+            for (k = 0; k < K; k++) {
+                uint8x16_t r0 = vld1q_u8(cb + (k0 + k) * 16), r1 = vld1q_u8(cb + 64 + (k0 + k) * 16);
+                int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, vdupq_n_u8(15))), h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
+                int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, vdupq_n_u8(15))), h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
+                for (t = 0; t < T; t++) {
+                    int16x8_t p = vmull_s8(vget_low_s8(l0), vget_low_s8(d[t][0]));
+                    int16x8_t r = vmull_high_s8(l0, d[t][0]);
+                    p = vmlal_s8(p, vget_low_s8(l1), vget_low_s8(d[t][1]));
+                    r = vmlal_high_s8(r, l1, d[t][1]);
+                    p = vmlal_s8(p, vget_low_s8(h0), vget_low_s8(d[t][2]));
+                    r = vmlal_high_s8(r, h0, d[t][2]);
+                    p = vmlal_s8(p, vget_low_s8(h1), vget_low_s8(d[t][3]));
+                    r = vmlal_high_s8(r, h1, d[t][3]);
+                    lo[t][k] = vpaddlq_s16(p);
+                    hi[t][k] = vpaddlq_s16(r);
+                }
+            }
+        }
+        /* lo: (row 0, row 0, row 1, row 1), hi: rows 2, 3 -> rows 0..3 */
+        for (t = 0; t < T; t++)
+            for (k = 0; k < K; k++) s[t][k] = vaddq_s32(vpaddq_s32(lo[t][k], hi[t][k]), vdupq_n_s32(corr[t]));
+    }
+}
+
+/* Row registers k0..k0+K-1 of one group (rows 4k0 .. 4(k0+K)) x T tokens:
+   o[t * 16 + 4k + i] = the output of row 4k + i (k counted from 0 of the
+   group) and token t. a[t], hs[t]: token t's activation row and its
+   half-block sums. */
+CISM__INLINE void nx_tile(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *grp,
+                          const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs, float *o) {
+    const uint8_t *sc = grp + g->codes_bytes;
+    float32x4_t acc[NX_MAXT][NX_MAXK];
+    int32x4_t s[NX_MAXT][NX_MAXK];
+    int64_t b;
+    int t, k;
+    for (t = 0; t < T; t++)
+        for (k = 0; k < K; k++) acc[t][k] = vdupq_n_f32(0.0f);
+    for (b = 0; b < g->nb; b++) {
+        const int8_t *q[NX_MAXT];
+        int32_t corr[NX_MAXT];
+        float32x4_t d[4];
+        for (t = 0; t < T; t++) {
+            q[t] = q8 ? a[t][b].q : a[t][b / 2].q + (b & 1) * 16;
+            corr[t] = q8 ? 0 : -8 * hs[t][b];
+        }
+        nx_dots(q8, dot, k0, K, T, grp + b * (q8 ? 512 : 128), q, corr, s);
+        nx_scales(q8, sc, b, d);
+        for (t = 0; t < T; t++) {
+            float da = q8 ? a[t][b].d : a[t][b / 2].d;
+            for (k = 0; k < K; k++) acc[t][k] = nq_combine(acc[t][k], s[t][k], d[k0 + k], da);
+        }
+    }
+    for (t = 0; t < T; t++)
+        for (k = 0; k < K; k++) vst1q_f32(o + t * 16 + 4 * (k0 + k), acc[t][k]);
+}
+
+/* rows [lo, hi) of a group (0 <= lo < hi <= 16) out of o into y */
+CISM__INLINE void nx_store(const float *o, int T, int64_t lo, int64_t hi, float *y, int64_t ldy) {
+    int t;
+    for (t = 0; t < T; t++) memcpy(y + t * ldy + lo, o + t * 16 + lo, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* Rows [r0, r1) of a matrix of whole groups of 16 rows; a group partly in the
+   range is computed (the row registers it touches) and stored in part.
+   Decode: one group x 1 token per tile. Prefill (SDOT): half groups (2 row
+   registers, 8 rows) x 4 tokens, so each weight register feeds 4 SDOTs;
+   (SMULL): half groups x 2 tokens. Tokens in blocks whose activations stay
+   in L2; the remaining tokens one at a time. */
+CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
+                               int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    const uint8_t *xb = (const uint8_t *)xq;
+    const int TP = dot == NQ_SDOT ? 4 : 2;
+    int64_t tb = nq_token_block(ldq, TP), t0, t, gi;
+    float o[NX_MAXT * 16];
+    const cism__act8 *a[NX_MAXT];
+    const int32_t *hs[NX_MAXT];
+    int i, h;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
+            const uint8_t *grp = (const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb;
+            int64_t lo = r0 > gi * CISM__X16 ? r0 - gi * CISM__X16 : 0;
+            int64_t hi = r1 - gi * CISM__X16 < CISM__X16 ? r1 - gi * CISM__X16 : CISM__X16;
+            float *yg = y + gi * CISM__X16;
+            for (h = 0; h < 2; h++) { /* prefill: the half groups with rows in range */
+                int64_t hl = lo > 8 * h ? lo : 8 * h, hh = hi < 8 * h + 8 ? hi : 8 * h + 8;
+                if (hl >= hh) continue;
+                for (t = t0; t + TP <= t1; t += TP) {
+                    for (i = 0; i < TP; i++) {
+                        a[i] = nq_act(xb, ldq, t + i, 0);
+                        hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+                    }
+                    nx_tile(q8, dot, 2 * h, 2, TP, grp, &g, a, hs, o);
+                    nx_store(o, TP, hl, hh, yg + t * ldy, ldy);
+                }
+            }
+            for (t = t1 - (t1 - t0) % TP; t < t1; t++) { /* decode, and the tokens left over */
+                a[0] = nq_act(xb, ldq, t, 0);
+                hs[0] = cism__act8_half_sums((void *)(uintptr_t)a[0], cols);
+                nx_tile(q8, dot, 0, 4, 1, grp, &g, a, hs, o);
+                nx_store(o, 1, lo, hi, yg + t * ldy, ldy);
+            }
+        }
+    }
+}
+
+#endif
