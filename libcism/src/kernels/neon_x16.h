@@ -83,65 +83,114 @@ CISM__INLINE void nx_mull2(int32x4_t *lo, int32x4_t *hi, int8x16_t w0, int8x16_t
     *hi = vpadalq_s16(*hi, q);
 }
 
-/* One weight block b of the row registers k0..k0+K-1 of a group, T tokens:
-   s[t][k] lane i = the exact int32 block dot of row 4(k0+k)+i with token t.
-   q: token t's 32 (q8) or 16 (q4s) activations of the block; corr[t]: the
-   int32 the sums start from (q4s: -8 * half-block sum; q8: 0). */
+#if defined(__ARM_FEATURE_DOTPROD)
+/* the row registers k0..k0+K-1 of the chunk at cp (LD1 of 2 or 4 registers
+   made GCC 12 spill them in the decode loop: plain loads) */
+CISM__INLINE void nx_ldw(const int8_t *cp, const int k0, const int K, int8x16_t *w) {
+    int k;
+    for (k = 0; k < K; k++) w[k] = vld1q_s8(cp + (k0 + k) * 16);
+}
+
+/* q8, chunk at cp (columns 4c..4c+3 of the block: lane l of activation
+   vector v, c = 4v + l) */
+CISM__INLINE void nx_q8_sdot(const int k0, const int K, const int T, const int8_t *cp, int8x16_t a[NX_MAXT][2], const int v,
+                             const int l, int32x4_t s[NX_MAXT][NX_MAXK]) {
+    int8x16_t w[NX_MAXK];
+    int t, k;
+    nx_ldw(cp, k0, K, w);
+    for (k = 0; k < K; k++)
+        for (t = 0; t < T; t++) s[t][k] = nx_sdot(s[t][k], w[k], a[t][v], l);
+}
+
+/* q4s, chunk c at cp: low nibbles = elements 4c..4c+3 (lane c), high ones
+   8 + 4c.. (lane 2 + c) */
+CISM__INLINE void nx_q4s_sdot(const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2], const int c,
+                              int32x4_t s[NX_MAXT][NX_MAXK]) {
+    int8x16_t w[NX_MAXK];
+    int t, k;
+    nx_ldw((const int8_t *)cp, k0, K, w);
+    for (k = 0; k < K; k++) {
+        uint8x16_t raw = vreinterpretq_u8_s8(w[k]);
+        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15)));
+        int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+        for (t = 0; t < T; t++) {
+            s[t][k] = nx_sdot(s[t][k], lo, a[t][0], c);
+            s[t][k] = nx_sdot(s[t][k], hi, a[t][0], 2 + c);
+        }
+    }
+}
+#endif
+
+/* q8 without SDOT, chunks c, c + 1 at cp (lanes l, l + 1 of activation
+   vector v): int16 pairs, SADALP into lo (rows 0-1) and hi (rows 2-3) */
+CISM__INLINE void nx_q8_smull(const int k0, const int K, const int T, const int8_t *cp, int8x16_t a[NX_MAXT][2], const int v,
+                              const int l, int32x4_t lo[NX_MAXT][NX_MAXK], int32x4_t hi[NX_MAXT][NX_MAXK]) {
+    int8x16_t d0[NX_MAXT], d1[NX_MAXT];
+    int t, k;
+    for (t = 0; t < T; t++) {
+        d0[t] = nx_dup(a[t][v], l);
+        d1[t] = nx_dup(a[t][v], l + 1);
+    }
+    for (k = 0; k < K; k++) {
+        int8x16_t w0 = vld1q_s8(cp + (k0 + k) * 16), w1 = vld1q_s8(cp + 64 + (k0 + k) * 16);
+        for (t = 0; t < T; t++) nx_mull2(&lo[t][k], &hi[t][k], w0, d0[t], w1, d1[t]);
+    }
+}
+
+/* One weight block of the row registers k0..k0+K-1 of a group (codes at
+   cb), T tokens: s[t][k] lane i = the exact int32 block dot of row
+   4(k0+k)+i with token t. q: token t's 32 (q8) or 16 (q4s) activations of
+   the block; corr[t]: the int32 the sums start from (q4s: -8 * half-block
+   sum; q8: 0). The chunks are written out (constant lanes, and GCC does not
+   unroll an 8-chunk loop of 8 SDOTs each). */
 CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *cb,
                           const int8_t *const *q, const int32_t *corr, int32x4_t s[NX_MAXT][NX_MAXK]) {
+    const int8_t *cs = (const int8_t *)cb;
     int8x16_t a[NX_MAXT][2];
-    int t, k, c;
-    for (t = 0; t < T; t++) {
-        a[t][0] = vld1q_s8(q[t]);
-        a[t][1] = q8 ? vld1q_s8(q[t] + 16) : a[t][0];
-    }
+    int t, k;
 #if defined(__ARM_FEATURE_DOTPROD)
     if (dot == NQ_SDOT) {
         for (t = 0; t < T; t++)
             for (k = 0; k < K; k++) s[t][k] = vdupq_n_s32(corr[t]);
-        if (q8) {
-            for (c = 0; c < 8; c++)
-                for (k = 0; k < K; k++) {
-                    int8x16_t w = vld1q_s8((const int8_t *)cb + c * 64 + (k0 + k) * 16);
-                    for (t = 0; t < T; t++) s[t][k] = nx_sdot(s[t][k], w, a[t][c / 4], c % 4);
-                }
-        } else { /* chunk c: low nibbles = elements 4c.., high = 8 + 4c.. */
-            for (c = 0; c < 2; c++)
-                for (k = 0; k < K; k++) {
-                    uint8x16_t raw = vld1q_u8(cb + c * 64 + (k0 + k) * 16);
-                    int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15)));
-                    int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-                    for (t = 0; t < T; t++) {
-                        s[t][k] = nx_sdot(s[t][k], lo, a[t][0], c);
-                        s[t][k] = nx_sdot(s[t][k], hi, a[t][0], 2 + c);
-                    }
-                }
+        if (q8) { /* the halves one after the other: 4 activation registers live, not 8 */
+            int v;
+            for (v = 0; v < 2; v++) {
+                for (t = 0; t < T; t++) a[t][0] = vld1q_s8(q[t] + 16 * v);
+                nx_q8_sdot(k0, K, T, cs + 256 * v, a, 0, 0, s);
+                nx_q8_sdot(k0, K, T, cs + 256 * v + 64, a, 0, 1, s);
+                nx_q8_sdot(k0, K, T, cs + 256 * v + 128, a, 0, 2, s);
+                nx_q8_sdot(k0, K, T, cs + 256 * v + 192, a, 0, 3, s);
+            }
+        } else {
+            for (t = 0; t < T; t++) a[t][0] = vld1q_s8(q[t]);
+            nx_q4s_sdot(k0, K, T, cb, a, 0, s);
+            nx_q4s_sdot(k0, K, T, cb + 64, a, 1, s);
         }
         return;
     }
 #endif
     (void)dot;
+    for (t = 0; t < T; t++) {
+        a[t][0] = vld1q_s8(q[t]);
+        a[t][1] = q8 ? vld1q_s8(q[t] + 16) : a[t][0];
+    }
     {
         int32x4_t lo[NX_MAXT][NX_MAXK], hi[NX_MAXT][NX_MAXK];
-        for (t = 0; t < T; t++)
-            for (k = 0; k < K; k++) lo[t][k] = hi[t][k] = vdupq_n_s32(0);
         if (q8) {
-            for (c = 0; c < 8; c += 2) {
-                int8x16_t d0[NX_MAXT], d1[NX_MAXT];
-                for (t = 0; t < T; t++) {
-                    d0[t] = nx_dup(a[t][c / 4], c % 4);
-                    d1[t] = nx_dup(a[t][c / 4], c % 4 + 1);
-                }
-                for (k = 0; k < K; k++) {
-                    int8x16_t w0 = vld1q_s8((const int8_t *)cb + c * 64 + (k0 + k) * 16);
-                    int8x16_t w1 = vld1q_s8((const int8_t *)cb + (c + 1) * 64 + (k0 + k) * 16);
-                    for (t = 0; t < T; t++) nx_mull2(&lo[t][k], &hi[t][k], w0, d0[t], w1, d1[t]);
-                }
-            }
+            for (t = 0; t < T; t++)
+                for (k = 0; k < K; k++) lo[t][k] = hi[t][k] = vdupq_n_s32(0);
+            nx_q8_smull(k0, K, T, cs, a, 0, 0, lo, hi);
+            nx_q8_smull(k0, K, T, cs + 128, a, 0, 2, lo, hi);
+            nx_q8_smull(k0, K, T, cs + 256, a, 1, 0, lo, hi);
+            nx_q8_smull(k0, K, T, cs + 384, a, 1, 2, lo, hi);
         } else { /* codes 0..15: |code * q| <= 1905, the block's 4 pairs of a row fit an int16 */
             int8x16_t d[NX_MAXT][4];
-            for (t = 0; t < T; t++)
-                for (c = 0; c < 4; c++) d[t][c] = nx_dup(a[t][0], c);
+            for (t = 0; t < T; t++) {
+                d[t][0] = nx_dup(a[t][0], 0);
+                d[t][1] = nx_dup(a[t][0], 1);
+                d[t][2] = nx_dup(a[t][0], 2);
+                d[t][3] = nx_dup(a[t][0], 3);
+            }
             for (k = 0; k < K; k++) {
                 uint8x16_t r0 = vld1q_u8(cb + (k0 + k) * 16), r1 = vld1q_u8(cb + 64 + (k0 + k) * 16);
                 int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, vdupq_n_u8(15))), h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
@@ -205,16 +254,19 @@ CISM__INLINE void nx_store(const float *o, int T, int64_t lo, int64_t hi, float 
 }
 
 /* Rows [r0, r1) of a matrix of whole groups of 16 rows; a group partly in the
-   range is computed (the row registers it touches) and stored in part.
-   Decode: one group x 1 token per tile. Prefill (SDOT): half groups (2 row
-   registers, 8 rows) x 4 tokens, so each weight register feeds 4 SDOTs;
-   (SMULL): half groups x 2 tokens. Tokens in blocks whose activations stay
-   in L2; the remaining tokens one at a time. */
+   range is computed (the half groups it touches, or all of it for a single
+   token) and stored in part. Decode: one group x 1 token per tile. Prefill:
+   half groups (2 row registers, 8 rows) x 4 tokens with SDOT, so each weight
+   register feeds 4 SDOTs; x 2 tokens for q4sx16 with SMULL; q8x16 with SMULL
+   keeps the decode tile (8 rows x 2 tokens spill there). Tokens in blocks
+   whose activations stay in L2; the tokens left over one at a time. */
 CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
                                int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     const uint8_t *xb = (const uint8_t *)xq;
-    const int TP = dot == NQ_SDOT ? 4 : 2;
+    /* tokens per prefill tile: SMULL on q8 spills with 2 tokens x 8 rows, so
+       it keeps the decode tile */
+    const int TP = dot == NQ_SDOT ? 4 : q8 ? 1 : 2;
     int64_t tb = nq_token_block(ldq, TP), t0, t, gi;
     float o[NX_MAXT * 16];
     const cism__act8 *a[NX_MAXT];
@@ -227,7 +279,7 @@ CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint6
             int64_t lo = r0 > gi * CISM__X16 ? r0 - gi * CISM__X16 : 0;
             int64_t hi = r1 - gi * CISM__X16 < CISM__X16 ? r1 - gi * CISM__X16 : CISM__X16;
             float *yg = y + gi * CISM__X16;
-            for (h = 0; h < 2; h++) { /* prefill: the half groups with rows in range */
+            for (h = 0; h < 2 && TP > 1; h++) { /* prefill: the half groups with rows in range */
                 int64_t hl = lo > 8 * h ? lo : 8 * h, hh = hi < 8 * h + 8 ? hi : 8 * h + 8;
                 if (hl >= hh) continue;
                 for (t = t0; t + TP <= t1; t += TP) {
@@ -235,11 +287,12 @@ CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint6
                         a[i] = nq_act(xb, ldq, t + i, 0);
                         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
                     }
-                    nx_tile(q8, dot, 2 * h, 2, TP, grp, &g, a, hs, o);
+                    if (h) nx_tile(q8, dot, 2, 2, TP, grp, &g, a, hs, o); /* k0 a constant */
+                    else nx_tile(q8, dot, 0, 2, TP, grp, &g, a, hs, o);
                     nx_store(o, TP, hl, hh, yg + t * ldy, ldy);
                 }
             }
-            for (t = t1 - (t1 - t0) % TP; t < t1; t++) { /* decode, and the tokens left over */
+            for (t = TP > 1 ? t1 - (t1 - t0) % TP : t0; t < t1; t++) { /* decode, and the tokens left over */
                 a[0] = nq_act(xb, ldq, t, 0);
                 hs[0] = cism__act8_half_sums((void *)(uintptr_t)a[0], cols);
                 nx_tile(q8, dot, 0, 4, 1, grp, &g, a, hs, o);
