@@ -190,6 +190,140 @@ CISM__INLINE void f_matmul(const int dt, const void *w, uint64_t rb, int64_t col
     }
 }
 
+/* ---- float activations, interleaved dtypes (q8x16, q4sx16) ------------------------------- */
+/* Row lanes: a row register (4 rows x 4 bytes of a chunk) is transposed by
+   one TBL into 4 columns x 4 rows, decoded as above (one FMA per 4 weights,
+   with the 4 rows' scales in the lanes), and each column meets its
+   activation by a lane-indexed FMA into the accumulator of column c mod 8.
+   Per row that is the row layouts' sequence (8 lanes, columns in order, the
+   hsum8 tree), so these give the bits of the NEON q8 / q4s kernels above. */
+static const uint8_t fx_tr4[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+/* acc + w * lane l of x (l a constant) */
+CISM__INLINE float32x4_t fx_fma(float32x4_t acc, float32x4_t w, float32x4_t x, const int l) {
+    switch (l) {
+    case 0: return vfmaq_laneq_f32(acc, w, x, 0);
+    case 1: return vfmaq_laneq_f32(acc, w, x, 1);
+    case 2: return vfmaq_laneq_f32(acc, w, x, 2);
+    default: return vfmaq_laneq_f32(acc, w, x, 3);
+    }
+}
+
+/* acc[t][4h + j] += column j of wv times activation j of x[t] + 4q (the 4
+   columns of a transposed row register) */
+CISM__INLINE void fx_fma4(const int T, float32x4_t acc[2][8], const float32x4_t *wv, const float *const *xb, const int q,
+                          const int h) {
+    int t;
+    for (t = 0; t < T; t++) {
+        float32x4_t xv = vld1q_f32(xb[t] + 4 * q);
+        acc[t][4 * h + 0] = fx_fma(acc[t][4 * h + 0], wv[0], xv, 0);
+        acc[t][4 * h + 1] = fx_fma(acc[t][4 * h + 1], wv[1], xv, 1);
+        acc[t][4 * h + 2] = fx_fma(acc[t][4 * h + 2], wv[2], xv, 2);
+        acc[t][4 * h + 3] = fx_fma(acc[t][4 * h + 3], wv[3], xv, 3);
+    }
+}
+
+/* Weight block b of rows 4k..4k+3 of a group x T <= 2 tokens (xb[t]: the
+   block's activations of token t) into acc */
+CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t b,
+                           const float *const *xb, float32x4_t acc[2][8], uint8x16_t tr) {
+    const uint8_t *sc = grp + g->codes_bytes;
+    float32x4_t wv[4];
+    fdq s;
+    if (q8) {
+        const uint8_t *cb = grp + b * 512 + k * 16;
+        int j;
+        s.dv = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + b * 32 + k * 8)));
+        s.nb = vmulq_n_f32(s.dv, -1152.0f);
+        for (j = 0; j < 8; j += 2) { /* chunk j: columns 4j..4j+3 (lanes 0-3), chunk j + 1: lanes 4-7 */
+            f_dec16(veorq_u8(vqtbl1q_u8(vld1q_u8(cb + j * 64), tr), vdupq_n_u8(0x80)), s, wv);
+            fx_fma4(T, acc, wv, xb, j, 0);
+            f_dec16(veorq_u8(vqtbl1q_u8(vld1q_u8(cb + j * 64 + 64), tr), vdupq_n_u8(0x80)), s, wv);
+            fx_fma4(T, acc, wv, xb, j + 1, 1);
+        }
+    } else { /* chunk j: columns 4j..4j+3 (low nibbles) and 8+4j.. (high), lanes 4j.. */
+        const uint8_t *cb = grp + b * 128 + k * 16;
+        uint8x16_t c0 = vqtbl1q_u8(vld1q_u8(cb), tr), c1 = vqtbl1q_u8(vld1q_u8(cb + 64), tr);
+        uint32_t e;
+        float32x4_t dhi;
+        memcpy(&e, sc + b * 16 + k * 4, 4);
+        nq_e4m3x8(vreinterpret_u8_u32(vdup_n_u32(e)), &s.dv, &dhi);
+        s.nb = vmulq_n_f32(s.dv, -1032.0f);
+        f_dec16(vandq_u8(c0, vdupq_n_u8(15)), s, wv);
+        fx_fma4(T, acc, wv, xb, 0, 0);
+        f_dec16(vshrq_n_u8(c0, 4), s, wv);
+        fx_fma4(T, acc, wv, xb, 2, 0);
+        f_dec16(vandq_u8(c1, vdupq_n_u8(15)), s, wv);
+        fx_fma4(T, acc, wv, xb, 1, 1);
+        f_dec16(vshrq_n_u8(c1, 4), s, wv);
+        fx_fma4(T, acc, wv, xb, 3, 1);
+    }
+}
+
+/* Rows 4k..4k+3 of a group x T <= 2 tokens: o[t * 4 + i]. A last, partial
+   block takes its activations from a zero-padded copy. */
+CISM__INLINE void fx_tile(const int q8, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t cols,
+                          const float *x, int64_t ldx, float *o) {
+    const uint8x16_t tr = vld1q_u8(fx_tr4);
+    const int B = q8 ? 32 : 16;
+    const int64_t nfull = cols / B;
+    float32x4_t acc[2][8];
+    const float *xb[2];
+    int64_t b;
+    int t, j;
+    for (t = 0; t < T; t++)
+        for (j = 0; j < 8; j++) acc[t][j] = vdupq_n_f32(0.0f);
+    for (b = 0; b < nfull; b++) {
+        for (t = 0; t < T; t++) xb[t] = x + t * ldx + b * B;
+        fx_block(q8, T, grp, g, k, b, xb, acc, tr);
+    }
+    if (nfull < g->nb) {
+        float xt[2][32];
+        memset(xt, 0, sizeof(xt));
+        for (t = 0; t < T; t++) {
+            memcpy(xt[t], x + t * ldx + nfull * B, (size_t)(cols - nfull * B) * sizeof(float));
+            xb[t] = xt[t];
+        }
+        fx_block(q8, T, grp, g, k, nfull, xb, acc, tr);
+    }
+    for (t = 0; t < T; t++) { /* ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)), the tree of hsum8 */
+        float32x4_t s0 = vaddq_f32(acc[t][0], acc[t][4]), s1 = vaddq_f32(acc[t][1], acc[t][5]);
+        float32x4_t s2 = vaddq_f32(acc[t][2], acc[t][6]), s3 = vaddq_f32(acc[t][3], acc[t][7]);
+        vst1q_f32(o + 4 * t, vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    }
+}
+
+/* Rows [r0, r1) (groups of 16 rows; row registers partly in the range are
+   computed and stored in part): 4 rows x 2 tokens, the last token alone,
+   tokens blocked as in f_matmul. */
+CISM__INLINE void fx_matmul(const int q8, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    const cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    int64_t r, t, t0, tb = CISM__X_BLOCK_BYTES / (cols * 4);
+    float o[8];
+    tb -= tb % 2;
+    if (tb < 2) tb = 2;
+    for (t0 = 0; t0 < nt; t0 += tb) {
+        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
+        for (r = r0 - r0 % 4; r < r1; r += 4) {
+            const uint8_t *grp = (const uint8_t *)w + (uint64_t)(r / CISM__X16) * CISM__X16 * rb;
+            const int k = (int)(r % CISM__X16) / 4;
+            int64_t lo = r0 > r ? r0 - r : 0, hi = r1 - r < 4 ? r1 - r : 4, i;
+            for (t = t0; t + 2 <= t1; t += 2) {
+                fx_tile(q8, 2, grp, &g, k, cols, x + t * ldx, ldx, o);
+                for (i = lo; i < hi; i++) {
+                    y[t * ldy + r + i] = o[i];
+                    y[(t + 1) * ldy + r + i] = o[4 + i];
+                }
+            }
+            if (t < t1) {
+                fx_tile(q8, 1, grp, &g, k, cols, x + t * ldx, ldx, o);
+                for (i = lo; i < hi; i++) y[t * ldy + r + i] = o[i];
+            }
+        }
+    }
+}
+
 /* ---- the tier's entries --------------------------------------------------------------------- */
 #define NQ_ENTRIES(nm, DT)                                                                                          \
     static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,       \
@@ -206,8 +340,15 @@ NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
 NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
 NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
 
-/* the interleaved dtypes, int8 activations (neon_x16.h); their float path
-   stays the scalar tier's */
+/* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
+static void matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                         int64_t nt, int64_t r0, int64_t r1) {
+    fx_matmul(1, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+static void matmul_q4sx16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                          int64_t nt, int64_t r0, int64_t r1) {
+    fx_matmul(0, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
 static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                             int64_t nt, int64_t r0, int64_t r1) {
     nx_matmul_a8(1, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
@@ -223,6 +364,8 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_FP4] = matmul_fp4;
     k->matmul[CISM_DTYPE_NL4] = matmul_nl4;
     k->matmul[CISM_DTYPE_Q4S] = matmul_q4s;
+    k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
+    k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
