@@ -471,6 +471,38 @@ static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
     free(p); free(xq); free(xq_ref); free(wq); free(x); free(ys); free(yk); free(ysplit);
 }
 
+/* An interleaved dtype gives the bits of its base dtype on the same rows, on
+   every tier, for float and int8 activations (QUANTIZATION.md: the layout
+   never changes a result). */
+static void x16_same_as_rows(const cism__kernels *k, const cism__kernels *ref, int32_t dt, int64_t rows, int64_t cols,
+                             int64_t nt) {
+    const int32_t base = cism__dtype_base(dt);
+    const uint64_t rb = (uint64_t)cism_dtype_row_bytes(dt, cols);
+    const int64_t aq = cism__act8_row_bytes(cols), ldy = rows + 1;
+    cism__matmul_fn mx = k->matmul[dt] ? k->matmul[dt] : ref->matmul[dt];
+    cism__matmul_fn mb = k->matmul[base] ? k->matmul[base] : ref->matmul[base];
+    cism__matmul_a8_fn qx = k->matmul_a8[dt] ? k->matmul_a8[dt] : ref->matmul_a8[dt];
+    cism__matmul_a8_fn qb = k->matmul_a8[base] ? k->matmul_a8[base] : ref->matmul_a8[base];
+    uint8_t *plain = (uint8_t *)malloc((size_t)rows * rb), *grp = (uint8_t *)malloc((size_t)rows * rb);
+    uint8_t *xq = (uint8_t *)malloc((size_t)(nt * aq));
+    float *x = (float *)malloc((size_t)(nt * cols) * 4), *y0 = (float *)calloc((size_t)(nt * ldy), 4);
+    float *y1 = (float *)calloc((size_t)(nt * ldy), 4);
+    int64_t g, t;
+    random_packed(base, rows, cols, plain, 0);
+    for (g = 0; g < rows; g += CISM__X16) cism__x16_interleave(dt, plain + g * rb, rb, grp + g * rb);
+    fill(x, nt * cols);
+    for (t = 0; t < nt; t++) ref->quantize_act(x + t * cols, cols, xq + t * aq);
+    mb(plain, rb, cols, x, cols, y0, ldy, nt, 0, rows);
+    mx(grp, rb, cols, x, cols, y1, ldy, nt, 0, rows);
+    CHECK_MSG(memcmp(y0, y1, (size_t)(nt * ldy) * 4) == 0, "%s matmul %s %lldx%lld nt %lld: not the bits of the row layout",
+              k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt);
+    qb(plain, rb, cols, xq, aq, y0, ldy, nt, 0, rows);
+    qx(grp, rb, cols, xq, aq, y1, ldy, nt, 0, rows);
+    CHECK_MSG(memcmp(y0, y1, (size_t)(nt * ldy) * 4) == 0, "%s matmul_a8 %s %lldx%lld nt %lld: not the bits of the row layout",
+              k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt);
+    free(plain); free(grp); free(xq); free(x); free(y0); free(y1);
+}
+
 /* quantize_act on values that hit its corners: exact halves (ties round away
    from zero), a block max of exactly 127 (scale 1), zeros, -0, subnormals,
    huge values, infinities and NaN (ignored by the max), tails of every length. */
@@ -541,7 +573,10 @@ static void vs_scalar(const cism__kernels *k) {
         int64_t xs[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 48, 2}, {16, 172, 9}, {48, 300, 13}, {16, 576, 1},
                            {32, 1000, 6}, {64, 64, 8}, {16, 33, 17}, {80, 96, 5}};
         for (d = 0; d < sizeof(xdt) / sizeof(xdt[0]); d++)
-            for (s = 0; s < sizeof(xs) / sizeof(xs[0]); s++) packed_vs_scalar(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2], 0);
+            for (s = 0; s < sizeof(xs) / sizeof(xs[0]); s++) {
+                packed_vs_scalar(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2], 0);
+                x16_same_as_rows(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2]);
+            }
         /* every E4M3 scale code, NaNs included */
         packed_vs_scalar(k, ref, CISM_DTYPE_Q4S, 2, 16 * 128, 3, 1);
         packed_vs_scalar(k, ref, CISM_DTYPE_FP4, 5, 16 * 52, 5, 1);
