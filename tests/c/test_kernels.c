@@ -557,6 +557,10 @@ static void vs_scalar(const cism__kernels *k) {
         for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) /* none is silently the scalar tier's */
             CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
                       k->name, cism_dtype_name(dt));
+    if (strncmp(k->name, "neon", 4) == 0) /* the ARM64 tiers also have the float-activation path of every packed dtype */
+        for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++)
+            CHECK_MSG(k->matmul[dt] && k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name,
+                      cism_dtype_name(dt));
     for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);

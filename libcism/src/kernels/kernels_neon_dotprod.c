@@ -4,8 +4,9 @@
  * The float kernels gain nothing from SDOT, so this tier keeps the NEON
  * tier's (the float-activation path of the packed formats included); the
  * int8-activation matmuls of every packed format use SDOT here, in the loops
- * of neon_quant.h: 4 rows x 1 token for decode, 4 rows x 4 tokens for
- * prefill (docs/KERNELS.md). Bit-identical to the scalar tier, like every
+ * of neon_quant.h: 4 rows x 1 token for decode, 8 rows x 4 tokens for
+ * prefill (docs/KERNELS.md); the interleaved dtypes by lane-indexed SDOT on
+ * their 4-row registers (neon_x16.h). Bit-identical to the scalar tier, like every
  * int8-activation kernel of the ARM tiers. dispatch.c selects this tier only
  * when HWCAP/sysctl report dotprod, and the qemu runs in CI check that
  * selection per CPU model. */

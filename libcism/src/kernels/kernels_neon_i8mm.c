@@ -8,7 +8,10 @@
  * tokens here (two row pairs x two token pairs, each row pair's 8-byte
  * column chunks interleaved by TRN1/TRN2 on 64-bit lanes); a single token
  * (decode) and the remainders take the dotprod tier's SDOT loops. All give the
- * scalar tier's bits (neon_quant.h). The float kernels are the NEON tier's.
+ * scalar tier's bits (neon_quant.h). The interleaved dtypes (q8x16,
+ * q4sx16) keep the dotprod tier's lane-indexed SDOT kernels (neon_x16.h):
+ * SMMLA wants 8 bytes of two rows side by side, their chunks hold 4 bytes
+ * per row. The float kernels are the NEON tier's.
  * dispatch.c selects this tier only when HWCAP2/sysctl report i8mm, and the
  * qemu runs in CI check that selection per CPU model. */
 #include "neon_quant.h"

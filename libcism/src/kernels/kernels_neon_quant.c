@@ -9,7 +9,9 @@
  *   - float activations: each weight block decoded into f32 lanes (exactly
  *     scale * level) and dotted with FMA in the NEON tier's 8 lanes and
  *     reduction tree, so these differ from the scalar tier only as the NEON
- *     f32 matmul does (kernel_bounds.h).
+ *     f32 matmul does (kernel_bounds.h); the interleaved dtypes (q8x16,
+ *     q4sx16) with the same numerics in row lanes, their int8 path in
+ *     neon_x16.h.
  *
  * Decoding to f32 without int->float conversions: a level plus an offset
  * is a byte u in 0..255; the f16 with bits 0x6400 | u is exactly 1024 + u,
