@@ -11,8 +11,9 @@
  * activations are loaded once per block and never shuffled, and each int32
  * lane is one row's exact block sum (no horizontal sums). Without dotprod the
  * same lanes come from SMULL/SMLAL on the activation 4 bytes duplicated
- * (DUP), two chunks summed in int16, SADALP into int32 and one ADDP per
- * block.
+ * (DUP), two chunks (q8x16) or the whole block (q4sx16) summed in int16,
+ * widened pairwise into int32 and one ADDP per block. (The float-activation
+ * path of these dtypes is in kernels_neon_quant.c.)
  *
  * q4sx16 codes enter as they are (0..15, signed bytes) and the block's int32
  * starts at -8 * (the sum of its 16 activations), the half-block sums
