@@ -162,13 +162,15 @@ def _tokenizer_family(preset_name: str) -> Optional[Tuple[str, str]]:
 
 
 def shared_tokenizers_dir() -> Optional[str]:
-    """../shared/models/tokenizers next to the source tree or $CISM_SHARED_DIR/models/tokenizers."""
+    """$CISM_SHARED_DIR/models/tokenizers, else shared/models/tokenizers beside the source tree
+    (an editable install) or beside the current directory (../shared from the project root)."""
     cands = []
     if os.environ.get("CISM_SHARED_DIR"):
         cands.append(os.path.join(os.environ["CISM_SHARED_DIR"], "models", "tokenizers"))
     here = os.path.dirname(os.path.abspath(__file__))
-    for up in (2, 3, 4):
-        cands.append(os.path.join(here, *([".."] * up), "shared", "models", "tokenizers"))
+    for base in (here, os.getcwd()):
+        for up in (0, 1, 2, 3, 4):
+            cands.append(os.path.join(base, *([".."] * up), "shared", "models", "tokenizers"))
     for c in cands:
         if os.path.isdir(c):
             return os.path.abspath(c)
