@@ -41,8 +41,7 @@
    2 MiB boundary with MADV_HUGEPAGE, so transparent huge pages back it where the
    system allows them (decode streams every weight once per token; with 4 KiB
    pages the TLB misses and the hardware prefetchers' stops at page boundaries
-   cost 12-20% of the bandwidth here: docs/PERFORMANCE.md). A mapped file cannot
-   get them on kernels without CONFIG_READ_ONLY_THP_FOR_FS. Elsewhere: malloc. */
+   cost 12-20% of the bandwidth here: docs/PERFORMANCE.md). Elsewhere: malloc. */
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
 #define HUGE_COPY 1
 static const size_t g_huge = (size_t)2 << 20;
@@ -78,6 +77,39 @@ static void copy_free(uint8_t *p, size_t size, int how) {
     free(p);
 }
 
+/* A read-only shared mapping of the whole file. On Linux it starts on a 2 MiB
+   boundary and is advised MADV_HUGEPAGE: where the file system keeps the file in
+   large page-cache folios (ext4, xfs, tmpfs on recent kernels; a file written in
+   large writes or first read through this mapping), the kernel maps 2 MiB
+   aligned parts of it with huge pages, which the decode loop's streaming reads
+   run measurably faster over (docs/PERFORMANCE.md). Elsewhere, or if any step
+   fails, a plain mapping. */
+static void *map_file(int fd, size_t size) {
+#if defined(HUGE_COPY)
+    if (size >= g_huge) {
+        size_t span = size + g_huge;
+        uint8_t *r = (uint8_t *)mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r != MAP_FAILED) {
+            uint8_t *a = (uint8_t *)(((uintptr_t)r + g_huge - 1) & ~(uintptr_t)(g_huge - 1));
+            void *p = mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+            if (p == MAP_FAILED) {
+                munmap(r, span);
+            } else {
+                size_t tail = (size_t)((r + span) - (a + size));
+                if (a > r) munmap(r, (size_t)(a - r)); /* the reservation around the file */
+                if (tail > 0) {
+                    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE), t = ((uintptr_t)(a + size) + ps - 1) & ~(ps - 1);
+                    if (t < (uintptr_t)(r + span)) munmap((void *)t, (size_t)((uintptr_t)(r + span) - t));
+                }
+                madvise(p, size, MADV_HUGEPAGE);
+                return p;
+            }
+        }
+    }
+#endif
+    return mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+}
+
 int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen) {
     struct stat st;
     int fd;
@@ -109,7 +141,7 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
         return -1;
     }
     if (use_mmap) {
-        void *p = mmap(NULL, (size_t)view->size, PROT_READ, MAP_SHARED, fd, 0);
+        void *p = map_file(fd, (size_t)view->size);
         if (p != MAP_FAILED) {
             view->data = (const uint8_t *)p;
             view->mapped = 1;
