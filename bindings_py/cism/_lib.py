@@ -51,6 +51,7 @@ PARAM_LOGITS_ALL = 5
 PARAM_CHECK_WEIGHTS = 6
 PARAM_ACT_QUANT = 7
 PARAM_KERNEL_TIER = 8
+PARAM_ACT_STATS = 9
 # cism_kernel_tier
 TIER_AUTO, TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_NEON, TIER_NEON_DOTPROD, TIER_NEON_I8MM = range(7)
 # cism_dtype
@@ -220,6 +221,11 @@ _fn("cism_dtype_row_bytes", c_int64, c_int32, c_int64)
 #                           int64_t *dst_size, int32_t n_threads);
 _fn("cism_quantize", c_int32, c_int32, POINTER(c_float), c_int64, c_int64, POINTER(c_float), c_void_p, c_int64,
     POINTER(c_int64), c_int32)
+# cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
+#                                 const double *gram, int64_t gram_block, void *dst, int64_t dst_capacity,
+#                                 int64_t *dst_size, int32_t n_threads);
+_fn("cism_quantize_gram", c_int32, c_int32, POINTER(c_float), c_int64, c_int64, POINTER(c_double), c_int64, c_void_p,
+    c_int64, POINTER(c_int64), c_int32)
 # cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst);
 _fn("cism_dequantize", c_int32, c_int32, c_void_p, c_int64, c_int64, POINTER(c_float))
 
@@ -269,6 +275,14 @@ _fn("cism_session_n_past", c_int32, cism_session_p)
 _fn("cism_session_n_ctx", c_int32, cism_session_p)
 # void cism_session_cancel(cism_session *session);
 _fn("cism_session_cancel", None, cism_session_p)
+# cism_status cism_session_act_stats(const cism_session *session, const char *tensor, double *sums,
+#                                    int64_t capacity, int64_t *n_cols, int64_t *n_rows);
+_fn("cism_session_act_stats", c_int32, cism_session_p, c_char_p, POINTER(c_double), c_int64, POINTER(c_int64),
+    POINTER(c_int64))
+# cism_status cism_session_act_gram(const cism_session *session, const char *tensor, double *blocks,
+#                                   int64_t capacity, int64_t *n_values, int64_t *n_rows);
+_fn("cism_session_act_gram", c_int32, cism_session_p, c_char_p, POINTER(c_double), c_int64, POINTER(c_int64),
+    POINTER(c_int64))
 
 # ---- sampling ------------------------------------------------------------------
 # cism_status cism_sampler_create(cism_sampler **out);

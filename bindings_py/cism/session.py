@@ -63,6 +63,9 @@ class Session:
     set: every tier is tested against "scalar"),
     act_quant (None: the library default, int8 activations and integer dot
     products for packed weights; False: float activations; True: int8).
+    act_stats (experimental, quantization calibration: 1 sums the squares of
+    every matrix's inputs per column, read by act_stats(); G >= 2 also the
+    G x G blocks along the diagonal of their Gram matrix, read by act_gram()).
 
     A session is used by one thread at a time (calls are serialized by a
     lock); cancel() may be called from any thread.
@@ -70,12 +73,13 @@ class Session:
 
     def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  n_batch: Optional[int] = None, logits_all: bool = False, kernel_tier: Union[str, int] = "auto",
-                 act_quant: Optional[bool] = None):
+                 act_quant: Optional[bool] = None, act_stats: int = 0):
         self.model = model
         h = _lib.cism_session_p()
         with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
                     logits_all=int(logits_all), kernel_tier=kernel_tier,
-                    act_quant=None if act_quant is None else int(act_quant)) as p:
+                    act_quant=None if act_quant is None else int(act_quant),
+                    act_stats=int(act_stats) if act_stats else None) as p:
             check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_session, h.value)
@@ -84,6 +88,7 @@ class Session:
         self.logits_all = bool(logits_all)
         self.n_rows = 0          # logits rows available from the last eval
         self._cancel = threading.Event()
+        self._act_gram_block = int(act_stats)
 
     # ---- lifetime ----
     def _h(self) -> int:
@@ -145,6 +150,37 @@ class Session:
         h = self._handle
         if h:
             _lib.lib.cism_session_cancel(h)
+
+    def act_stats(self, tensor: str):
+        """(sums, n_rows): per-column sums of the squares of the inputs weight
+        matrix `tensor` ("blk.0.ffn_down", "output", a tied "token_embd") was
+        multiplied with since the session was created (needs act_stats >= 1)."""
+        cols, rows = ctypes.c_int64(), ctypes.c_int64()
+        name = tensor.encode()
+        with self._lock:
+            st = _lib.lib.cism_session_act_stats(self._h(), name, None, 0, ctypes.byref(cols), ctypes.byref(rows))
+            if st != _lib.ERR_BUFFER_SMALL:
+                check(st)
+            out = np.zeros(cols.value, dtype=np.float64)
+            check(_lib.lib.cism_session_act_stats(self._h(), name, out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                                                  out.size, ctypes.byref(cols), ctypes.byref(rows)))
+        return out, int(rows.value)
+
+    def act_gram(self, tensor: str):
+        """(blocks [n_blocks, G, G], n_rows): the G x G blocks along the diagonal
+        of the Gram matrix (sum of x x^T) of `tensor`'s inputs since the session
+        was created (needs act_stats=G >= 2)."""
+        n, rows = ctypes.c_int64(), ctypes.c_int64()
+        name = tensor.encode()
+        with self._lock:
+            st = _lib.lib.cism_session_act_gram(self._h(), name, None, 0, ctypes.byref(n), ctypes.byref(rows))
+            if st != _lib.ERR_BUFFER_SMALL:
+                check(st)
+            out = np.zeros(n.value, dtype=np.float64)
+            check(_lib.lib.cism_session_act_gram(self._h(), name, out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                                                 out.size, ctypes.byref(n), ctypes.byref(rows)))
+        g = self._act_gram_block
+        return out.reshape(-1, g, g), int(rows.value)
 
     # ---- evaluation ----
     def eval(self, tokens: Tokens) -> None:

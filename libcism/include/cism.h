@@ -120,7 +120,11 @@ enum {
                                    weight matrices to int8 blocks and use integer dot products;
                                    0 = float activations (each weight block decoded to f32).
                                    No effect on f32/f16/bf16 weights. */
-    CISM_PARAM_KERNEL_TIER = 8  /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
+    CISM_PARAM_KERNEL_TIER = 8, /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
+    CISM_PARAM_ACT_STATS  = 9   /* int 0..4096, default 0. Experimental (quantization calibration):
+                                   1 = the session sums the squares of every weight matrix's inputs
+                                   per column (cism_session_act_stats); G >= 2 = also the G x G
+                                   blocks along the diagonal of their Gram matrix (cism_session_act_gram) */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
@@ -195,6 +199,21 @@ CISM_API int64_t     cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
 CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
                                    const float *importance, void *dst, int64_t dst_capacity,
                                    int64_t *dst_size, int32_t n_threads);
+/* Experimental (quantization calibration; docs/QUANTIZATION.md). As
+   cism_quantize, with rounding that compensates each weight's rounding error
+   on the following columns (GPTQ) from the second moments of the matrix's
+   inputs: gram holds the blocks along the diagonal of sum(x x^T) as
+   cism_session_act_gram returns them (block k covers columns [kG, kG + G),
+   G x G values row-major; padded with zeros past cols; any positive scale),
+   G = gram_block a multiple of the format's block, at most 4096. Errors are
+   compensated within each block of G columns; the scale search weighs each
+   column by the Gram diagonal. Formats without a scale search (q8, floats)
+   and gram NULL or all zero give cism_quantize's plain rounding. Refuses
+   non-finite or negative-diagonal statistics. The same input always gives the
+   same bytes, whatever n_threads. */
+CISM_API cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
+                                        const double *gram, int64_t gram_block, void *dst, int64_t dst_capacity,
+                                        int64_t *dst_size, int32_t n_threads);
 /* Decodes n_rows packed rows of dtype (cism_dtype_row_bytes(dtype, cols) bytes
    apart) into n_rows * cols f32 values. */
 CISM_API cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst);
@@ -286,6 +305,26 @@ CISM_API int32_t     cism_session_n_ctx(const cism_session *session);    /* its 
    CISM_ERR_CANCELLED (tokens completed before the stop are kept).
    Thread-safe. The request is cleared when the next eval/generate starts. */
 CISM_API void        cism_session_cancel(cism_session *session);
+/* Experimental (quantization calibration; docs/QUANTIZATION.md). For a session
+   created with CISM_PARAM_ACT_STATS: the activation statistics of weight
+   matrix `tensor` (a matrix name of the file: "blk.3.ffn_down", "output", or
+   "token_embd" of a model whose output head is the tied embedding), summed
+   over every input row the matrix has been multiplied with since the session
+   was created (reset and rewind keep them): sums[c] = sum of x[c]^2 over those
+   rows, c < cols. *n_cols gets cols, *n_rows the number of rows (either may be
+   NULL). With capacity < cols nothing is written to sums and the status is
+   CISM_ERR_BUFFER_SMALL. Matrices with the same input (Q/K/V, gate/up) report
+   the same sums. CISM_ERR_STATE without CISM_PARAM_ACT_STATS. */
+CISM_API cism_status cism_session_act_stats(const cism_session *session, const char *tensor, double *sums,
+                                            int64_t capacity, int64_t *n_cols, int64_t *n_rows);
+/* Experimental. With CISM_PARAM_ACT_STATS = G >= 2: the blocks along the
+   diagonal of the Gram matrix of `tensor`'s inputs (sum over the same rows of
+   x x^T): block k covers columns [kG, kG + G) and is stored as G x G values,
+   row-major (blocks[k*G*G + a*G + b] = sum of x[kG+a] * x[kG+b]); a last
+   narrower block is padded with zeros. *n_values gets ceil(cols/G) * G * G;
+   otherwise as cism_session_act_stats (CISM_ERR_STATE when G < 2). */
+CISM_API cism_status cism_session_act_gram(const cism_session *session, const char *tensor, double *blocks,
+                                           int64_t capacity, int64_t *n_values, int64_t *n_rows);
 
 /* ---- sampling ------------------------------------------------------------ */
 typedef struct cism_sampler cism_sampler;

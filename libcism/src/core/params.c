@@ -18,6 +18,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->check_weights = 0;
     p->kernel_tier = CISM_TIER_AUTO;
     p->act_quant = 1;
+    p->act_stats = 0;
 }
 
 int cism__default_threads(void) {
@@ -53,6 +54,7 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_CHECK_WEIGHTS: return &p->check_weights;
     case CISM_PARAM_KERNEL_TIER: return &p->kernel_tier;
     case CISM_PARAM_ACT_QUANT: return &p->act_quant;
+    case CISM_PARAM_ACT_STATS: return &p->act_stats;
     default: return NULL;
     }
 }
@@ -70,6 +72,7 @@ cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t val
     case CISM_PARAM_KV_TYPE: ok = value == CISM_DTYPE_F32 || value == CISM_DTYPE_F16; break;
     case CISM_PARAM_N_BATCH: ok = value >= 1 && value <= 65536; break;
     case CISM_PARAM_KERNEL_TIER: ok = value >= CISM_TIER_AUTO && value <= CISM_TIER_NEON_I8MM; break;
+    case CISM_PARAM_ACT_STATS: ok = value >= 0 && value <= 4096; break;
     default: ok = value == 0 || value == 1; break;
     }
     if (!ok) return cism__fail(CISM_ERR_INVALID_ARG, "cism_params_set_int: value %lld is out of range for parameter %d",

@@ -230,12 +230,13 @@ static inline int try_scale(const sorted4 *s, const float *xs, const float *wx, 
     return 0;
 }
 
-/* One 4-bit block: n <= block real weights (the rest is padding), out gets block_bytes. */
-static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *x, const float *w, int n, uint8_t *out) {
+/* The scale of one 4-bit block of n <= block real weights (the rest is
+   padding): searched, encoded into out (1 or 2 bytes); returns the encoded
+   value (0 for an all-zero block). */
+static float block_scale4(const cism__fmt4 *f, const sorted4 *s, const float *x, const float *w, int n, uint8_t *out) {
     float xm = 0.0f, best_d = 0.0f, d_enc;
     double best = -1.0;
-    int idx[32], i, c, half = f->block / 2, B = f->block;
-    uint8_t *q = out + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+    int idx[32], i, c, B = f->block;
     for (i = 0; i < n; i++)
         if (fabsf(x[i]) > fabsf(xm)) xm = x[i];
     if (xm != 0.0f) {
@@ -272,7 +273,6 @@ static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *
         d_enc = cism__f16_to_f32(h);
         out[0] = (uint8_t)(h & 0xff);
         out[1] = (uint8_t)(h >> 8);
-        assign_error(s, x, w, n, d_enc, idx);
     } else {
         uint8_t sign = best_d < 0 ? 0x80 : 0, code = e4m3_encode_abs(fabsf(best_d) / f->scale_mul), best_code = code;
         double best_err = -1;
@@ -286,12 +286,26 @@ static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *
         }
         out[0] = (uint8_t)(sign | best_code);
         d_enc = cism__fmt4_scale(f, out);
-        assign_error(s, x, w, n, d_enc, idx);
     }
+    return d_enc;
+}
+
+/* Codes (sorted-level indices) idx[0..block) into the block's code bytes. */
+static void pack_codes4(const cism__fmt4 *f, const sorted4 *s, const int *idx, uint8_t *out) {
+    uint8_t *q = out + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
+    int i, half = f->block / 2;
+    for (i = 0; i < half; i++) q[i] = (uint8_t)(s->code[idx[i]] | (s->code[idx[i + half]] << 4));
+}
+
+/* One 4-bit block: n <= block real weights (the rest is padding), out gets block_bytes. */
+static void quantize_block4(const cism__fmt4 *f, const sorted4 *s, const float *x, const float *w, int n, uint8_t *out) {
+    int idx[32], i;
+    float d_enc = block_scale4(f, s, x, w, n, out);
+    assign_error(s, x, w, n, d_enc, idx);
     if (d_enc == 0.0f) /* all-zero block (or underflow): every code the zero-nearest level */
         for (i = 0; i < n; i++) idx[i] = nearest(s, 0.0f);
     for (i = n; i < f->block; i++) idx[i] = nearest(s, 0.0f);
-    for (i = 0; i < half; i++) q[i] = (uint8_t)(s->code[idx[i]] | (s->code[idx[i + half]] << 4));
+    pack_codes4(f, s, idx, out);
 }
 
 static void quantize_block8(const float *x, int n, uint8_t *out) {
@@ -429,43 +443,70 @@ static void quantize_worker(void *arg, int ith, int nth) {
     for (r = r0; r < r1; r++) quantize_row(j->dtype, &j->s4, j->src + r * j->cols, j->imp, j->cols, j->dst + (uint64_t)r * j->row_bytes);
 }
 
-cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const float *importance,
-                          void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
+/* The checks cism_quantize and cism_quantize_gram share: arguments, output
+   size (*dst_size) and capacity, finite input, fp16 scale range. */
+static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
+                                       const void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
     uint64_t row_bytes;
     int64_t need, i;
-    qjob job;
-    cism__clear_error();
-    if (!cism__dtype_is_known(dtype)) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: unknown dtype %d", (int)dtype);
+    if (!cism__dtype_is_known(dtype)) return cism__fail(CISM_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     if (n_rows < 0 || cols <= 0 || (n_rows > 0 && !src) || !dst_size || n_threads < 0)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: bad argument (rows %lld, cols %lld)", (long long)n_rows, (long long)cols);
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: bad argument (rows %lld, cols %lld)", fn, (long long)n_rows, (long long)cols);
     if (cism__dtype_is_x16(dtype) && n_rows % CISM__X16 != 0)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: %s needs a multiple of %d rows (got %lld)", cism_dtype_name(dtype),
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: %s needs a multiple of %d rows (got %lld)", fn, cism_dtype_name(dtype),
                           CISM__X16, (long long)n_rows);
     row_bytes = cism__row_bytes(dtype, cols);
     if (row_bytes == 0 || (uint64_t)n_rows > (uint64_t)INT64_MAX / row_bytes)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: %lld x %lld is too large", (long long)n_rows, (long long)cols);
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: %lld x %lld is too large", fn, (long long)n_rows, (long long)cols);
     need = n_rows * (int64_t)row_bytes;
     *dst_size = need;
     if (dst_capacity < need || (need > 0 && !dst))
-        return cism__fail(CISM_ERR_BUFFER_SMALL, "cism_quantize: the output needs %lld bytes (capacity %lld)",
+        return cism__fail(CISM_ERR_BUFFER_SMALL, "%s: the output needs %lld bytes (capacity %lld)", fn,
                           (long long)need, (long long)dst_capacity);
     for (i = 0; i < n_rows * cols; i++)
         if (!isfinite(src[i]))
-            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: value at row %lld, column %lld is not finite",
+            return cism__fail(CISM_ERR_INVALID_ARG, "%s: value at row %lld, column %lld is not finite", fn,
                               (long long)(i / cols), (long long)(i % cols));
-    if (importance)
-        for (i = 0; i < cols; i++)
-            if (!(importance[i] >= 0.0f) || !isfinite(importance[i]))
-                return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: importance[%lld] is negative or not finite", (long long)i);
     if (cism__dtype_base(dtype) == CISM_DTYPE_Q8 || dtype == CISM_DTYPE_Q4) { /* fp16 scales: refuse what would overflow */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
         if (amax / (dtype == CISM_DTYPE_Q4 ? 7.0f : 127.0f) > 60000.0f)
-            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: |value| up to %g is too large for %s's fp16 scales",
+            return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }
+    return CISM_OK;
+}
+
+/* Rows were written in the base format's plain layout: interleave each group
+   of CISM__X16 rows in place (a byte permutation). */
+static cism_status interleave_groups(const char *fn, cism_dtype dtype, uint8_t *dst, int64_t n_rows, uint64_t row_bytes) {
+    uint8_t *tmp;
+    int64_t r;
+    if (!cism__dtype_is_x16(dtype) || n_rows == 0) return CISM_OK;
+    tmp = (uint8_t *)malloc((size_t)(CISM__X16 * row_bytes));
+    if (!tmp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (r = 0; r < n_rows; r += CISM__X16) {
+        uint8_t *grp = dst + (uint64_t)r * row_bytes;
+        memcpy(tmp, grp, (size_t)(CISM__X16 * row_bytes));
+        cism__x16_interleave(dtype, tmp, row_bytes, grp);
+    }
+    free(tmp);
+    return CISM_OK;
+}
+
+cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const float *importance,
+                          void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
+    int64_t i;
+    qjob job;
+    cism_status st;
+    cism__clear_error();
+    if ((st = check_quantize_args("cism_quantize", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads))) return st;
+    if (importance)
+        for (i = 0; i < cols; i++)
+            if (!(importance[i] >= 0.0f) || !isfinite(importance[i]))
+                return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize: importance[%lld] is negative or not finite", (long long)i);
     job.dtype = cism__dtype_base(dtype); job.src = src; job.imp = importance; job.n_rows = n_rows; job.cols = cols;
-    job.dst = (uint8_t *)dst; job.row_bytes = row_bytes;
+    job.dst = (uint8_t *)dst; job.row_bytes = cism__row_bytes(dtype, cols);
     if (cism__fmt4_of(job.dtype)) sort_levels(cism__fmt4_of(job.dtype), &job.s4);
     if (n_threads == 0) n_threads = 1;
     if (n_threads > 64) n_threads = 64;
@@ -477,18 +518,203 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
     } else {
         quantize_worker(&job, 0, 1);
     }
-    if (cism__dtype_is_x16(dtype)) { /* rows were written plain: interleave each group in place */
-        uint8_t *tmp = (uint8_t *)malloc((size_t)(CISM__X16 * row_bytes));
-        int64_t r;
-        if (!tmp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize: out of memory");
-        for (r = 0; r < n_rows; r += CISM__X16) {
-            uint8_t *grp = (uint8_t *)dst + (uint64_t)r * row_bytes;
-            memcpy(tmp, grp, (size_t)(CISM__X16 * row_bytes));
-            cism__x16_interleave(dtype, tmp, row_bytes, grp);
+    return interleave_groups("cism_quantize", dtype, (uint8_t *)dst, n_rows, job.row_bytes);
+}
+
+/* ---- error-compensating rounding from input statistics (GPTQ) ---------------------- */
+/* The quantizer of cism_quantize_gram. A row's output error for inputs x is
+   (w - q).x; its mean square over the calibration inputs is (w - q)^T H (w - q),
+   H = E[x x^T] (here: the blocks of G columns along H's diagonal, so errors are
+   compensated within each block of columns). Going through a block's columns in
+   order, each weight is rounded (nearest level of its format block's scale) and
+   its error is spread over the block's later columns, e_i * U[i][j] / U[i][i]
+   subtracted from w_j, where U is the upper Cholesky factor of (H + damp)^-1:
+   the least-squares update of the remaining weights (Frantar et al., GPTQ). A
+   format block's scale is searched, as cism_quantize does, on the updated
+   weights when the block is reached, with H's diagonal as column importance. */
+#define GPTQ_DAMP 0.01 /* times the mean of H's diagonal, added to the diagonal */
+
+/* h (n x n SPD, row-major, double) -> u (float, upper) with h^-1 = u^T u; h is
+   overwritten. 0 on success, -1 when h is not positive definite. */
+static int gptq_factor(double *h, int64_t n, double *t, float *u) {
+    int64_t i, j, k;
+    /* h = L L^T, L in the lower triangle of h */
+    for (j = 0; j < n; j++) {
+        double d = h[j * n + j];
+        for (k = 0; k < j; k++) d -= h[j * n + k] * h[j * n + k];
+        if (!(d > 0)) return -1;
+        d = sqrt(d);
+        h[j * n + j] = d;
+        for (i = j + 1; i < n; i++) {
+            double v = h[i * n + j];
+            for (k = 0; k < j; k++) v -= h[i * n + k] * h[j * n + k];
+            h[i * n + j] = v / d;
         }
-        free(tmp);
     }
-    return CISM_OK;
+    /* t = L^-1 (lower) */
+    for (j = 0; j < n; j++) {
+        for (i = 0; i < j; i++) t[i * n + j] = 0;
+        t[j * n + j] = 1.0 / h[j * n + j];
+        for (i = j + 1; i < n; i++) {
+            double v = 0;
+            for (k = j; k < i; k++) v -= h[i * n + k] * t[k * n + j];
+            t[i * n + j] = v / h[i * n + i];
+        }
+    }
+    /* h = L^-T L^-1 = H^-1 (lower triangle) */
+    for (i = 0; i < n; i++)
+        for (j = 0; j <= i; j++) {
+            double v = 0;
+            for (k = i; k < n; k++) v += t[k * n + i] * t[k * n + j];
+            h[i * n + j] = v;
+        }
+    /* H^-1 = M M^T (M lower, in t); u = M^T */
+    for (j = 0; j < n; j++) {
+        double d = h[j * n + j];
+        for (k = 0; k < j; k++) d -= t[j * n + k] * t[j * n + k];
+        if (!(d > 0)) return -1;
+        d = sqrt(d);
+        t[j * n + j] = d;
+        for (i = j + 1; i < n; i++) {
+            double v = h[i * n + j];
+            for (k = 0; k < j; k++) v -= t[i * n + k] * t[j * n + k];
+            t[i * n + j] = v / d;
+        }
+    }
+    for (i = 0; i < n; i++)
+        for (j = 0; j < n; j++) u[i * n + j] = j >= i ? (float)t[j * n + i] : 0.0f;
+    return 0;
+}
+
+typedef struct gjob {
+    const cism__fmt4 *f;
+    sorted4 s4;
+    const float *src;
+    int64_t n_rows, cols, g;
+    const float *u;     /* per block of g columns: g x g upper factor */
+    const float *imp;   /* H's diagonal */
+    uint8_t *dst;
+    uint64_t row_bytes;
+    float *work;        /* per thread: cols floats */
+} gjob;
+
+static void gptq_row(const gjob *j, const float *x, float *w, uint8_t *out) {
+    const cism__fmt4 *f = j->f;
+    const sorted4 *s = &j->s4;
+    int64_t cols = j->cols, g = j->g, c0, b0, i, k;
+    int idx[32];
+    memcpy(w, x, (size_t)cols * sizeof(float));
+    for (c0 = 0; c0 < cols; c0 += g) {
+        int64_t c1 = c0 + g < cols ? c0 + g : cols;
+        const float *u = j->u + (c0 / g) * g * g;
+        for (b0 = c0; b0 < c1; b0 += f->block, out += f->block_bytes) {
+            int n = (int)(c1 - b0 < f->block ? c1 - b0 : f->block);
+            float d = block_scale4(f, s, w + b0, j->imp + b0, n, out);
+            float inv = d != 0.0f ? 1.0f / d : 0.0f;
+            for (i = 0; i < n; i++) {
+                int64_t a = b0 + i - c0;
+                const float *ua = u + a * g;
+                float e;
+                idx[i] = d != 0.0f ? nearest(s, w[b0 + i] * inv) : nearest(s, 0.0f);
+                e = (w[b0 + i] - d * s->lv[idx[i]]) / ua[a];
+                for (k = b0 + i + 1; k < c1; k++) w[k] -= e * ua[k - c0];
+            }
+            for (i = n; i < f->block; i++) idx[i] = nearest(s, 0.0f);
+            pack_codes4(f, s, idx, out);
+        }
+    }
+}
+
+static void gptq_worker(void *arg, int ith, int nth) {
+    gjob *j = (gjob *)arg;
+    int64_t r0, r1, r;
+    cism__split(j->n_rows, ith, nth, 1, &r0, &r1);
+    for (r = r0; r < r1; r++)
+        gptq_row(j, j->src + r * j->cols, j->work + (int64_t)ith * j->cols, j->dst + (uint64_t)r * j->row_bytes);
+}
+
+cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const double *gram,
+                               int64_t gram_block, void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
+    const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dtype)); /* interleaved: rows of the base format, then permuted */
+    int64_t g = gram_block, nb, k, i, a;
+    double mean = 0, damp;
+    float *u = NULL, *imp = NULL;
+    double *h = NULL, *t = NULL;
+    cism_status st;
+    gjob job;
+    cism__clear_error();
+    job.work = NULL;
+    if (gram && f && (g < f->block || g > 4096 || g % f->block))
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
+                          "(at most 4096)", (long long)g, cism_dtype_name(dtype), f->block);
+    if (!gram || !f) /* no statistics, or a format without a scale search (q8, floats): plain rounding */
+        return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);
+    if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))
+        return st;
+    nb = (cols + g - 1) / g;
+    for (k = 0; k < nb * g * g; k++)
+        if (!isfinite(gram[k])) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram value %lld is not finite", (long long)k);
+    for (i = 0; i < cols; i++) {
+        double d = gram[(i / g) * g * g + (i % g) * (g + 1)];
+        if (d < 0) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram's diagonal is negative at column %lld", (long long)i);
+        mean += d;
+    }
+    mean /= (double)cols;
+    if (!(mean > 0)) /* inputs all zero: nothing to weigh by */
+        return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);
+    if (n_rows == 0) return CISM_OK;
+    u = (float *)malloc((size_t)(nb * g * g) * sizeof(float));
+    imp = (float *)malloc((size_t)(nb * g) * sizeof(float));
+    h = (double *)malloc((size_t)(g * g) * sizeof(double));
+    t = (double *)malloc((size_t)(g * g) * sizeof(double));
+    if (n_threads == 0) n_threads = 1;
+    if (n_threads > 64) n_threads = 64;
+    if (n_threads > n_rows) n_threads = (int32_t)n_rows;
+    job.work = (float *)malloc((size_t)(n_threads * cols) * sizeof(float));
+    if (!u || !imp || !h || !t || !job.work) {
+        st = cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize_gram: out of memory for %lld x %lld statistics", (long long)nb, (long long)g);
+        goto done;
+    }
+    for (k = 0; k < nb; k++) {
+        int64_t w = cols - k * g < g ? cols - k * g : g; /* columns of this block; the rest is padding */
+        int tries;
+        for (a = 0; a < g; a++) imp[k * g + a] = a < w ? (float)gram[k * g * g + a * (g + 1)] : 0.0f;
+        for (tries = 0, damp = GPTQ_DAMP * mean;; tries++, damp *= 10) {
+            for (a = 0; a < g * g; a++) {
+                int64_t r = a / g, c = a % g;
+                h[a] = r < w && c < w ? gram[k * g * g + a] : 0.0;
+                if (r == c) h[a] += r < w ? damp : 1.0;
+            }
+            if (!gptq_factor(h, g, t, u + k * g * g)) break;
+            if (tries == 2) { /* 0.01, 0.1 and 1 times the mean diagonal */
+                st = cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram block %lld is not positive semi-definite", (long long)k);
+                goto done;
+            }
+        }
+    }
+    job.f = f;
+    sort_levels(f, &job.s4);
+    job.src = src; job.n_rows = n_rows; job.cols = cols; job.g = g; job.u = u; job.imp = imp;
+    job.dst = (uint8_t *)dst; job.row_bytes = cism__row_bytes(dtype, cols);
+    if (n_threads > 1 && n_rows * cols >= 16384) {
+        cism__pool *pool = cism__pool_create(n_threads);
+        if (!pool) {
+            st = cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize_gram: cannot start %d threads", (int)n_threads);
+            goto done;
+        }
+        cism__pool_run(pool, gptq_worker, &job);
+        cism__pool_free(pool);
+    } else {
+        gptq_worker(&job, 0, 1);
+    }
+    st = interleave_groups("cism_quantize_gram", dtype, (uint8_t *)dst, n_rows, job.row_bytes);
+done:
+    free(u);
+    free(imp);
+    free(h);
+    free(t);
+    free(job.work);
+    return st;
 }
 
 cism_status cism_dequantize(cism_dtype dtype, const void *src, int64_t n_rows, int64_t cols, float *dst) {

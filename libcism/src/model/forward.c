@@ -13,7 +13,8 @@
  * then begin: final norm | units: the output head by chunks of vocabulary rows.
  * With CISM_PARAM_ACT_QUANT, each begin also quantizes the stage's matmul input
  * (the norm output, the attention output, the SwiGLU output) once into int8
- * blocks (s->xq) that every unit of the stage reads.
+ * blocks (s->xq) that every unit of the stage reads; with CISM_PARAM_ACT_STATS
+ * it adds the input's squares to the session's statistics (act_stats.c).
  * Every matmul in a unit takes all tokens of the chunk for its weight rows (the
  * kernels tile several tokens per weight load), so prefill streams each weight
  * row once per token block rather than once per token.
@@ -203,6 +204,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     if (l == hp->n_layers && kind == 0 && f->rows_out > 0) { /* final norm, output head */
         norm_rows(s->k, s->xb, s->x, m->output_norm, nt - f->rows_out, nt, dim, eps);
         quantize_rows(s, s->xb, dim, dim, nt - f->rows_out, nt);
+        cism__act_stats_add(s, l, 0, s->xb, dim, nt - f->rows_out, nt);
         return units_of(hp->vocab, f->c_voc);
     }
     if (l >= hp->n_layers) return -1;
@@ -216,6 +218,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         }
         norm_rows(s->k, s->xb, s->x, m->layers[l].attn_norm, 0, nt, dim, eps);
         quantize_rows(s, s->xb, dim, dim, 0, nt);
+        cism__act_stats_add(s, l, CISM__AS_ATTN, s->xb, dim, 0, nt);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
         f->hpu = att_heads_per_unit(hp, nt - f->t_lo, cism__pool_size(s->pool));
@@ -223,12 +226,15 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     case ST_UP:
         norm_rows(s->k, s->xb, s->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
         quantize_rows(s, s->xb, dim, dim, f->t_lo, nt);
+        cism__act_stats_add(s, l, CISM__AS_FFN, s->xb, dim, f->t_lo, nt);
         return units_of(hp->ffn_dim, f->c_ffn);
     case ST_WO:
         quantize_rows(s, s->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
+        cism__act_stats_add(s, l, CISM__AS_WO, s->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
         return units_of(dim, f->c_dim);
     default: /* ST_DOWN */
         quantize_rows(s, s->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
+        cism__act_stats_add(s, l, CISM__AS_DOWN, s->hb, hp->ffn_dim, f->t_lo, nt);
         return units_of(dim, f->c_dim);
     }
 }

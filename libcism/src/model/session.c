@@ -88,6 +88,7 @@ void cism_session_free(cism_session *s) {
     free(s->v_cache);
     scratch_free(s);
     free(s->logits);
+    cism__act_stats_free(s);
     cism__model_release(s->model);
     free(s);
 }
@@ -229,6 +230,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     }
     s->logits = (float *)alloc_floats(hp->vocab, &failed);
     s->logits_cap = 1;
+    if (params->act_stats && cism__act_stats_init(s, params->act_stats)) failed = 1;
     if (failed) {
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory for logits");

@@ -36,6 +36,11 @@ struct cism_session {
     float *rope_cos, *rope_sin; /* [n_batch][head_dim/2] */
     uint8_t *xq;     /* act_quant: [n_batch] quantized rows of the current stage's matmul input */
     int64_t xq_row_bytes;
+    /* CISM_PARAM_ACT_STATS (act_stats.c): per matmul input, per-column sums of
+       squares, Gram blocks along the diagonal (act_gram_block > 1), rows summed */
+    double *act_sums, *act_gram;
+    int64_t *act_rows, *act_off;
+    int64_t act_gram_block;
 
     float *logits;   /* [logit_rows][vocab] */
     int64_t logits_cap;   /* rows allocated */
@@ -54,5 +59,17 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
    at logits + out_row0 * vocab, or none (rows_out = 0). Returns CISM_OK or
    CISM_ERR_CANCELLED (KV entries past n_past are then meaningless). */
 cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, int rows_out, int64_t out_row0);
+
+/* Activation statistics (act_stats.c). The inputs of a layer's matmuls, in the
+   order of the forward pass's stages: */
+enum { CISM__AS_ATTN = 0, CISM__AS_WO = 1, CISM__AS_FFN = 2, CISM__AS_DOWN = 3, CISM__AS_PER_LAYER = 4 };
+/* Allocates the sums (CISM_PARAM_ACT_STATS = 1: squares only; G >= 2: also
+   G x G Gram blocks); 0 on success. */
+int cism__act_stats_init(cism_session *s, int64_t gram_block);
+void cism__act_stats_free(cism_session *s);
+/* Adds rows [t0, t1) of x (rows ld apart, cols wide) to the sums of input
+   `which` of layer l (l = n_layers: the output head, which 0); no-op when the
+   session does not collect. */
+void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, int64_t ld, int64_t t0, int64_t t1);
 
 #endif
