@@ -1,6 +1,7 @@
 """The `cism` command line: convert, generate, chat, info, bench, ppl.
 
-    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE] [--tokenizer tok.bin] [--force]
+    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE [--calibrate auto|TEXT]]
+                 [--tokenizer tok.bin] [--force]
     cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
     cism chat -m MODEL.cism
     cism info [-m MODEL.cism]
@@ -49,7 +50,8 @@ def _sampling(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
     rep = convert(args.src, args.output, dtype=args.dtype, tokenizer=args.tokenizer, overwrite=args.force,
-                  progress=None if args.quiet else _progress(), quant=args.quant, layout=args.layout)
+                  progress=None if args.quiet else _progress(), quant=args.quant, layout=args.layout,
+                  calibrate=args.calibrate, calib_tokens=args.calib_tokens)
     from .model import Model
     with Model(rep.path) as m:  # the C loader checks what was written
         arch = m.architecture
@@ -65,6 +67,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"quantization recipe {rep.quant} ({recipe(rep.quant).description}): "
               f"{rep.bits_per_weight():.3f} bits/weight counting every byte of tensor data; tensors: "
               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=sys.stderr)
+        if rep.calibration:
+            print(f"  calibrated ({rep.calibration_seconds:.1f} s): {rep.calibration}", file=sys.stderr)
         for note in rep.notes:
             print("  " + note, file=sys.stderr)
     return 0
@@ -286,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--layout", default="auto", choices=["auto", "rows"],
                    help="with --quant: auto (default) stores q8/q4s matrices 16 rows interleaved where the shape allows "
                         "(same values, faster kernels); rows keeps them row by row")
+    c.add_argument("--calibrate", metavar="auto|TEXT",
+                   help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
+                        "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file)")
+    c.add_argument("--calib-tokens", type=int, default=0, metavar="N",
+                   help="calibration tokens (default 2048)")
     c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")

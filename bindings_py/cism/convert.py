@@ -46,6 +46,8 @@ class Report:
     seconds: float = 0.0
     quant: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    calibration: Optional[str] = None   # what the quantizer's statistics came from
+    calibration_seconds: float = 0.0
 
     def bits_per_weight(self) -> float:
         """Every byte of tensor data (norms, scales and padding included) over the matrix weights."""
@@ -58,6 +60,8 @@ class Report:
         lines = [f"wrote {self.path}: {self.architecture}, {self.n_params} weights, {self.bytes_written} bytes of "
                  f"tensors, {self.bits_per_weight():.3f} bits/weight"
                  + (f" (recipe {self.quant})" if self.quant else "") + f", {self.seconds:.1f} s",
+                 *([f"calibration ({self.calibration_seconds:.1f} s of it, the unquantized copy included): "
+                    f"{self.calibration}"] if self.calibration else []),
                  "tensors by dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
         lines += self.notes
         return "\n".join(lines)
@@ -256,12 +260,13 @@ def _matrix_bytes(arr: np.ndarray, dtype: int) -> np.ndarray:
 def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable[[str], np.ndarray],
                 dtype_for: Callable[[str], int], overwrite: bool = False,
                 progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None,
-                quant: Optional[str] = None, layout: str = "auto") -> Report:
+                quant: Optional[str] = None, layout: str = "auto", calibration: Any = None) -> Report:
     """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
     arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
     (used to keep bf16/f16 sources bit-exact). With a recipe, `layout` "auto" stores
     q8/q4s matrices in their row-interleaved variants where the shape allows
-    (cism.quant.stored_dtype); "rows" keeps every matrix row by row."""
+    (cism.quant.stored_dtype); "rows" keeps every matrix row by row. `calibration`
+    (cism.calibrate.Calibration) gives the quantizer the statistics of each matrix's inputs."""
     t0 = time.time()
     shapes = expected_tensors(meta)
     if os.path.exists(out) and not overwrite:
@@ -271,11 +276,20 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     pick = None
     if quant:
         from . import quant as q
-        rec = q.recipe(quant)
+        plan = q.recipe(quant).dtypes(shapes, calibrated=calibration is not None)
         hd = int(meta["model.head_dim"])
-        pick = lambda n: q.QUANT_DTYPES[q.stored_dtype(n, rec.pick(n), shapes[n], hd, layout)]  # noqa: E731
-        meta["general.quantization"] = quant
-        w.metadata["general.quantization"] = quant
+        pick = lambda n: q.QUANT_DTYPES[q.stored_dtype(n, plan[n], shapes[n], hd, layout)]  # noqa: E731
+        qmeta = {"general.quantization": quant,
+                 "general.quantization.rounding": "nearest level, scale search per block" if calibration is None else
+                 f"gptq (4-bit matrices): errors compensated within blocks of {calibration.gram_block} columns from the inputs' "
+                 f"second moments (damping 0.01)"}
+        if calibration is not None:
+            qmeta["general.quantization.calibration"] = calibration.description
+            qmeta["general.quantization.calibration_tokens"] = int(calibration.n_tokens)
+            report.calibration = calibration.description
+            report.calibration_seconds = calibration.seconds
+        meta.update(qmeta)
+        w.metadata.update(qmeta)
     for name in order:
         shape = shapes[name]
         dt = fmt.DTYPE_F32 if len(shape) == 1 else (pick(name) if pick else dtype_for(name))
@@ -308,7 +322,8 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
                     f.write_tensor(spec.name, _matrix_bytes(arr, spec.dtype))
                 else:
                     from . import quant as q
-                    f.write_tensor(spec.name, q.quantize(arr, spec.dtype))
+                    gram = calibration.gram_for(spec.name) if calibration is not None else None
+                    f.write_tensor(spec.name, q.quantize(arr, spec.dtype, gram=gram))
             done += spec.nbytes
             if progress:
                 progress(done, total, spec.name)
@@ -420,7 +435,8 @@ def chat_format_meta(template: str, meta: Dict[str, Any], tok_cfg: Dict[str, Any
 # Hugging Face folders
 
 def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = False,
-               progress: Optional[ProgressFn] = None, quant: Optional[str] = None, layout: str = "auto") -> Report:
+               progress: Optional[ProgressFn] = None, quant: Optional[str] = None, layout: str = "auto",
+               calibration: Any = None) -> Report:
     cfg = _read_json(os.path.join(folder, "config.json"))
     if cfg is None:
         raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
@@ -474,7 +490,7 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
 
     order = list(expected)
     return write_model(out, meta, order, load, lambda n: DTYPES[target], overwrite, progress, raw_for, quant=quant,
-                       layout=layout)
+                       layout=layout, calibration=calibration)
 
 
 def _version() -> str:
@@ -640,7 +656,7 @@ def llama2c_tokenizer_json(pieces: List[bytes], scores: np.ndarray) -> Dict[str,
 
 def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype: str = "f32",
                     overwrite: bool = False, progress: Optional[ProgressFn] = None,
-                    quant: Optional[str] = None, layout: str = "auto") -> Report:
+                    quant: Optional[str] = None, layout: str = "auto", calibration: Any = None) -> Report:
     cfg, t, shared = _read_llama2c(path)
     hs = cfg["dim"] // cfg["n_heads"]
     meta: Dict[str, Any] = {
@@ -691,26 +707,53 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
         return t[src][layer]
 
     order = list(expected_tensors(meta))
-    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress, quant=quant, layout=layout)
+    return write_model(out, meta, order, load, lambda n: DTYPES[dtype], overwrite, progress, quant=quant, layout=layout,
+                       calibration=calibration)
 
 
 def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
             overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr,
-            quant: Optional[str] = None, layout: str = "auto") -> Report:
+            quant: Optional[str] = None, layout: str = "auto", calibrate: Optional[str] = None,
+            calib_tokens: int = 0, n_threads: int = 0) -> Report:
     """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism).
     `quant` names a quantization recipe (cism.quant.RECIPES) that picks a packed
     format for every weight matrix; `dtype` then applies to nothing but is checked.
     `layout` ("auto" or "rows") picks whether q8/q4s matrices are stored row-interleaved
-    where their shape allows (the same values; faster kernels)."""
+    where their shape allows (the same values; faster kernels).
+    `calibrate` ("auto" or a text file; needs `quant`) first converts the model
+    unquantized to a temporary file next to `out`, gathers the statistics of
+    every matrix's inputs on calibration tokens with it (cism.calibrate;
+    calib_tokens 0 = its default), and rounds with them."""
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
     if quant:
         from . import quant as q
         q.recipe(quant)  # unknown recipe: refused before anything is read
         q.stored_dtype("x", "q8", (16, 16), 16, layout)  # so is an unknown layout
+    if calibrate and not quant:
+        raise ConversionError("calibration is for quantization: give a --quant recipe too")
+    if calibrate and calibrate != "auto" and not os.path.isfile(calibrate):
+        raise FileNotFoundError(f"calibration text {calibrate}: no such file (or use 'auto')")
+    if not os.path.isdir(src) and not os.path.isfile(src):
+        raise FileNotFoundError(f"{src}: no such file or folder")
+    calibration = None
+    t0 = time.time()
+    if calibrate:
+        from .calibrate import DEFAULT_TOKENS, calibrate as gather
+        tmp = f"{out}.calibration-{os.getpid()}.partial"
+        try:
+            convert(src, tmp, dtype=dtype, tokenizer=tokenizer, overwrite=True, progress=None)
+            calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        calibration.seconds = time.time() - t0  # the unquantized copy included
     if os.path.isdir(src):
-        return convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant, layout=layout)
-    if os.path.isfile(src):
-        return convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
-                               overwrite=overwrite, progress=progress, quant=quant, layout=layout)
-    raise FileNotFoundError(f"{src}: no such file or folder")
+        rep = convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant,
+                         layout=layout, calibration=calibration)
+    else:
+        rep = convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
+                              overwrite=overwrite, progress=progress, quant=quant, layout=layout,
+                              calibration=calibration)
+    rep.seconds = time.time() - t0
+    return rep

@@ -48,8 +48,13 @@ def block_size(dtype: int) -> int:
     return int(_lib.lib.cism_dtype_block_size(dtype))
 
 
-def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = None, n_threads: int = 0) -> np.ndarray:
+def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = None, n_threads: int = 0,
+             gram: Optional[np.ndarray] = None) -> np.ndarray:
     """Packed rows (uint8, shape [rows, row_bytes]) of a 2-D float array.
+    importance: per-column weights of the scale search's squared error.
+    gram: blocks along the diagonal of the inputs' second moments, shape
+    [n_blocks, G, G] (Session.act_gram): error-compensating rounding
+    (cism_quantize_gram; importance is then unused).
     n_threads 0 = the machine's cores (at most 8); the bytes do not depend on it."""
     from . import _lib
     from .errors import check
@@ -60,14 +65,22 @@ def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = Non
     rb = row_bytes(dtype, cols)
     out = np.empty((rows, rb), dtype=np.uint8)
     size = ctypes.c_int64()
+    if n_threads <= 0:
+        n_threads = min(os.cpu_count() or 1, 8)
+    fp = ctypes.POINTER(ctypes.c_float)
+    if gram is not None:
+        g = np.ascontiguousarray(gram, dtype=np.float64)
+        if g.ndim != 3 or g.shape[1] != g.shape[2] or g.shape[0] != -(-cols // g.shape[1]):
+            raise ValueError(f"gram must have shape [ceil({cols} / G), G, G], not {g.shape}")
+        check(_lib.lib.cism_quantize_gram(dtype, a.ctypes.data_as(fp), rows, cols,
+                                          g.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), g.shape[1],
+                                          out.ctypes.data, out.nbytes, ctypes.byref(size), n_threads))
+        return out
     imp = None
     if importance is not None:
         imp = np.ascontiguousarray(importance, dtype=np.float32)
         if imp.shape != (cols,):
             raise ValueError(f"importance must have {cols} values")
-    if n_threads <= 0:
-        n_threads = min(os.cpu_count() or 1, 8)
-    fp = ctypes.POINTER(ctypes.c_float)
     check(_lib.lib.cism_quantize(dtype, a.ctypes.data_as(fp), rows, cols,
                                  imp.ctypes.data_as(fp) if imp is not None else None,
                                  out.ctypes.data, out.nbytes, ctypes.byref(size), n_threads))
@@ -100,9 +113,34 @@ class Recipe:
     name: str
     description: str
     pick: Callable[[str], str]
+    # with calibration: the dtype of a matrix given every matrix's shape (None: as pick)
+    pick_calibrated: Optional[Callable[[str, Dict[str, Tuple[int, ...]]], str]] = None
+
+    def dtypes(self, shapes: Dict[str, Tuple[int, ...]], calibrated: bool = False) -> Dict[str, str]:
+        """The dtype name of every matrix (2-D entry of shapes)."""
+        mats = {n: s for n, s in shapes.items() if len(s) == 2}
+        if calibrated and self.pick_calibrated:
+            return {n: self.pick_calibrated(n, mats) for n in mats}
+        return {n: self.pick(n) for n in mats}
 
 
 BEST4 = "q4s"  # the 4-bit format the mixed recipes use (chosen by measurement, docs/QUANTIZATION.md)
+# With calibration, the embedding/output head stays at 8 bits only while that
+# costs at most about 0.1 bits per weight of the model (docs/QUANTIZATION.md).
+EMBED_Q8_MAX_SHARE = 0.025
+
+
+def embedding_share(shapes: Dict[str, Tuple[int, ...]]) -> float:
+    """The embedding's and output head's share of the matrix weights."""
+    sizes = {n: int(np.prod(s)) for n, s in shapes.items() if len(s) == 2}
+    return sum(v for n, v in sizes.items() if _kind(n) == "embed") / max(sum(sizes.values()), 1)
+
+
+def _pick_4bit_calibrated(name: str, shapes: Dict[str, Tuple[int, ...]]) -> str:
+    if _kind(name) == "embed" and embedding_share(shapes) <= EMBED_Q8_MAX_SHARE:
+        return "q8"
+    return BEST4
+
 
 RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("q8", "every matrix q8", lambda n: "q8"),
@@ -110,8 +148,10 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("fp4", "every matrix fp4 (E2M1, blocks of 16, E4M3 scale)", lambda n: "fp4"),
     Recipe("nl4", "every matrix nl4 (16-level codebook, blocks of 32, fp16 scale)", lambda n: "nl4"),
     Recipe("q4s", "every matrix q4s (int4, blocks of 16, E4M3 scale)", lambda n: "q4s"),
-    Recipe("4bit", f"the default 4-bit recipe: embeddings/output head q8, every other matrix {BEST4}",
-           lambda n: "q8" if _kind(n) == "embed" else BEST4),
+    Recipe("4bit", f"the default 4-bit recipe: embeddings/output head q8, every other matrix {BEST4}; "
+                   f"calibrated: the embeddings/head q8 only when they hold at most {100 * EMBED_Q8_MAX_SHARE:g}% "
+                   f"of the weights, else {BEST4} too",
+           lambda n: "q8" if _kind(n) == "embed" else BEST4, _pick_4bit_calibrated),
     Recipe("mix", f"embeddings/output head and attention q8, MLP {BEST4}",
            lambda n: "q8" if _kind(n) in ("embed", "attn") else BEST4),
 ]}

@@ -9,7 +9,8 @@
  *   - per column, the sum of the squares of every row the stage evaluated;
  *   - with CISM_PARAM_ACT_STATS = G >= 2, also the blocks of G x G along the
  *     diagonal of the Gram matrix sum(x x^T) (columns [kG, kG + G); the last
- *     block may be narrower and is stored padded to G x G with zeros).
+ *     block may be narrower and is stored padded to G x G with zeros); only
+ *     their lower triangles are summed, and mirrored when read.
  * The forward pass adds each stage's rows once, in the stage's begin (one
  * thread), in token order: the sums do not depend on the number of threads. */
 #include "session.h"
@@ -51,12 +52,14 @@ int cism__act_stats_init(cism_session *s, int64_t gram_block) {
     if ((uint64_t)(sums + grams) > (uint64_t)SIZE_MAX / sizeof(double) / 2) return -1;
     s->act_sums = (double *)calloc((size_t)sums, sizeof(double));
     s->act_gram = grams ? (double *)calloc((size_t)grams, sizeof(double)) : NULL;
-    return s->act_sums && (s->act_gram || !grams) ? 0 : -1;
+    s->act_row = grams ? (double *)calloc((size_t)(hp->ffn_dim > hp->n_heads * hp->head_dim ? hp->ffn_dim : hp->n_heads * hp->head_dim) + (size_t)hp->dim, sizeof(double)) : NULL;
+    return s->act_sums && (s->act_gram || !grams) && (s->act_row || !grams) ? 0 : -1;
 }
 
 void cism__act_stats_free(cism_session *s) {
     free(s->act_sums);
     free(s->act_gram);
+    free(s->act_row);
     free(s->act_rows);
     free(s->act_off);
 }
@@ -72,16 +75,19 @@ void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, 
         const float *r = x + t * ld;
         for (c = 0; c < cols; c++) acc[c] += (double)r[c] * (double)r[c];
     }
-    if (g > 1) { /* each block: sum over rows of the outer product of the row's slice */
-        double *gram = s->act_gram + s->act_off[N_INPUTS(hp) + i];
+    if (g > 1) { /* each block: sum over rows of the outer product of the row's slice (lower triangle) */
+        double *gram = s->act_gram + s->act_off[N_INPUTS(hp) + i], *xd = s->act_row;
         int64_t c0;
-        for (c0 = 0; c0 < cols; c0 += g, gram += g * g) {
-            int64_t w = cols - c0 < g ? cols - c0 : g, a, b;
-            for (t = t0; t < t1; t++) {
-                const float *r = x + t * ld + c0;
+        for (t = t0; t < t1; t++) {
+            const float *r = x + t * ld;
+            for (c = 0; c < cols; c++) xd[c] = (double)r[c];
+            for (c0 = 0; c0 < cols; c0 += g) {
+                int64_t w = cols - c0 < g ? cols - c0 : g, a, b;
+                double *blk = gram + (c0 / g) * g * g;
+                const double *xs = xd + c0;
                 for (a = 0; a < w; a++) {
-                    double xa = (double)r[a], *row = gram + a * g;
-                    for (b = 0; b < w; b++) row[b] += xa * (double)r[b];
+                    double xa = xs[a], *row = blk + a * g;
+                    for (b = 0; b <= a; b++) row[b] += xa * xs[b];
                 }
             }
         }
@@ -151,6 +157,12 @@ cism_status cism_session_act_gram(const cism_session *s, const char *tensor, dou
     if (capacity < n || !blocks)
         return cism__fail(CISM_ERR_BUFFER_SMALL, "cism_session_act_gram: %s has %lld values (capacity %lld)", tensor,
                           (long long)n, (long long)capacity);
-    memcpy(blocks, s->act_gram + s->act_off[N_INPUTS(hp) + i], (size_t)n * sizeof(double));
+    { /* the lower triangles, mirrored */
+        const double *src = s->act_gram + s->act_off[N_INPUTS(hp) + i];
+        int64_t g = s->act_gram_block, k, a, b;
+        for (k = 0; k < n; k += g * g)
+            for (a = 0; a < g; a++)
+                for (b = 0; b < g; b++) blocks[k + a * g + b] = b <= a ? src[k + a * g + b] : src[k + b * g + a];
+    }
     return CISM_OK;
 }

@@ -38,7 +38,7 @@ struct cism_session {
     int64_t xq_row_bytes;
     /* CISM_PARAM_ACT_STATS (act_stats.c): per matmul input, per-column sums of
        squares, Gram blocks along the diagonal (act_gram_block > 1), rows summed */
-    double *act_sums, *act_gram;
+    double *act_sums, *act_gram, *act_row;  /* act_row: one input row in double */
     int64_t *act_rows, *act_off;
     int64_t act_gram_block;
 
