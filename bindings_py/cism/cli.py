@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
                         "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file)")
     c.add_argument("--calib-tokens", type=int, default=0, metavar="N",
-                   help="calibration tokens (default 2048)")
+                   help="calibration tokens (default 4096)")
     c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")

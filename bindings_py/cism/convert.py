@@ -282,7 +282,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
         qmeta = {"general.quantization": quant,
                  "general.quantization.rounding": "nearest level, scale search per block" if calibration is None else
                  f"gptq (4-bit matrices): errors compensated within blocks of {calibration.gram_block} columns from the inputs' "
-                 f"second moments (damping 0.01)"}
+                 f"second moments, act order, damping 0.01"}
         if calibration is not None:
             qmeta["general.quantization.calibration"] = calibration.description
             qmeta["general.quantization.calibration_tokens"] = int(calibration.n_tokens)

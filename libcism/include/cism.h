@@ -206,7 +206,8 @@ CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n
    cism_session_act_gram returns them (block k covers columns [kG, kG + G),
    G x G values row-major; padded with zeros past cols; any positive scale),
    G = gram_block a multiple of the format's block, at most 4096. Errors are
-   compensated within each block of G columns; the scale search weighs each
+   compensated within each block of G columns, visited in decreasing order of
+   the Gram diagonal (act order); the scale search weighs each
    column by the Gram diagonal. Formats without a scale search (q8, floats)
    and gram NULL or all zero give cism_quantize's plain rounding. Refuses
    non-finite or negative-diagonal statistics. The same input always gives the
