@@ -34,9 +34,13 @@ from cism.ppl import METHODS, perplexity  # noqa: E402
 from cism.llamacpp import gguf_info, quantize_gguf, unpermute_rope  # noqa: E402  (the compare extra)
 from cism.safetensors import open_checkpoint  # noqa: E402
 
-OURS = [("f32", None, False), ("q8", "q8", False), ("q8 + int8 act", "q8", True), ("q4", "q4", False),
-        ("fp4", "fp4", False), ("nl4", "nl4", False), ("q4s", "q4s", False), ("4bit (default)", "4bit", False),
-        ("4bit + int8 act", "4bit", True), ("mix", "mix", False)]
+# (label, recipe, int8 activations, calibration): calibration "auto" is text the
+# model samples itself (cism.calibrate), never the evaluation text
+OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act", "q8", True, None),
+        ("q4", "q4", False, None), ("fp4", "fp4", False, None), ("nl4", "nl4", False, None), ("q4s", "q4s", False, None),
+        ("4bit (default)", "4bit", False, None), ("4bit + int8 act", "4bit", True, None),
+        ("4bit --calibrate auto", "4bit", False, "auto"), ("4bit --calibrate auto + int8 act", "4bit", True, "auto"),
+        ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
 
 
@@ -176,10 +180,10 @@ def main():
         toks = Tokenizer.from_file(os.path.join(folder, "tokenizer.json")).encode(text, add_special_tokens=False).ids
         rows = []
         base = None
-        for label, recipe, act in OURS:
-            path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}.cism")
+        for label, recipe, act, calib in OURS:
+            path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}{'.calibrated-' + calib if calib else ''}.cism")
             if not os.path.exists(path):
-                convert(folder, path, quant=recipe, overwrite=True, progress=None)
+                convert(folder, path, quant=recipe, overwrite=True, progress=None, calibrate=calib, n_threads=a.threads)
             key = f"{mname}|libcism|{label}|{a.ctx}|{maxw}|{a.text}"
             t0 = time.time()
             if key not in cache:
