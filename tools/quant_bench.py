@@ -10,7 +10,7 @@ times the calibration itself (cism.calibrate on the synthetic Llama-3.2-1B of
 A benchmark, not a test: the numbers depend on the machine and its load.
 
     python tools/quant_bench.py [--threads 1,2] [--dtypes q8,q4,q4s,nl4,fp4] [--gram 128]
-    python tools/quant_bench.py --calibrate auto,shared/models/eval/war_and_peace_excerpt.txt [--threads 2]
+    python tools/quant_bench.py --calibrate auto[,TEXT] [--threads 2]   (TEXT: never the evaluation text)
 """
 import argparse
 import os
