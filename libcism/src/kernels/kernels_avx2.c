@@ -98,15 +98,30 @@ CISM__INLINE __m256 exp8(__m256 x) {
 }
 
 /* ---- matmul ---------------------------------------------------------------------- */
+/* Decode streams each matrix once; 8 rows of a few KiB each are too short for the
+   hardware prefetchers to get ahead, so the decode tile fetches the bytes it will
+   need DECODE_PF ahead (the same distance as the packed kernels; KERNELS.md). */
+#ifndef DECODE_PF
+#define DECODE_PF 16384
+#endif
+#ifndef DECODE_PF_HINT
+#define DECODE_PF_HINT _MM_HINT_T1
+#endif
 /* y[t*ldy + r] for R rows (row_bytes rb apart from w) and T tokens. */
 CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
-                       int64_t ldy, const int R, const int T, const int dt) {
+                       int64_t ldy, const int R, const int T, const int dt, const uint8_t *pf_end) {
     __m256 acc[8][NR], xv[NR];
     int64_t c;
     int r, t;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     for (c = 0; c + 8 <= cols; c += 8) {
+        if (T == 1 && R == 8) { /* decode: fetch the bytes this step's share is, DECODE_PF ahead in the rows */
+            const uintptr_t p = (uintptr_t)w + DECODE_PF + (uintptr_t)(R * c) * (dt == CISM_DTYPE_F32 ? 4u : 2u);
+            int k;
+            for (k = 0; k < R * 8 * 4 / 64; k += (dt == CISM_DTYPE_F32 ? 1 : 2))
+                if (p + 64u * (uintptr_t)k < (uintptr_t)pf_end) _mm_prefetch((const char *)(p + 64u * (uintptr_t)k), DECODE_PF_HINT);
+        }
         for (t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
         for (r = 0; r < R; r++) {
             __m256 wv = load8(w + (uint64_t)r * rb, c, dt);
@@ -129,11 +144,11 @@ CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float 
 CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                                   int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
     int64_t t;
-    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
+    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt, NULL);
     switch (t1 - t) { /* the last < NR tokens */
-    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt); break;
-    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt); break;
-    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt); break;
+    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt, NULL); break;
+    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt, NULL); break;
+    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt, NULL); break;
     default: break;
     }
 }
@@ -141,11 +156,12 @@ CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, c
 CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int dt) {
     const uint8_t *wb = (const uint8_t *)w;
+    const uint8_t *end = wb + (uint64_t)r1 * rb; /* no prefetch into another thread's rows */
     int64_t r, t0, tb;
     if (nt == 1) { /* decode: 8 rows at a time for 8 independent FMA chains */
-        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt);
-        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt);
-        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt);
+        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt, end);
+        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt, end);
+        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt, end);
         return;
     }
     tb = CISM__X_BLOCK_BYTES / (cols * 4);

@@ -99,14 +99,29 @@ CISM__INLINE __m512 exp16(__m512 x) {
 }
 
 /* ---- matmul ---------------------------------------------------------------------- */
+/* Decode streams each matrix once; 8 rows of a few KiB each are too short for the
+   hardware prefetchers to get ahead, so the decode tile fetches the bytes it will
+   need DECODE_PF ahead (the same distance as the packed kernels; KERNELS.md). */
+#ifndef DECODE_PF
+#define DECODE_PF 16384
+#endif
+#ifndef DECODE_PF_HINT
+#define DECODE_PF_HINT _MM_HINT_T1
+#endif
 CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
-                       int64_t ldy, const int R, const int T, const int dt) {
+                       int64_t ldy, const int R, const int T, const int dt, const uint8_t *pf_end) {
     __m512 acc[MR > 8 ? MR : 8][NR], xv[NR];   /* decode uses 8 rows x 1 token */
     int64_t c;
     int r, t;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (c = 0; c + 16 <= cols; c += 16) {
+        if (T == 1 && R == 8) { /* decode: fetch the bytes this step's share is, DECODE_PF ahead in the rows */
+            const uintptr_t p = (uintptr_t)w + DECODE_PF + (uintptr_t)(R * c) * (dt == CISM_DTYPE_F32 ? 4u : 2u);
+            int k;
+            for (k = 0; k < R * 16 * 4 / 64; k += (dt == CISM_DTYPE_F32 ? 1 : 2))
+                if (p + 64u * (uintptr_t)k < (uintptr_t)pf_end) _mm_prefetch((const char *)(p + 64u * (uintptr_t)k), DECODE_PF_HINT);
+        }
         for (t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + c);
         for (r = 0; r < R; r++) {
             __m512 wv = load16(w + (uint64_t)r * rb, c, dt);
@@ -128,11 +143,11 @@ CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float 
 CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                                   int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
     int64_t t;
-    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt);
+    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt, NULL);
     switch (t1 - t) { /* the last < NR tokens */
-    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt); break;
-    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt); break;
-    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt); break;
+    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt, NULL); break;
+    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt, NULL); break;
+    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt, NULL); break;
     default: break;
     }
 }
@@ -140,11 +155,12 @@ CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, c
 CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int dt) {
     const uint8_t *wb = (const uint8_t *)w;
+    const uint8_t *end = wb + (uint64_t)r1 * rb; /* no prefetch into another thread's rows */
     int64_t r, t0, tb;
     if (nt == 1) {
-        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt);
-        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt);
-        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt);
+        for (r = r0; r + 8 <= r1; r += 8) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 8, 1, dt, end);
+        for (; r + 4 <= r1; r += 4) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 4, 1, dt, end);
+        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt, end);
         return;
     }
     tb = CISM__X_BLOCK_BYTES / (cols * 4);
