@@ -380,6 +380,8 @@ A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
 
 /* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
+/* Decode prefetches the codes this far ahead into L2, as the AVX-512 tier does (KERNELS.md) */
+#define PF_DIST 16384
 CISM__INLINE __m256 x16_scales(const uint8_t *scales, int64_t b, int h, const int q8) {
     if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + b * 32 + h * 16)));
     return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + b * 16 + h * 8))));
@@ -387,7 +389,7 @@ CISM__INLINE __m256 x16_scales(const uint8_t *scales, int64_t b, int h, const in
 
 /* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token for latency when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __m256i keep, const int T, const int q8) {
+                           float *y, int64_t ldy, __m256i keep, const uint8_t *pf_end, const int T, const int q8) {
     const uint8_t *scales = grp + g->codes_bytes;
     const int NA = T == 1 ? 2 : 1;
     __m256 facc[TT];
@@ -399,6 +401,11 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         __m256 sc = x16_scales(scales, b, h, q8);
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
+        if (T <= 2 && h == 0 && !q8) { /* decode: fetch the codes PF_DIST ahead (q8: no gain, it is compute-bound here) */
+            uintptr_t pf = (uintptr_t)grp + (uintptr_t)(b * (q8 ? 512 : 128) + PF_DIST);
+            if (pf < (uintptr_t)pf_end)
+                for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * (uintptr_t)c), _MM_HINT_T1);
+        }
         if (q8) {
             const uint8_t *cb = grp + b * 512 + h * 32;
             for (c = 0; c < 8; c++) {
@@ -429,7 +436,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
 }
 
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, uint32_t mask, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, uint32_t mask, const uint8_t *pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -445,16 +452,16 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
                 a[i] = act_row(xq, ldq, t + i);
                 hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
             }
-            x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, TT, q8);
+            x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, TT, q8);
         }
         for (i = 0; t + i < t1; i++) {
             a[i] = act_row(xq, ldq, t + i);
             hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
         }
         switch (t1 - t) {
-        case 3: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 3, q8); break;
-        case 2: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 2, q8); break;
-        case 1: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, 1, q8); break;
+        case 3: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 3, q8); break;
+        case 2: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 2, q8); break;
+        case 1: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 1, q8); break;
         default: break;
         }
     }
@@ -464,6 +471,12 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
+    const uint8_t *pf_end = (const uint8_t *)w + (uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * rb;
+    if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch starts there) */
+        uintptr_t p = (uintptr_t)w + (uint64_t)(r0 / CISM__X16) * CISM__X16 * rb;
+        uintptr_t e = p + PF_DIST < (uintptr_t)pf_end ? p + PF_DIST : (uintptr_t)pf_end;
+        for (; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+    }
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
@@ -472,7 +485,8 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             uint32_t mm = 0xffffu;
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
-            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm, q8);
+            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm,
+                      pf_end, q8);
         }
     }
 }

@@ -529,6 +529,11 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     const uint8_t *pf_end = (const uint8_t *)w + (uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * rb;
+    if (nt <= 2 && PF_DIST > 0) { /* decode: the first PF_DIST bytes of the rows all at once (the loop's */
+        uintptr_t p = (uintptr_t)w + (uint64_t)(r0 / CISM__X16) * CISM__X16 * rb;  /* prefetch starts there) */
+        uintptr_t e = p + PF_DIST < (uintptr_t)pf_end ? p + PF_DIST : (uintptr_t)pf_end;
+        for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
+    }
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
