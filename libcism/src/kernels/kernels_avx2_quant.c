@@ -401,10 +401,11 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         __m256 sc = x16_scales(scales, b, h, q8);
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
-        if (T <= 2 && h == 0 && !q8) { /* decode: fetch the codes PF_DIST ahead (q8: no gain, it is compute-bound here) */
-            uintptr_t pf = (uintptr_t)grp + (uintptr_t)(b * (q8 ? 512 : 128) + PF_DIST);
-            if (pf < (uintptr_t)pf_end)
-                for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * (uintptr_t)c), _MM_HINT_T1);
+        if (T <= 2 && h == 0) { /* decode: fetch PF_DIST ahead a block's share of the group, scales included */
+            const uintptr_t bpb = (uintptr_t)(16 * (g->code_bytes + g->scale_bytes));
+            uintptr_t pf = ((uintptr_t)grp + (uintptr_t)b * bpb + PF_DIST) & ~(uintptr_t)63;
+            const uintptr_t pe = (uintptr_t)grp + (uintptr_t)(b + 1) * bpb + PF_DIST;
+            for (; pf < pe && pf < (uintptr_t)pf_end; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512 + h * 32;

@@ -457,10 +457,13 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
 #ifndef PF_DIST
 #define PF_DIST 16384
 #endif
-        if (T <= 2 && PF_DIST > 0) { /* decode: fetch the codes ahead (the hardware prefetcher alone falls behind), */
-            uintptr_t pf = (uintptr_t)grp + (uintptr_t)(b * (q8 ? 512 : 128) + PF_DIST); /* not past this call's rows */
-            if (pf < (uintptr_t)pf_end)                                                  /* (another thread's)     */
-                for (c = 0; c < (q8 ? 8 : 2); c++) _mm_prefetch((const char *)(pf + 64 * (uintptr_t)c), PF_HINT);
+        if (T <= 2 && PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
+            /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
+            /* sweep covers every line of the following groups                                                */
+            const uintptr_t bpb = (uintptr_t)(16 * (g->code_bytes + g->scale_bytes));
+            uintptr_t pf = ((uintptr_t)grp + (uintptr_t)b * bpb + PF_DIST) & ~(uintptr_t)63;
+            const uintptr_t pe = (uintptr_t)grp + (uintptr_t)(b + 1) * bpb + PF_DIST;
+            for (; pf < pe && pf < (uintptr_t)pf_end; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512;
