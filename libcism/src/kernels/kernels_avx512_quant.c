@@ -71,7 +71,6 @@ CISM__INLINE __m256 e4m3_lanes(__m256i v) {
     return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h));
 }
 
-CISM__INLINE __m256 f16_lanes(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)); }
 
 CISM__INLINE short ld16(const uint8_t *p) {
     uint16_t v;

@@ -408,6 +408,7 @@ cism_status cism_model_load(const char *path, const cism_params *params, cism_mo
         model_destroy(m);
         return st;
     }
+    cism__file_view_settle(&m->file.view);
     cism__log(CISM_LOG_INFO, "loaded %s: %s, %lld layers, dim %lld, vocab %lld, %lld parameters, %s weights", path,
               m->arch_name, (long long)m->hp.n_layers, (long long)m->hp.dim, (long long)m->hp.vocab,
               (long long)m->n_params, cism_dtype_name(m->weight_dtype));

@@ -18,6 +18,11 @@ typedef struct cism__file_view {
 /* Returns 0 on success; on failure fills errbuf with the OS reason. */
 int  cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen);
 void cism__file_view_close(cism__file_view *view);
+/* Called once the loader is done reading the file's own bytes: on Linux, a
+   mapping unmaps the pages the checks touched (the data stays in the page
+   cache), so loading adds nothing to the resident size and decode can map the
+   weights with huge pages (docs/MEMORY.md). Elsewhere, or for a copy, nothing. */
+void cism__file_view_settle(cism__file_view *view);
 /* 1 if a regular file exists at path. */
 int  cism__file_exists(const char *path);
 

@@ -80,10 +80,10 @@ static void copy_free(uint8_t *p, size_t size, int how) {
 /* A read-only shared mapping of the whole file. On Linux it starts on a 2 MiB
    boundary and is advised MADV_HUGEPAGE: where the file system keeps the file in
    large page-cache folios (ext4, xfs, tmpfs on recent kernels; a file written in
-   large writes or first read through this mapping), the kernel maps 2 MiB
-   aligned parts of it with huge pages, which the decode loop's streaming reads
-   run measurably faster over (docs/PERFORMANCE.md). Elsewhere, or if any step
-   fails, a plain mapping. */
+   large writes, or read first through this advised mapping, whose readahead
+   then brings in 2 MiB folios), the kernel maps 2 MiB aligned parts of it with
+   huge pages, which decode's streaming reads run faster over
+   (docs/MEMORY.md). Elsewhere, or if any step fails, a plain mapping. */
 static void *map_file(int fd, size_t size) {
 #if defined(HUGE_COPY)
     if (size >= g_huge) {
@@ -176,6 +176,20 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
     }
     close(fd);
     return 0;
+}
+
+void cism__file_view_settle(cism__file_view *view) {
+#if defined(HUGE_COPY)
+    /* The loader's checks touched the header and every norm vector; with the
+       advice each touch may have mapped a whole 2 MiB page, which counts in the
+       process's resident size although nothing runs yet (and a range where a
+       small page got mapped is not mapped huge later). Unmapping them is free
+       for a read-only shared mapping: the data stays in the page cache. */
+    if (view && view->mapped == 1 && view->size >= g_huge)
+        madvise((void *)(uintptr_t)view->data, (size_t)view->size, MADV_DONTNEED);
+#else
+    (void)view;
+#endif
 }
 
 void cism__file_view_close(cism__file_view *view) {

@@ -102,6 +102,8 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
     return 0;
 }
 
+void cism__file_view_settle(cism__file_view *view) { (void)view; }
+
 void cism__file_view_close(cism__file_view *view) {
     if (!view || !view->data) return;
     if (view->mapped) UnmapViewOfFile(view->data);
