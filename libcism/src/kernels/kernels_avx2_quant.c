@@ -402,10 +402,9 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
         if (T <= 2 && h == 0) { /* decode: fetch PF_DIST ahead a block's share of the group, scales included */
-            const uintptr_t bpb = (uintptr_t)(16 * (g->code_bytes + g->scale_bytes));
-            uintptr_t pf = ((uintptr_t)grp + (uintptr_t)b * bpb + PF_DIST) & ~(uintptr_t)63;
-            const uintptr_t pe = (uintptr_t)grp + (uintptr_t)(b + 1) * bpb + PF_DIST;
-            for (; pf < pe && pf < (uintptr_t)pf_end; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
+            uintptr_t pf, pe;
+            cism__x16_prefetch_step(g, grp, b, PF_DIST, (uintptr_t)pf_end, &pf, &pe);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512 + h * 32;
@@ -472,10 +471,12 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    const uint8_t *pf_end = (const uint8_t *)w + (uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * rb;
-    if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch starts there) */
-        uintptr_t p = (uintptr_t)w + (uint64_t)(r0 / CISM__X16) * CISM__X16 * rb;
-        uintptr_t e = p + PF_DIST < (uintptr_t)pf_end ? p + PF_DIST : (uintptr_t)pf_end;
+    uintptr_t p, end;
+    const uint8_t *pf_end;
+    cism__x16_rows_span(w, rb, r0, r1, &p, &end);
+    pf_end = (const uint8_t *)end;
+    if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+        uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
     }
     if (tb < TT) tb = TT;

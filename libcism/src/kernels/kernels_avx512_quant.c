@@ -459,10 +459,9 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
         if (T <= 2 && PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
             /* sweep covers every line of the following groups                                                */
-            const uintptr_t bpb = (uintptr_t)(16 * (g->code_bytes + g->scale_bytes));
-            uintptr_t pf = ((uintptr_t)grp + (uintptr_t)b * bpb + PF_DIST) & ~(uintptr_t)63;
-            const uintptr_t pe = (uintptr_t)grp + (uintptr_t)(b + 1) * bpb + PF_DIST;
-            for (; pf < pe && pf < (uintptr_t)pf_end; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
+            uintptr_t pf, pe;
+            cism__x16_prefetch_step(g, grp, b, PF_DIST, (uintptr_t)pf_end, &pf, &pe);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
             const uint8_t *cb = grp + b * 512;
@@ -530,10 +529,12 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    const uint8_t *pf_end = (const uint8_t *)w + (uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * rb;
-    if (nt <= 2 && PF_DIST > 0) { /* decode: the first PF_DIST bytes of the rows all at once (the loop's */
-        uintptr_t p = (uintptr_t)w + (uint64_t)(r0 / CISM__X16) * CISM__X16 * rb;  /* prefetch starts there) */
-        uintptr_t e = p + PF_DIST < (uintptr_t)pf_end ? p + PF_DIST : (uintptr_t)pf_end;
+    uintptr_t p, end;
+    const uint8_t *pf_end;
+    cism__x16_rows_span(w, rb, r0, r1, &p, &end);
+    pf_end = (const uint8_t *)end;
+    if (nt <= 2 && PF_DIST > 0) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+        uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
     }
     if (tb < TT) tb = TT;

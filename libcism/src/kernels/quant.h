@@ -90,6 +90,24 @@ static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
     return g;
 }
 
+/* Decode prefetch of the interleaved kernels (the x86 tiers). The groups that
+   hold rows [r0, r1): [*lo, *hi). A kernel prefetches the first `dist` bytes of
+   that range before its first group, then, at block b of a group, the bytes
+   cism__x16_prefetch_step gives: `dist` ahead, a block's share of the group
+   with its scales, so the sweep covers every line, never past *hi (the rows of
+   another call, e.g. another thread's). */
+static inline void cism__x16_rows_span(const void *w, uint64_t row_bytes, int64_t r0, int64_t r1, uintptr_t *lo, uintptr_t *hi) {
+    *lo = (uintptr_t)w + (uintptr_t)((uint64_t)(r0 / CISM__X16) * CISM__X16 * row_bytes);
+    *hi = (uintptr_t)w + (uintptr_t)((uint64_t)((r1 + CISM__X16 - 1) / CISM__X16) * CISM__X16 * row_bytes);
+}
+static inline void cism__x16_prefetch_step(const cism__x16 *g, const uint8_t *grp, int64_t b, uintptr_t dist, uintptr_t hi,
+                                           uintptr_t *from, uintptr_t *to) {
+    const uintptr_t share = (uintptr_t)(CISM__X16 * (g->code_bytes + g->scale_bytes));
+    *from = ((uintptr_t)grp + (uintptr_t)b * share + dist) & ~(uintptr_t)63;
+    *to = (uintptr_t)grp + (uintptr_t)(b + 1) * share + dist;
+    if (*to > hi) *to = hi;
+}
+
 /* 16 rows of the base format (row_bytes apart, at plain) -> one interleaved group (quant.c). */
 void cism__x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp);
 

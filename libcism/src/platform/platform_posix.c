@@ -43,20 +43,30 @@
    pages the TLB misses and the hardware prefetchers' stops at page boundaries
    cost 12-20% of the bandwidth here: docs/PERFORMANCE.md). Elsewhere: malloc. */
 #if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
-#define HUGE_COPY 1
+#define HUGE_PAGES 1
 static const size_t g_huge = (size_t)2 << 20;
-static size_t copy_span(size_t size) { return (size + g_huge - 1) / g_huge * g_huge + g_huge; }
+static size_t copy_len(size_t size) { return (size + g_huge - 1) / g_huge * g_huge; }
+
+/* len bytes of anonymous memory with protection prot, starting on a 2 MiB
+   boundary (a larger reservation, its slack unmapped); MAP_FAILED on failure. */
+static uint8_t *aligned_anon(size_t len, int prot) {
+    size_t span = len + g_huge;
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE), end;
+    uint8_t *r = (uint8_t *)mmap(NULL, span, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *a;
+    if (r == MAP_FAILED) return r;
+    a = (uint8_t *)(((uintptr_t)r + g_huge - 1) & ~(uintptr_t)(g_huge - 1));
+    if (a > r) munmap(r, (size_t)(a - r));
+    end = ((uintptr_t)(a + len) + ps - 1) & ~(ps - 1);
+    if (end < (uintptr_t)(r + span)) munmap((void *)end, (size_t)((uintptr_t)(r + span) - end));
+    return a;
+}
 #endif
 
 static uint8_t *copy_alloc(size_t size, int *how) {
-#if defined(HUGE_COPY)
-    uint8_t *r = (uint8_t *)mmap(NULL, copy_span(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r != MAP_FAILED) {
-        uint8_t *a = (uint8_t *)(((uintptr_t)r + g_huge - 1) & ~(uintptr_t)(g_huge - 1));
-        if (a > r) munmap(r, (size_t)(a - r));  /* keep [a, a + span - huge) */
-        if (r + copy_span(size) > a + copy_span(size) - g_huge)
-            munmap(a + copy_span(size) - g_huge, (size_t)(r + copy_span(size) - (a + copy_span(size) - g_huge)));
-        madvise(a, copy_span(size) - g_huge, MADV_HUGEPAGE);
+#if defined(HUGE_PAGES)
+    uint8_t *a = aligned_anon(copy_len(size), PROT_READ | PROT_WRITE);
+    if (a != MAP_FAILED) {
+        madvise(a, copy_len(size), MADV_HUGEPAGE);
         *how = 2;
         return a;
     }
@@ -66,9 +76,9 @@ static uint8_t *copy_alloc(size_t size, int *how) {
 }
 
 static void copy_free(uint8_t *p, size_t size, int how) {
-#if defined(HUGE_COPY)
+#if defined(HUGE_PAGES)
     if (how == 2) {
-        munmap(p, copy_span(size) - g_huge);
+        munmap(p, copy_len(size));
         return;
     }
 #endif
@@ -78,32 +88,24 @@ static void copy_free(uint8_t *p, size_t size, int how) {
 }
 
 /* A read-only shared mapping of the whole file. On Linux it starts on a 2 MiB
-   boundary and is advised MADV_HUGEPAGE: where the file system keeps the file in
-   large page-cache folios (ext4, xfs, tmpfs on recent kernels; a file written in
-   large writes, or read first through this advised mapping, whose readahead
-   then brings in 2 MiB folios), the kernel maps 2 MiB aligned parts of it with
-   huge pages, which decode's streaming reads run faster over
-   (docs/MEMORY.md). Elsewhere, or if any step fails, a plain mapping. */
+   boundary (mapped over an aligned reservation) and is advised MADV_HUGEPAGE:
+   where the file system keeps the file in large page-cache folios (ext4, xfs,
+   tmpfs on recent kernels; a file written in large writes, or read first
+   through this advised mapping, whose readahead then brings in 2 MiB folios),
+   the kernel maps 2 MiB aligned parts of it with huge pages, which decode's
+   streaming reads run faster over (docs/MEMORY.md). Elsewhere, or if any step
+   fails, a plain mapping. */
 static void *map_file(int fd, size_t size) {
-#if defined(HUGE_COPY)
+#if defined(HUGE_PAGES)
     if (size >= g_huge) {
-        size_t span = size + g_huge;
-        uint8_t *r = (uint8_t *)mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (r != MAP_FAILED) {
-            uint8_t *a = (uint8_t *)(((uintptr_t)r + g_huge - 1) & ~(uintptr_t)(g_huge - 1));
+        uint8_t *a = aligned_anon(size, PROT_NONE);
+        if (a != MAP_FAILED) {
             void *p = mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
-            if (p == MAP_FAILED) {
-                munmap(r, span);
-            } else {
-                size_t tail = (size_t)((r + span) - (a + size));
-                if (a > r) munmap(r, (size_t)(a - r)); /* the reservation around the file */
-                if (tail > 0) {
-                    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE), t = ((uintptr_t)(a + size) + ps - 1) & ~(ps - 1);
-                    if (t < (uintptr_t)(r + span)) munmap((void *)t, (size_t)((uintptr_t)(r + span) - t));
-                }
+            if (p != MAP_FAILED) {
                 madvise(p, size, MADV_HUGEPAGE);
                 return p;
             }
+            munmap(a, size);
         }
     }
 #endif
@@ -179,7 +181,7 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
 }
 
 void cism__file_view_settle(cism__file_view *view) {
-#if defined(HUGE_COPY)
+#if defined(HUGE_PAGES)
     /* The loader's checks touched the header and every norm vector; with the
        advice each touch may have mapped a whole 2 MiB page, which counts in the
        process's resident size although nothing runs yet (and a range where a
