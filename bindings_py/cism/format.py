@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 MAGIC = b"CISM\r\n\x1a\n"
-VERSION = 1
+VERSION = 2  # 2: the interleaved dtypes store scales per superblock (docs/FORMAT.md); 1 is still read
 ALIGN = 64
 HEADER_SIZE = 64
 
@@ -288,7 +288,7 @@ class CismFile:
                 raise FormatError(f"{path}: not a .cism file")
             version, flags, meta_off, meta_size, tens_off, tens_size, data_off, data_size = struct.unpack(
                 "<II6Q", head[8:])
-            if version != VERSION:
+            if not 1 <= version <= VERSION:
                 raise FormatError(f"{path}: version {version} is not supported")
             self.header = dict(version=version, flags=flags, meta_offset=meta_off, meta_size=meta_size,
                                tensors_offset=tens_off, tensors_size=tens_size, data_offset=data_off,

@@ -181,7 +181,8 @@ def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0
 
 
 def synthetic_path(name: str, dtype: str = "f32", seed: int = 0) -> str:
-    return os.path.join(cache_dir(), f"synthetic-{name}-{dtype}-seed{seed}-v{VERSION}.cism")
+    from .format import VERSION as FILE_VERSION  # a new file format version regenerates the cache too
+    return os.path.join(cache_dir(), f"synthetic-{name}-{dtype}-seed{seed}-v{VERSION}-f{FILE_VERSION}.cism")
 
 
 def get_synthetic(name: str, dtype: str = "f32", seed: int = 0, verbose: bool = True) -> str:

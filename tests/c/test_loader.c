@@ -108,7 +108,7 @@ static unsigned char *build(const model_desc *d, size_t *size) {
     }
     data_off = (64 + meta.n + dir.n + 63) / 64 * 64;
     put(&out, "CISM\r\n\x1a\n", 8);
-    put_u32(&out, 1); put_u32(&out, 0);
+    put_u32(&out, 2); put_u32(&out, 0);
     put_u64(&out, 64); put_u64(&out, meta.n);
     put_u64(&out, 64 + meta.n); put_u64(&out, dir.n);
     put_u64(&out, data_off); put_u64(&out, off);
@@ -231,7 +231,9 @@ int main(void) {
     CHECK(try_load(copy, n) == CISM_ERR_FORMAT && strstr(cism_last_error(), "magic"));
     memcpy(copy, img, n); memcpy(copy, "GGUF", 4);
     CHECK(try_load(copy, n) == CISM_ERR_FORMAT && strstr(cism_last_error(), "GGUF"));
-    memcpy(copy, img, n); copy[8] = 2;
+    memcpy(copy, img, n); copy[8] = 3;
+    CHECK(try_load(copy, n) == CISM_ERR_UNSUPPORTED && strstr(cism_last_error(), "version"));
+    memcpy(copy, img, n); copy[8] = 0;
     CHECK(try_load(copy, n) == CISM_ERR_UNSUPPORTED && strstr(cism_last_error(), "version"));
     memcpy(copy, img, n); set_u64(copy + 24, (uint64_t)-1);        /* meta_size huge */
     CHECK(try_load(copy, n) == CISM_ERR_FORMAT);

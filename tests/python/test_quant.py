@@ -27,9 +27,22 @@ def test_quantize_roundtrip_all_formats():
         assert rel < (0.01 if name.startswith("q8") else 0.15), (name, rel)
 
 
+def _x16_offsets(base, nb, cb, sb):
+    """Where block b's codes and scales start in a group (docs/QUANTIZATION.md): superblocks
+    of S blocks (q8: 2, q4s: 4; the last may be short), each its blocks' codes then scales."""
+    S, off, codes, scales = (2 if base == "q8" else 4), 0, [], []
+    for first in range(0, nb, S):
+        n = min(S, nb - first)
+        codes += [off + j * 16 * cb for j in range(n)]
+        scales += [off + n * 16 * cb + j * 16 * sb for j in range(n)]
+        off += n * 16 * (cb + sb)
+    return codes, scales
+
+
 def test_interleaved_layout():
     """q8x16 / q4sx16 hold exactly q8's / q4s's values and bytes, 16 rows interleaved
-    (docs/QUANTIZATION.md): codes of each block in 4-byte chunks of 16 rows, then the scales."""
+    (docs/QUANTIZATION.md): codes of each block in 4-byte chunks of 16 rows, scales after
+    each superblock's codes; 96 columns leave a short last superblock in both."""
     rng = np.random.default_rng(1)
     w = (rng.standard_normal((32, 96)) * 0.05).astype(np.float32)
     for base, x in q.INTERLEAVED.items():
@@ -40,16 +53,18 @@ def test_interleaved_layout():
         sb = 2 if base == "q8" else 1                 # scale bytes per block
         cb = q.row_bytes(bd, 96) // (96 // q.block_size(bd)) - sb  # code bytes per block
         nb = 96 // q.block_size(bd)
+        coff, soff = _x16_offsets(base, nb, cb, sb)
+        if base == "q8":
+            assert (coff, soff) == ([0, 512, 1088], [1024, 1056, 1600])
         for g in range(2):
             grp = inter[16 * g:16 * g + 16].reshape(-1)
-            codes, scales = grp[:nb * 16 * cb], grp[nb * 16 * cb:]
             for i in range(16):
                 row = plain[16 * g + i].reshape(nb, sb + cb)
                 for b in range(nb):
-                    assert bytes(scales[(b * 16 + i) * sb:(b * 16 + i + 1) * sb]) == bytes(row[b, :sb])
+                    assert bytes(grp[soff[b] + i * sb:soff[b] + (i + 1) * sb]) == bytes(row[b, :sb])
                     for c in range(cb // 4):
-                        off = b * 16 * cb + c * 64 + i * 4
-                        assert bytes(codes[off:off + 4]) == bytes(row[b, sb + 4 * c:sb + 4 * c + 4])
+                        off = coff[b] + c * 64 + i * 4
+                        assert bytes(grp[off:off + 4]) == bytes(row[b, sb + 4 * c:sb + 4 * c + 4])
         with pytest.raises(CismError, match="multiple of 16 rows"):
             q.quantize(w[:20], xd)
     assert q.stored_dtype("blk.0.ffn_up", "q8", (64, 96), 8) == "q8x16"
@@ -208,3 +223,45 @@ def test_layouts_give_the_same_bits(tmp_path, shared_models):
                         s.eval(toks)
                         out.append(s.all_logits())
                 assert np.array_equal(out[0], out[1]), (recipe, tier, act)
+
+
+def test_format_version_1_interleaved_files_still_load(tmp_path, shared_models):
+    """A version 1 file kept a group's codes first, then all its scales. The loader
+    rearranges such a file in a private copy: the same logits as the version 2 file, mapped
+    or not, and the file itself is left as it was."""
+    src = os.path.join(shared_models, "stories260K-hf")
+    toks = list(range(1, 30))
+    for recipe in ("q8", "4bit"):
+        v2 = str(tmp_path / f"{recipe}.cism")
+        convert(src, v2, quant=recipe, progress=None)
+        f = fmt.CismFile(v2)
+        assert f.header["version"] == 2
+        blob = bytearray(open(v2, "rb").read())
+        blob[8:12] = (1).to_bytes(4, "little")
+        n_x16 = 0
+        for t in f.tensors.values():
+            name = fmt.DTYPE_NAMES[t.dtype]
+            if not name.endswith("x16"):
+                continue
+            n_x16 += 1
+            base = name[:-3]
+            bd = q.QUANT_DTYPES[base]
+            rb = q.row_bytes(bd, t.shape[-1])
+            sb = 2 if base == "q8" else 1
+            nb = t.shape[-1] // q.block_size(bd) + (t.shape[-1] % q.block_size(bd) != 0)
+            cb = rb // nb - sb
+            coff, soff = _x16_offsets(base, nb, cb, sb)
+            for g in range(t.offset, t.offset + t.nbytes, 16 * rb):
+                grp = bytes(blob[g:g + 16 * rb])
+                v1 = b"".join(grp[o:o + 16 * cb] for o in coff) + b"".join(grp[o:o + 16 * sb] for o in soff)
+                blob[g:g + 16 * rb] = v1
+        assert n_x16 > 0
+        v1path = tmp_path / f"{recipe}.v1.cism"
+        v1path.write_bytes(bytes(blob))
+        out = []
+        for path, mmap in ((v2, True), (str(v1path), True), (str(v1path), False)):
+            with Model(path, use_mmap=mmap) as m, m.session(logits_all=True) as s:
+                s.eval(toks)
+                out.append(s.all_logits())
+        assert np.array_equal(out[0], out[1]) and np.array_equal(out[0], out[2]), recipe
+        assert v1path.read_bytes() == bytes(blob)

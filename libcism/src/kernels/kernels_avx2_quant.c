@@ -380,17 +380,21 @@ A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
 
 /* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
-/* Decode prefetches the codes this far ahead into L2, as the AVX-512 tier does (KERNELS.md) */
-#define PF_DIST 16384
-CISM__INLINE __m256 x16_scales(const uint8_t *scales, int64_t b, int h, const int q8) {
-    if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + b * 32 + h * 16)));
-    return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + b * 16 + h * 8))));
+/* Decode prefetches the group stream this far ahead into L1, as the AVX-512 tier does (KERNELS.md) */
+#ifndef PF_DIST
+#define PF_DIST 4096
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
+    if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + h * 16)));
+    return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + h * 8))));
 }
 
 /* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token for latency when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
                            float *y, int64_t ldy, __m256i keep, const uint8_t *pf_end, const int T, const int q8) {
-    const uint8_t *scales = grp + g->codes_bytes;
     const int NA = T == 1 ? 2 : 1;
     __m256 facc[TT];
     __m256i iacc[TT][2];
@@ -398,23 +402,22 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
     int t, c, k;
     for (t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
     for (b = 0; b < g->nb; b++) {
-        __m256 sc = x16_scales(scales, b, h, q8);
+        const uint8_t *cb = cism__x16_codes(g, grp, b) + h * 32;
+        __m256 sc = x16_scales(cism__x16_scales(g, grp, b), h, q8);
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
         if (T <= 2 && h == 0) { /* decode: fetch PF_DIST ahead a block's share of the group, scales included */
             uintptr_t pf, pe;
             cism__x16_prefetch_step(g, grp, b, PF_DIST, (uintptr_t)pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
-            const uint8_t *cb = grp + b * 512 + h * 32;
             for (c = 0; c < 8; c++) {
                 __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64)), aw = _mm256_sign_epi8(wv, wv);
                 for (t = 0; t < T; t++)
                     iacc[t][c % NA] = _mm256_add_epi32(iacc[t][c % NA], dot_u(aw, _mm256_sign_epi8(bcast4(a[t][b].q + 4 * c), wv)));
             }
         } else { /* four unsigned products of codes <= 15 summed in int16: |sum| <= 4 * 2 * 15 * 127 */
-            const uint8_t *cb = grp + b * 128 + h * 32;
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)cb);
             __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
             __m256i l0 = _mm256_and_si256(v0, _mm256_set1_epi8(0x0f)), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), _mm256_set1_epi8(0x0f));
@@ -477,7 +480,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     pf_end = (const uint8_t *)end;
     if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T1);
+        for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
     }
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {

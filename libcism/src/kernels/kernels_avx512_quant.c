@@ -415,10 +415,10 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
 
 /* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register ------------------ */
 /* The 16 rows' scales of block b as f32 */
-CISM__INLINE __m512 x16_scales(const uint8_t *scales, int64_t b, const int q8) {
+CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int q8) {
     __m256i h, nan;
-    if (q8) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + b * 32)));
-    h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(scales + b * 16)));
+    if (q8) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+    h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scales));
     nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
     h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16((short)0x8000)),
                         _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3f80)));
@@ -437,7 +437,6 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
    hidden when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
                            float *y, int64_t ldy, __mmask16 m, const uint8_t *pf_end, const int T, const int q8) {
-    const uint8_t *scales = grp + g->codes_bytes;
     const int NA = T == 1 ? 4 : T == 2 ? 2 : 1;
     __m512 facc[TT];
     __m512i iacc[TT][4];
@@ -445,16 +444,17 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
     int t, c, k;
     for (t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
     for (b = 0; b < g->nb; b++) {
-        __m512 sc = x16_scales(scales, b, q8);
+        const uint8_t *cb = cism__x16_codes(g, grp, b);
+        __m512 sc = x16_scales(cism__x16_scales(g, grp, b), q8);
         for (t = 0; t < T; t++) {
             iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
 #ifndef PF_HINT
-#define PF_HINT _MM_HINT_T1
+#define PF_HINT _MM_HINT_T0
 #endif
 #ifndef PF_DIST
-#define PF_DIST 16384
+#define PF_DIST 4096
 #endif
         if (T <= 2 && PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
@@ -464,13 +464,11 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
-            const uint8_t *cb = grp + b * 512;
             for (c = 0; c < 8; c++) {
                 __m512i wv = _mm512_xor_si512(_mm512_loadu_si512((const void *)(cb + c * 64)), _mm512_set1_epi8((char)0x80));
                 for (t = 0; t < T; t++) iacc[t][c % NA] = _mm512_dpbusd_epi32(iacc[t][c % NA], wv, bcast4(a[t][b].q + 4 * c));
             }
         } else {
-            const uint8_t *cb = grp + b * 128;
             const int8_t *q[TT];
             for (t = 0; t < T; t++) q[t] = a[t][b / 2].q + (b & 1) * 16;
             for (c = 0; c < 2; c++) {

@@ -229,13 +229,12 @@ CISM__INLINE void fx_fma4(const int T, float32x4_t acc[2][8], const float32x4_t 
    block's activations of token t) into acc */
 CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t b,
                            const float *const *xb, float32x4_t acc[2][8], uint8x16_t tr) {
-    const uint8_t *sc = grp + g->codes_bytes;
+    const uint8_t *sc = cism__x16_scales(g, grp, b), *cb = cism__x16_codes(g, grp, b) + k * 16;
     float32x4_t wv[4];
     fdq s;
     if (q8) {
-        const uint8_t *cb = grp + b * 512 + k * 16;
         int j;
-        s.dv = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + b * 32 + k * 8)));
+        s.dv = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + k * 8)));
         s.nb = vmulq_n_f32(s.dv, -1152.0f);
         for (j = 0; j < 8; j += 2) { /* chunk j: columns 4j..4j+3 (lanes 0-3), chunk j + 1: lanes 4-7 */
             f_dec16(veorq_u8(vqtbl1q_u8(vld1q_u8(cb + j * 64), tr), vdupq_n_u8(0x80)), s, wv);
@@ -244,11 +243,10 @@ CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const 
             fx_fma4(T, acc, wv, xb, j + 1, 1);
         }
     } else { /* chunk j: columns 4j..4j+3 (low nibbles) and 8+4j.. (high), lanes 4j.. */
-        const uint8_t *cb = grp + b * 128 + k * 16;
         uint8x16_t c0 = vqtbl1q_u8(vld1q_u8(cb), tr), c1 = vqtbl1q_u8(vld1q_u8(cb + 64), tr);
         uint32_t e;
         float32x4_t dhi;
-        memcpy(&e, sc + b * 16 + k * 4, 4);
+        memcpy(&e, sc + k * 4, 4);
         nq_e4m3x8(vreinterpret_u8_u32(vdup_n_u32(e)), &s.dv, &dhi);
         s.nb = vmulq_n_f32(s.dv, -1032.0f);
         f_dec16(vandq_u8(c0, vdupq_n_u8(15)), s, wv);

@@ -34,16 +34,16 @@
 #define NX_MAXT 4
 
 /* The 16 rows' scales of block b: d[k] lane i = row 4k + i. */
-CISM__INLINE void nx_scales(const int q8, const uint8_t *sc, int64_t b, float32x4_t *d) {
+CISM__INLINE void nx_scales(const int q8, const uint8_t *sc, float32x4_t *d) {
     if (q8) {
-        uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc + b * 32));
-        uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + b * 32 + 16));
+        uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc));
+        uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + 16));
         d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
         d[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0));
         d[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1)));
         d[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1));
     } else {
-        uint8x16_t s = vld1q_u8(sc + b * 16);
+        uint8x16_t s = vld1q_u8(sc);
         nq_e4m3x8(vget_low_u8(s), &d[0], &d[1]);
         nq_e4m3x8(vget_high_u8(s), &d[2], &d[3]);
     }
@@ -222,7 +222,6 @@ CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K
    half-block sums. */
 CISM__INLINE void nx_tile(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *grp,
                           const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs, float *o) {
-    const uint8_t *sc = grp + g->codes_bytes;
     float32x4_t acc[NX_MAXT][NX_MAXK];
     int32x4_t s[NX_MAXT][NX_MAXK];
     int64_t b;
@@ -237,8 +236,8 @@ CISM__INLINE void nx_tile(const int q8, const int dot, const int k0, const int K
             q[t] = q8 ? a[t][b].q : a[t][b / 2].q + (b & 1) * 16;
             corr[t] = q8 ? 0 : -8 * hs[t][b];
         }
-        nx_dots(q8, dot, k0, K, T, grp + b * (q8 ? 512 : 128), q, corr, s);
-        nx_scales(q8, sc, b, d);
+        nx_dots(q8, dot, k0, K, T, cism__x16_codes(g, grp, b), q, corr, s);
+        nx_scales(q8, cism__x16_scales(g, grp, b), d);
         for (t = 0; t < T; t++) {
             float da = q8 ? a[t][b].d : a[t][b / 2].d;
             for (k = 0; k < K; k++) acc[t][k] = nq_combine(acc[t][k], s[t][k], d[k0 + k], da);

@@ -403,13 +403,26 @@ void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int6
 void cism__x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp) {
     cism__x16 g = cism__x16_geom(dtype, row_bytes);
     int64_t i, b, c, bb = g.code_bytes + g.scale_bytes;
-    for (i = 0; i < CISM__X16; i++)
-        for (b = 0; b < g.nb; b++) {
+    for (b = 0; b < g.nb; b++) {
+        uint8_t *codes = (uint8_t *)(uintptr_t)cism__x16_codes(&g, grp, b);
+        uint8_t *scales = (uint8_t *)(uintptr_t)cism__x16_scales(&g, grp, b);
+        for (i = 0; i < CISM__X16; i++) {
             const uint8_t *blk = plain + (uint64_t)i * row_bytes + (uint64_t)(b * bb);
-            memcpy(grp + g.codes_bytes + (uint64_t)(b * CISM__X16 + i) * (uint64_t)g.scale_bytes, blk, (size_t)g.scale_bytes);
-            for (c = 0; c < g.code_bytes / 4; c++)
-                memcpy(grp + (uint64_t)b * CISM__X16 * (uint64_t)g.code_bytes + (uint64_t)(c * 64 + i * 4), blk + g.scale_bytes + 4 * c, 4);
+            memcpy(scales + i * g.scale_bytes, blk, (size_t)g.scale_bytes);
+            for (c = 0; c < g.code_bytes / 4; c++) memcpy(codes + c * 64 + i * 4, blk + g.scale_bytes + 4 * c, 4);
         }
+    }
+}
+
+void cism__x16_from_v1(int32_t dtype, uint8_t *grp, uint64_t row_bytes, uint8_t *tmp) {
+    cism__x16 g = cism__x16_geom(dtype, row_bytes);
+    const uint64_t codes = (uint64_t)CISM__X16 * (uint64_t)g.code_bytes, scales = (uint64_t)CISM__X16 * (uint64_t)g.scale_bytes;
+    int64_t b;
+    memcpy(tmp, grp, (size_t)(CISM__X16 * row_bytes));
+    for (b = 0; b < g.nb; b++) { /* version 1: block b's codes at b * codes, its scales at nb * codes + b * scales */
+        memcpy((uint8_t *)(uintptr_t)cism__x16_codes(&g, grp, b), tmp + (uint64_t)b * codes, (size_t)codes);
+        memcpy((uint8_t *)(uintptr_t)cism__x16_scales(&g, grp, b), tmp + (uint64_t)g.nb * codes + (uint64_t)b * scales, (size_t)scales);
+    }
 }
 
 /* ---- the public API -------------------------------------------------------------------------- */

@@ -67,27 +67,46 @@ void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int6
 /* ---- row-interleaved layouts (q8x16, q4sx16) ----------------------------------------
  * The values of the base dtype (q8, q4s), in groups of 16 rows (a matrix's
  * rows are whole groups). A group of nb blocks per row takes 16 * row_bytes
- * bytes: first the codes of every block, then the scales of every block.
+ * bytes, a run of superblocks of S consecutive blocks (q8: S = 2, q4s: S = 4;
+ * the last one may hold fewer): first the codes of its blocks, then their
+ * scales, which fill exactly one 64-byte line in a whole superblock.
  *   codes of block b: its code bytes (q8: 32, q4s: 8) in 4-byte chunks; chunk
  *     c of the 16 rows is 64 bytes: row 0's bytes 4c..4c+3, row 1's, ...
  *   scales of block b: the 16 rows' scales (q8: fp16, 2 bytes; q4s: E4M3, 1)
  * Code bytes mean what they mean in the base format (q8: int8; q4s: byte j
  * holds element j in the low nibble and j + 8 in the high one). One 64-byte
  * load thus feeds 16 rows with 4 bytes each (a 512-bit vpdpbusd, two 256-bit
- * registers of 8 rows, four 128-bit sdot registers of 4 rows). */
+ * registers of 8 rows, four 128-bit sdot registers of 4 rows). Scales inside
+ * the superblocks make a group one sequential stream, which the hardware
+ * prefetchers follow better than codes and scales as two (KERNELS.md).
+ * Files of format version 1 kept all codes first, then all scales
+ * (cism__x16_from_v1). */
 typedef struct cism__x16 {
     int32_t code_bytes, scale_bytes;  /* per block and row */
+    int32_t sb_shift;                 /* log2(S): blocks per superblock */
     int64_t nb;                       /* blocks per row */
-    uint64_t codes_bytes;             /* of a group: nb * 16 * code_bytes; the scales follow */
+    uint64_t sb_bytes;                /* a whole superblock: S * 16 * (code_bytes + scale_bytes) */
 } cism__x16;
 
 static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
     cism__x16 g;
     g.scale_bytes = dtype == CISM_DTYPE_Q8X16 ? 2 : 1;
     g.code_bytes = dtype == CISM_DTYPE_Q8X16 ? 32 : 8;
+    g.sb_shift = dtype == CISM_DTYPE_Q8X16 ? 1 : 2;
     g.nb = (int64_t)(row_bytes / (uint64_t)(g.code_bytes + g.scale_bytes));
-    g.codes_bytes = (uint64_t)g.nb * CISM__X16 * (uint64_t)g.code_bytes;
+    g.sb_bytes = (uint64_t)CISM__X16 * (uint64_t)(g.code_bytes + g.scale_bytes) << g.sb_shift;
     return g;
+}
+/* The codes of block b of a group (16 * code_bytes bytes) */
+static inline const uint8_t *cism__x16_codes(const cism__x16 *g, const uint8_t *grp, int64_t b) {
+    const int64_t s = b >> g->sb_shift, j = b - (s << g->sb_shift);
+    return grp + (uint64_t)s * g->sb_bytes + (uint64_t)(j * CISM__X16 * g->code_bytes);
+}
+/* The 16 rows' scales of block b of a group (16 * scale_bytes bytes) */
+static inline const uint8_t *cism__x16_scales(const cism__x16 *g, const uint8_t *grp, int64_t b) {
+    const int64_t s = b >> g->sb_shift, j = b - (s << g->sb_shift), first = s << g->sb_shift;
+    const int64_t n = g->nb - first < ((int64_t)1 << g->sb_shift) ? g->nb - first : (int64_t)1 << g->sb_shift;
+    return grp + (uint64_t)s * g->sb_bytes + (uint64_t)(n * CISM__X16 * g->code_bytes + j * CISM__X16 * g->scale_bytes);
 }
 
 /* Decode prefetch of the interleaved kernels (the x86 tiers). The groups that
@@ -110,15 +129,18 @@ static inline void cism__x16_prefetch_step(const cism__x16 *g, const uint8_t *gr
 
 /* 16 rows of the base format (row_bytes apart, at plain) -> one interleaved group (quant.c). */
 void cism__x16_interleave(int32_t dtype, const uint8_t *plain, uint64_t row_bytes, uint8_t *grp);
+/* One group in format version 1's layout (all codes, then all scales) -> this
+   layout, in place; tmp holds 16 * row_bytes bytes (quant.c). */
+void cism__x16_from_v1(int32_t dtype, uint8_t *grp, uint64_t row_bytes, uint8_t *tmp);
 
 /* Block b of row r as the base format stores it (scale, then codes) into out. */
 static inline void cism__x16_block(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int64_t r, int64_t b, uint8_t *out) {
     cism__x16 g = cism__x16_geom(dtype, row_bytes);
     const uint8_t *grp = w + (uint64_t)(r / CISM__X16) * CISM__X16 * row_bytes;
     int64_t i = r % CISM__X16, c;
-    memcpy(out, grp + g.codes_bytes + (uint64_t)(b * CISM__X16 + i) * (uint64_t)g.scale_bytes, (size_t)g.scale_bytes);
-    for (c = 0; c < g.code_bytes / 4; c++)
-        memcpy(out + g.scale_bytes + 4 * c, grp + (uint64_t)b * CISM__X16 * (uint64_t)g.code_bytes + (uint64_t)(c * 64 + i * 4), 4);
+    const uint8_t *codes = cism__x16_codes(&g, grp, b);
+    memcpy(out, cism__x16_scales(&g, grp, b) + i * g.scale_bytes, (size_t)g.scale_bytes);
+    for (c = 0; c < g.code_bytes / 4; c++) memcpy(out + g.scale_bytes + 4 * c, codes + c * 64 + i * 4, 4);
 }
 
 /* The scalar tier's kernels of the packed formats (kernels_scalar_quant.c). */

@@ -2,6 +2,7 @@
 #include "file.h"
 #include "../core/error.h"
 #include "../kernels/dtype.h"
+#include "../kernels/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -75,13 +76,54 @@ void cism__file_close(cism__file *f) {
     memset(f, 0, sizeof(*f));
 }
 
+static int has_x16(const cism__file *f) {
+    uint32_t i;
+    for (i = 0; i < f->n_tensors; i++)
+        if (cism__dtype_is_x16(f->tensors[i].dtype)) return 1;
+    return 0;
+}
+
+/* Version 1 stored each group of an interleaved matrix as all codes, then all
+   scales: rearrange those tensors of a private copy of the file in place. */
+static cism_status upgrade_v1(cism__file *f, const char *path) {
+    uint8_t *tmp = NULL;
+    uint64_t tmp_size = 0;
+    uint32_t i;
+    cism__log(CISM_LOG_WARN, "%s: format version 1 with interleaved weights: rearranged at load, in a private copy "
+                             "(convert again for a file that is mapped as is)", path);
+    for (i = 0; i < f->n_tensors; i++) {
+        const cism__tensor_entry *t = &f->tensors[i];
+        uint64_t rb, gb, g;
+        if (!cism__dtype_is_x16(t->dtype)) continue;
+        rb = cism__row_bytes(t->dtype, t->dims[t->n_dims - 1]);
+        gb = rb * CISM__X16;
+        if (gb > tmp_size) {
+            free(tmp);
+            tmp = (uint8_t *)malloc((size_t)gb);
+            tmp_size = gb;
+            if (!tmp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory rearranging version 1 weights", path);
+        }
+        for (g = 0; g + gb <= t->size; g += gb) cism__x16_from_v1(t->dtype, (uint8_t *)(uintptr_t)t->data + g, rb, tmp);
+    }
+    free(tmp);
+    return CISM_OK;
+}
+
 cism_status cism__file_open(cism__file *f, const char *path, int use_mmap) {
     char err[512];
     cism__file_view view;
+    cism_status st;
     memset(f, 0, sizeof(*f));
     if (cism__file_view_open(&view, path, use_mmap, err, sizeof(err)) != 0)
         return cism__fail(CISM_ERR_IO, "%s", err);
-    return cism__file_parse(f, &view, path);
+    if ((st = cism__file_parse(f, &view, path)) != CISM_OK || f->version != 1 || !has_x16(f)) return st;
+    if (f->view.mapped == 1) { /* a mapping is read-only: reopen as a copy */
+        cism__file_close(f);
+        if (cism__file_view_open(&view, path, 0, err, sizeof(err)) != 0) return cism__fail(CISM_ERR_IO, "%s", err);
+        if ((st = cism__file_parse(f, &view, path)) != CISM_OK) return st;
+    }
+    if ((st = upgrade_v1(f, path)) != CISM_OK) cism__file_close(f);
+    return st;
 }
 
 static int cmp_offset(const void *a, const void *b) {
@@ -119,13 +161,13 @@ cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *l
         BAD("%s: not a .cism file (bad magic bytes)", label);
     }
     f->version = rd_u32_at(d + 8);
-    if (f->version != CISM__FILE_VERSION) {
-        st = cism__fail(CISM_ERR_UNSUPPORTED, "%s: .cism format version %u is not supported (this library reads version %u)",
+    if (f->version < 1 || f->version > CISM__FILE_VERSION) {
+        st = cism__fail(CISM_ERR_UNSUPPORTED, "%s: .cism format version %u is not supported (this library reads versions 1 to %u)",
                         label, f->version, CISM__FILE_VERSION);
         goto fail;
     }
     flags = rd_u32_at(d + 12);
-    if (flags != 0) BAD("%s: header flags 0x%x are not defined in version 1", label, flags);
+    if (flags != 0) BAD("%s: header flags 0x%x are not defined in version %u", label, flags, f->version);
     meta_off = rd_u64_at(d + 16);
     meta_size = rd_u64_at(d + 24);
     tens_off = rd_u64_at(d + 32);

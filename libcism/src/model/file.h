@@ -9,7 +9,7 @@
 #include "../platform/platform.h"
 
 #define CISM__FILE_MAGIC "CISM\r\n\x1a\n"
-#define CISM__FILE_VERSION 1u
+#define CISM__FILE_VERSION 2u  /* 2: the interleaved dtypes' superblock layout; version 1 is read too */
 #define CISM__HEADER_SIZE 64u
 #define CISM__ALIGN 64u
 #define CISM__MAX_ENTRIES 65536u
