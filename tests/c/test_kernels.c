@@ -705,6 +705,37 @@ static void test_tier(const cism__kernels *k) {
     vs_scalar(k);
 }
 
+/* Format version 1's interleaved layout (a group's codes of every block, then
+   the scales of every block), written here from the base rows by its own rule,
+   becomes this version's layout under cism__x16_from_v1; cols cover whole and
+   short last superblocks. */
+static void test_x16_from_v1(void) {
+    static const int64_t cols_list[] = {64, 96, 160, 48};
+    int d, ci;
+    for (d = 0; d < 2; d++) {
+        const int32_t dt = d ? CISM_DTYPE_Q4SX16 : CISM_DTYPE_Q8X16;
+        const int64_t sb = d ? 1 : 2, cb = d ? 8 : 32;
+        for (ci = 0; ci < 4; ci++) {
+            const int64_t cols = cols_list[ci], rb = cism_dtype_row_bytes(dt, cols), nb = rb / (sb + cb);
+            uint8_t *plain = (uint8_t *)malloc((size_t)(16 * rb)), *v1 = (uint8_t *)malloc((size_t)(16 * rb));
+            uint8_t *v2 = (uint8_t *)malloc((size_t)(16 * rb)), *tmp = (uint8_t *)malloc((size_t)(16 * rb));
+            int64_t i, b, c;
+            random_packed(cism__dtype_base(dt), 16, cols, plain, 0);
+            for (i = 0; i < 16; i++)
+                for (b = 0; b < nb; b++) {
+                    const uint8_t *blk = plain + i * rb + b * (sb + cb);
+                    memcpy(v1 + nb * 16 * cb + (b * 16 + i) * sb, blk, (size_t)sb);
+                    for (c = 0; c < cb / 4; c++) memcpy(v1 + b * 16 * cb + c * 64 + i * 4, blk + sb + 4 * c, 4);
+                }
+            cism__x16_interleave(dt, plain, (uint64_t)rb, v2);
+            cism__x16_from_v1(dt, v1, (uint64_t)rb, tmp);
+            CHECK_MSG(memcmp(v1, v2, (size_t)(16 * rb)) == 0, "%s %lld cols: version 1 group rearranged differs",
+                      cism_dtype_name(dt), (long long)cols);
+            free(plain); free(v1); free(v2); free(tmp);
+        }
+    }
+}
+
 int main(void) {
     int32_t t;
     int n_run = 0;
@@ -718,6 +749,7 @@ int main(void) {
         test_tier(k);
         n_run++;
     }
+    test_x16_from_v1();
     CHECK(cism__kernels_by_name("no-such-tier") == NULL);
     CHECK(cism__kernels_tier(CISM_TIER_AUTO) == cism__kernels_best());
     printf("%d tiers tested\n", n_run);

@@ -394,7 +394,7 @@ CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
 
 /* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token for latency when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __m256i keep, const uint8_t *pf_end, const int T, const int q8) {
+                           float *y, int64_t ldy, __m256i keep, uintptr_t pf_end, const int T, const int q8) {
     const int NA = T == 1 ? 2 : 1;
     __m256 facc[TT];
     __m256i iacc[TT][2];
@@ -408,7 +408,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
         if (T <= 2 && h == 0) { /* decode: fetch PF_DIST ahead a block's share of the group, scales included */
             uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, PF_DIST, (uintptr_t)pf_end, &pf, &pe);
+            cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
             for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
@@ -439,7 +439,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
 }
 
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, uint32_t mask, const uint8_t *pf_end, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -475,9 +475,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end;
-    const uint8_t *pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    pf_end = (const uint8_t *)end;
     if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
@@ -491,7 +489,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm,
-                      pf_end, q8);
+                      end, q8);
         }
     }
 }

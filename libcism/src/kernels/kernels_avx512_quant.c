@@ -436,7 +436,7 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
    not matter); NA independent accumulators per token keep vpdpbusd's latency
    hidden when T is small. */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __mmask16 m, const uint8_t *pf_end, const int T, const int q8) {
+                           float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const int T, const int q8) {
     const int NA = T == 1 ? 4 : T == 2 ? 2 : 1;
     __m512 facc[TT];
     __m512i iacc[TT][4];
@@ -460,7 +460,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
             /* sweep covers every line of the following groups                                                */
             uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, PF_DIST, (uintptr_t)pf_end, &pf, &pe);
+            cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
             for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
         }
         if (q8) {
@@ -492,7 +492,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
 }
 
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, __mmask16 m, const uint8_t *pf_end, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -528,9 +528,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end;
-    const uint8_t *pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    pf_end = (const uint8_t *)end;
     if (nt <= 2 && PF_DIST > 0) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
@@ -544,7 +542,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (__mmask16)mm, pf_end, q8);
+                      (__mmask16)mm, end, q8);
         }
     }
 }
