@@ -26,20 +26,9 @@ fun Session.tokenFlow(
     sampler: Sampler,
     ignoreEos: Boolean = false,
     dispatcher: CoroutineDispatcher = Dispatchers.IO,
-): Flow<Int> = callbackFlow {
-    val session = this@tokenFlow
-    launch(dispatcher) {
-        try {
-            session.generate(prompt, maxTokens, sampler, ignoreEos) { token ->
-                trySend(token).isSuccess // false once the collector is gone: stop
-            }
-            channel.close()
-        } catch (e: Throwable) {
-            channel.close(e)
-        }
-    }
-    awaitClose { session.cancel() }
-}.buffer(Channel.UNLIMITED)
+): Flow<Int> = generationFlow(dispatcher) { emit ->
+    generate(prompt, maxTokens, sampler, ignoreEos) { token -> emit(token) }
+}
 
 /**
  * Generated text as a cold [Flow] of pieces, each complete UTF-8 (a character
@@ -52,13 +41,23 @@ fun Session.textFlow(
     sampler: Sampler,
     ignoreEos: Boolean = false,
     dispatcher: CoroutineDispatcher = Dispatchers.IO,
-): Flow<String> = callbackFlow {
-    val session = this@textFlow
+): Flow<String> = generationFlow(dispatcher) { emit ->
+    generateText(prompt, maxTokens, sampler, ignoreEos) { text -> emit(text) }
+}
+
+/**
+ * Both flows: [produce] runs one native generation on [dispatcher], handing
+ * each item to `emit`, which returns false once the collector is gone (the
+ * generation then stops); cancellation calls [Session.cancel].
+ */
+private fun <T> Session.generationFlow(
+    dispatcher: CoroutineDispatcher,
+    produce: (emit: (T) -> Boolean) -> Unit,
+): Flow<T> = callbackFlow<T> {
+    val session = this@generationFlow
     launch(dispatcher) {
         try {
-            session.generateText(prompt, maxTokens, sampler, ignoreEos) { text ->
-                trySend(text).isSuccess
-            }
+            produce { item -> trySend(item).isSuccess }
             channel.close()
         } catch (e: Throwable) {
             channel.close(e)
