@@ -438,12 +438,82 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
     for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);
 }
 
+/* Decode (one token) against both halves of a group in one pass: each block's
+   activations are broadcast once for the 16 rows, and the loop and scale
+   overhead is shared (the AVX2 4-bit decode is instruction-bound). Every row's
+   arithmetic is x16_tile's with T = 1, so the results are the same bits. */
+CISM__INLINE void x16_decode(const uint8_t *grp, const cism__x16 *g, const cism__act8 *a, const int32_t *hs, float *y,
+                             __m256i keep0, __m256i keep1, uintptr_t pf_end, const int q8) {
+    __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+    int64_t b;
+    int c;
+    for (b = 0; b < g->nb; b++) {
+        const uint8_t *cb = cism__x16_codes(g, grp, b), *sp = cism__x16_scales(g, grp, b);
+        const __m256 s0 = x16_scales(sp, 0, q8), s1 = x16_scales(sp, 1, q8);
+        __m256i i0, i1;
+        float da;
+        uintptr_t pf, pe;
+        cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
+        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
+        if (q8) {
+            __m256i i0b = _mm256_setzero_si256(), i1b = _mm256_setzero_si256();
+            i0 = _mm256_setzero_si256();
+            i1 = _mm256_setzero_si256();
+            for (c = 0; c < 8; c += 2) {
+                const __m256i q0 = bcast4(a[b].q + 4 * c), q1 = bcast4(a[b].q + 4 * c + 4);
+                __m256i w00 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64));
+                __m256i w01 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 32));
+                __m256i w10 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 64));
+                __m256i w11 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 96));
+                i0 = _mm256_add_epi32(i0, dot_u(_mm256_sign_epi8(w00, w00), _mm256_sign_epi8(q0, w00)));
+                i1 = _mm256_add_epi32(i1, dot_u(_mm256_sign_epi8(w01, w01), _mm256_sign_epi8(q0, w01)));
+                i0b = _mm256_add_epi32(i0b, dot_u(_mm256_sign_epi8(w10, w10), _mm256_sign_epi8(q1, w10)));
+                i1b = _mm256_add_epi32(i1b, dot_u(_mm256_sign_epi8(w11, w11), _mm256_sign_epi8(q1, w11)));
+            }
+            i0 = _mm256_add_epi32(i0, i0b);
+            i1 = _mm256_add_epi32(i1, i1b);
+            da = a[b].d;
+        } else { /* as x16_tile: four unsigned products of codes <= 15 summed in int16 */
+            const int8_t *q = a[b / 2].q + (b & 1) * 16;
+            const __m256i qa = bcast4(q), qb = bcast4(q + 8), qc = bcast4(q + 4), qd = bcast4(q + 12), m = _mm256_set1_epi8(0x0f);
+            const __m256i corr = _mm256_set1_epi32(8 * hs[b]), one = _mm256_set1_epi16(1);
+            int h;
+            __m256i r[2];
+            for (h = 0; h < 2; h++) {
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + h * 32));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64 + h * 32));
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v0, m), qa),
+                                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m), qb));
+                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v1, m), qc),
+                                                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m), qd)));
+                r[h] = _mm256_sub_epi32(_mm256_madd_epi16(p, one), corr);
+            }
+            i0 = r[0];
+            i1 = r[1];
+            da = a[b / 2].d;
+        }
+        f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, _mm256_set1_ps(da))));
+        f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, _mm256_set1_ps(da))));
+    }
+    _mm256_maskstore_ps(y, keep0, f0);
+    _mm256_maskstore_ps(y + 8, keep1, f1);
+}
+
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
                             int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
     int i, h;
+    if (t1 - t0 == 1) { /* decode: both halves in one pass */
+        const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        a[0] = act_row(xq, ldq, t0);
+        x16_decode(grp, g, a[0], cism__act8_half_sums((void *)(uintptr_t)a[0], cols), y + t0 * ldy,
+                   _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(mask & 0xffu)), bits), _mm256_setzero_si256()),
+                   _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)((mask >> 8) & 0xffu)), bits), _mm256_setzero_si256()),
+                   pf_end, q8);
+        return;
+    }
     for (h = 0; h < 2; h++) {
         uint32_t mh = (mask >> (8 * h)) & 0xffu;
         __m256i keep = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)mh), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
