@@ -74,6 +74,22 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- upgrade -------------------------------------------------------------------
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from .upgrade import upgrade
+    n = upgrade(args.src, args.output, overwrite=args.force)
+    from .model import Model
+    with Model(args.output):  # the C loader checks what was written
+        pass
+    print(f"wrote {args.output}: format version {_format_version()}, {n} interleaved tensors rearranged", file=sys.stderr)
+    return 0
+
+
+def _format_version() -> int:
+    from .format import VERSION
+    return VERSION
+
+
 # ---- ppl -----------------------------------------------------------------------
 def cmd_ppl(args: argparse.Namespace) -> int:
     from .ppl import perplexity
@@ -299,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=cmd_convert)
+
+    u = sub.add_parser("upgrade", parents=[common], help="rewrite a .cism file of an older format version as the current one")
+    u.add_argument("src", help="the .cism file to read (left as it is)")
+    u.add_argument("-o", "--output", required=True, help="the .cism file to write (never overwritten without --force)")
+    u.add_argument("--force", action="store_true", help="replace an existing output file")
+    u.set_defaults(func=cmd_upgrade)
 
     g = sub.add_parser("generate", parents=[common], help="continue a prompt, streaming the text to stdout")
     _add_session_args(g)

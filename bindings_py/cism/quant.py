@@ -29,6 +29,26 @@ for _n, _v in QUANT_DTYPES.items():
     fmt.DTYPE_NAMES.setdefault(_v, _n)
 
 
+# the interleaved layouts' geometry: elements per block, code and scale bytes per block and row,
+# blocks per superblock (docs/QUANTIZATION.md)
+X16_GEOMETRY = {DTYPE_Q8X16: (32, 32, 2, 2), DTYPE_Q4SX16: (16, 8, 1, 4)}
+
+
+def x16_group_offsets(dtype: int, cols: int) -> Tuple[list, list]:
+    """Where block b's codes (16 * code bytes) and its 16 scales start in a group of an
+    interleaved matrix of `cols` columns: superblocks of S blocks, each its codes then
+    its scales (format version 2)."""
+    block, cb, sb, S = X16_GEOMETRY[dtype]
+    nb = -(-cols // block)
+    off, codes, scales = 0, [], []
+    for first in range(0, nb, S):
+        n = min(S, nb - first)
+        codes += [off + j * 16 * cb for j in range(n)]
+        scales += [off + n * 16 * cb + j * 16 * sb for j in range(n)]
+        off += n * 16 * (cb + sb)
+    return codes, scales
+
+
 def row_bytes(dtype: int, cols: int) -> int:
     if dtype == fmt.DTYPE_F32:
         return 4 * cols

@@ -12,6 +12,7 @@ from cism.convert import convert
 from cism.errors import CismError
 from cism.model import Model
 from cism.ppl import perplexity, tokenize
+from cism.upgrade import upgrade
 
 
 def test_quantize_roundtrip_all_formats():
@@ -265,3 +266,18 @@ def test_format_version_1_interleaved_files_still_load(tmp_path, shared_models):
                 out.append(s.all_logits())
         assert np.array_equal(out[0], out[1]) and np.array_equal(out[0], out[2]), recipe
         assert v1path.read_bytes() == bytes(blob)
+        # `cism upgrade` gives back the version 2 file byte for byte, and refuses what it should
+        up = tmp_path / f"{recipe}.up.cism"
+        assert upgrade(str(v1path), str(up)) == n_x16
+        assert up.read_bytes() == open(v2, "rb").read()
+        assert v1path.read_bytes() == bytes(blob)
+        with pytest.raises(FileExistsError):
+            upgrade(str(v1path), str(up))
+        with pytest.raises(FileExistsError, match="input file"):
+            upgrade(str(v1path), str(v1path), overwrite=True)
+        with pytest.raises(fmt.FormatError, match="already format version 2"):
+            upgrade(v2, str(tmp_path / "again.cism"))
+        (tmp_path / "cut.cism").write_bytes(bytes(blob[:len(blob) * 3 // 4]))
+        with pytest.raises(fmt.FormatError):
+            upgrade(str(tmp_path / "cut.cism"), str(tmp_path / "cut.up.cism"))
+        assert not (tmp_path / "cut.up.cism").exists() and not (tmp_path / "cut.up.cism.partial").exists()

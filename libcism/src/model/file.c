@@ -90,7 +90,7 @@ static cism_status upgrade_v1(cism__file *f, const char *path) {
     uint64_t tmp_size = 0;
     uint32_t i;
     cism__log(CISM_LOG_WARN, "%s: format version 1 with interleaved weights: rearranged at load, in a private copy "
-                             "(convert again for a file that is mapped as is)", path);
+                             "(`cism upgrade` rewrites it as a version 2 file, which is mapped as is)", path);
     for (i = 0; i < f->n_tensors; i++) {
         const cism__tensor_entry *t = &f->tensors[i];
         uint64_t rb, gb, g;
