@@ -81,13 +81,9 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     from .model import Model
     with Model(args.output):  # the C loader checks what was written
         pass
-    print(f"wrote {args.output}: format version {_format_version()}, {n} interleaved tensors rearranged", file=sys.stderr)
-    return 0
-
-
-def _format_version() -> int:
     from .format import VERSION
-    return VERSION
+    print(f"wrote {args.output}: format version {VERSION}, {n} interleaved tensors rearranged", file=sys.stderr)
+    return 0
 
 
 # ---- ppl -----------------------------------------------------------------------

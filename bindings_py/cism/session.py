@@ -155,32 +155,29 @@ class Session:
         """(sums, n_rows): per-column sums of the squares of the inputs weight
         matrix `tensor` ("blk.0.ffn_down", "output", a tied "token_embd") was
         multiplied with since the session was created (needs act_stats >= 1)."""
-        cols, rows = ctypes.c_int64(), ctypes.c_int64()
-        name = tensor.encode()
-        with self._lock:
-            st = _lib.lib.cism_session_act_stats(self._h(), name, None, 0, ctypes.byref(cols), ctypes.byref(rows))
-            if st != _lib.ERR_BUFFER_SMALL:
-                check(st)
-            out = np.zeros(cols.value, dtype=np.float64)
-            check(_lib.lib.cism_session_act_stats(self._h(), name, out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
-                                                  out.size, ctypes.byref(cols), ctypes.byref(rows)))
-        return out, int(rows.value)
+        return self._f64_stats(_lib.lib.cism_session_act_stats, tensor)
 
     def act_gram(self, tensor: str):
         """(blocks [n_blocks, G, G], n_rows): the G x G blocks along the diagonal
         of the Gram matrix (sum of x x^T) of `tensor`'s inputs since the session
         was created (needs act_stats=G >= 2)."""
+        out, rows = self._f64_stats(_lib.lib.cism_session_act_gram, tensor)
+        g = self._act_gram_block
+        return out.reshape(-1, g, g), rows
+
+    def _f64_stats(self, fn, tensor: str):
+        """(values, n_rows) of a statistics call of the form fn(session, name, buf, cap, &n, &rows):
+        asked once for its size (CISM_ERR_BUFFER_SMALL), then filled."""
         n, rows = ctypes.c_int64(), ctypes.c_int64()
         name = tensor.encode()
         with self._lock:
-            st = _lib.lib.cism_session_act_gram(self._h(), name, None, 0, ctypes.byref(n), ctypes.byref(rows))
+            st = fn(self._h(), name, None, 0, ctypes.byref(n), ctypes.byref(rows))
             if st != _lib.ERR_BUFFER_SMALL:
                 check(st)
             out = np.zeros(n.value, dtype=np.float64)
-            check(_lib.lib.cism_session_act_gram(self._h(), name, out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
-                                                 out.size, ctypes.byref(n), ctypes.byref(rows)))
-        g = self._act_gram_block
-        return out.reshape(-1, g, g), int(rows.value)
+            check(fn(self._h(), name, out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), out.size,
+                     ctypes.byref(n), ctypes.byref(rows)))
+        return out, int(rows.value)
 
     # ---- evaluation ----
     def eval(self, tokens: Tokens) -> None:

@@ -40,9 +40,11 @@ def upgrade(src: str, dst: str, overwrite: bool = False) -> int:
     version = f.header["version"]
     if version == fmt.VERSION:
         raise fmt.FormatError(f"{src} is already format version {fmt.VERSION}")
-    if os.path.exists(dst) and (not overwrite or os.path.samefile(src, dst)):
-        raise FileExistsError(f"{dst} exists; pass overwrite=True (--force) to replace it"
-                              if not os.path.samefile(src, dst) else f"{dst} is the input file; write a new one")
+    if os.path.exists(dst):
+        if os.path.samefile(src, dst):
+            raise FileExistsError(f"{dst} is the input file; write a new one")
+        if not overwrite:
+            raise FileExistsError(f"{dst} exists; pass overwrite=True (--force) to replace it")
     size = os.path.getsize(src)
     x16 = sorted((t for t in f.tensors.values() if t.dtype in q.X16_GEOMETRY), key=lambda t: t.offset)
     tmp = dst + ".partial"

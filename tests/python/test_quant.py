@@ -28,18 +28,6 @@ def test_quantize_roundtrip_all_formats():
         assert rel < (0.01 if name.startswith("q8") else 0.15), (name, rel)
 
 
-def _x16_offsets(base, nb, cb, sb):
-    """Where block b's codes and scales start in a group (docs/QUANTIZATION.md): superblocks
-    of S blocks (q8: 2, q4s: 4; the last may be short), each its blocks' codes then scales."""
-    S, off, codes, scales = (2 if base == "q8" else 4), 0, [], []
-    for first in range(0, nb, S):
-        n = min(S, nb - first)
-        codes += [off + j * 16 * cb for j in range(n)]
-        scales += [off + n * 16 * cb + j * 16 * sb for j in range(n)]
-        off += n * 16 * (cb + sb)
-    return codes, scales
-
-
 def test_interleaved_layout():
     """q8x16 / q4sx16 hold exactly q8's / q4s's values and bytes, 16 rows interleaved
     (docs/QUANTIZATION.md): codes of each block in 4-byte chunks of 16 rows, scales after
@@ -54,7 +42,7 @@ def test_interleaved_layout():
         sb = 2 if base == "q8" else 1                 # scale bytes per block
         cb = q.row_bytes(bd, 96) // (96 // q.block_size(bd)) - sb  # code bytes per block
         nb = 96 // q.block_size(bd)
-        coff, soff = _x16_offsets(base, nb, cb, sb)
+        coff, soff = q.x16_group_offsets(xd, 96)
         if base == "q8":
             assert (coff, soff) == ([0, 512, 1088], [1024, 1056, 1600])
         for g in range(2):
@@ -251,7 +239,7 @@ def test_format_version_1_interleaved_files_still_load(tmp_path, shared_models):
             sb = 2 if base == "q8" else 1
             nb = t.shape[-1] // q.block_size(bd) + (t.shape[-1] % q.block_size(bd) != 0)
             cb = rb // nb - sb
-            coff, soff = _x16_offsets(base, nb, cb, sb)
+            coff, soff = q.x16_group_offsets(t.dtype, t.shape[-1])
             for g in range(t.offset, t.offset + t.nbytes, 16 * rb):
                 grp = bytes(blob[g:g + 16 * rb])
                 v1 = b"".join(grp[o:o + 16 * cb] for o in coff) + b"".join(grp[o:o + 16 * sb] for o in soff)

@@ -98,34 +98,23 @@ CISM__INLINE __m256 exp8(__m256 x) {
 }
 
 /* ---- matmul ---------------------------------------------------------------------- */
-/* Decode streams each matrix once, DECODE_R rows at a time (independent FMA
-   chains, each element's chain the same as prefill's). Fewer rows are fewer
-   streams for the hardware prefetchers: f16, one core, 8 rows 40-52 tokens/s on
-   SmolLM2-135M, 4 rows 85-90, 2 rows 95-105, 1 row (one latency-bound chain) 60-69
-   (KERNELS.md). The tile also fetches the bytes its share is, DECODE_PF ahead. */
-#ifndef DECODE_R
-#define DECODE_R 2
-#endif
-#ifndef DECODE_PF
-#define DECODE_PF 16384
-#endif
-#ifndef DECODE_PF_HINT
-#define DECODE_PF_HINT _MM_HINT_T1
-#endif
+/* Decode: CISM__DECODE_ROWS rows at a time (independent FMA chains, each
+   element's chain the same as prefill's), prefetching CISM__FLOAT_PF_DIST ahead
+   (tier_common.h). */
 /* y[t*ldy + r] for R rows (row_bytes rb apart from w) and T tokens. */
 CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                        int64_t ldy, const int R, const int T, const int dt, const uint8_t *pf_end) {
-    __m256 acc[MR > DECODE_R ? MR : DECODE_R][NR], xv[NR];
+    __m256 acc[MR > CISM__DECODE_ROWS ? MR : CISM__DECODE_ROWS][NR], xv[NR];
     int64_t c;
     int r, t;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     for (c = 0; c + 8 <= cols; c += 8) {
-        if (T == 1 && R == DECODE_R) { /* decode: fetch the bytes this step's share is, DECODE_PF ahead in the rows */
-            const uintptr_t p = (uintptr_t)w + DECODE_PF + (uintptr_t)(R * c) * (dt == CISM_DTYPE_F32 ? 4u : 2u);
+        if (T == 1 && R == CISM__DECODE_ROWS) { /* decode: fetch the bytes this step's share is, CISM__FLOAT_PF_DIST ahead in the rows */
+            const uintptr_t p = (uintptr_t)w + CISM__FLOAT_PF_DIST + (uintptr_t)(R * c) * (dt == CISM_DTYPE_F32 ? 4u : 2u);
             int k;
             for (k = 0; k < R * 8 * 4 / 64; k += (dt == CISM_DTYPE_F32 ? 1 : 2))
-                if (p + 64u * (uintptr_t)k < (uintptr_t)pf_end) _mm_prefetch((const char *)(p + 64u * (uintptr_t)k), DECODE_PF_HINT);
+                if (p + 64u * (uintptr_t)k < (uintptr_t)pf_end) _mm_prefetch((const char *)(p + 64u * (uintptr_t)k), CISM__FLOAT_PF_HINT);
         }
         for (t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
         for (r = 0; r < R; r++) {
@@ -164,7 +153,7 @@ CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const floa
     const uint8_t *end = wb + (uint64_t)r1 * rb; /* no prefetch into another thread's rows */
     int64_t r, t0, tb;
     if (nt == 1) {
-        for (r = r0; r + DECODE_R <= r1; r += DECODE_R) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, DECODE_R, 1, dt, end);
+        for (r = r0; r + CISM__DECODE_ROWS <= r1; r += CISM__DECODE_ROWS) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, CISM__DECODE_ROWS, 1, dt, end);
         for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt, end);
         return;
     }

@@ -380,13 +380,6 @@ A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
 
 /* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
-/* Decode prefetches the group stream this far ahead into L1, as the AVX-512 tier does (KERNELS.md) */
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
 CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
     if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + h * 16)));
     return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + h * 8))));
@@ -406,10 +399,10 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         __m256 sc = x16_scales(cism__x16_scales(g, grp, b), h, q8);
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
-        if (T <= 2 && h == 0) { /* decode: fetch PF_DIST ahead a block's share of the group, scales included */
+        if (T <= 2 && h == 0) { /* decode: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
             uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
+            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
         }
         if (q8) {
             for (c = 0; c < 8; c++) {
@@ -453,8 +446,8 @@ CISM__INLINE void x16_decode(const uint8_t *grp, const cism__x16 *g, const cism_
         __m256i i0, i1;
         float da;
         uintptr_t pf, pe;
-        cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
-        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
+        cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
         if (q8) {
             __m256i i0b = _mm256_setzero_si256(), i1b = _mm256_setzero_si256();
             i0 = _mm256_setzero_si256();
@@ -546,9 +539,9 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    if (nt <= 2) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
-        uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
+    if (nt <= 2) { /* decode: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+        uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
+        for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
     }
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {

@@ -450,18 +450,12 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-        if (T <= 2 && PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
+        if (T <= 2 && CISM__X16_PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
             /* sweep covers every line of the following groups                                                */
             uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, PF_DIST, pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, PF_HINT);
+            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
         }
         if (q8) {
             for (c = 0; c < 8; c++) {
@@ -529,9 +523,9 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    if (nt <= 2 && PF_DIST > 0) { /* decode: the first PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
-        uintptr_t e = p + PF_DIST < end ? p + PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, PF_HINT);
+    if (nt <= 2 && CISM__X16_PF_DIST > 0) { /* decode: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+        uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
+        for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
     }
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {

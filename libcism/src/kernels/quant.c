@@ -551,23 +551,31 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
    +3.96% / +1.22% instead of +4.43% / +1.37% (docs/QUANTIZATION.md). */
 #define GPTQ_DAMP 0.01 /* times the mean of H's diagonal, added to the diagonal */
 
+/* The lower triangle of l = the Cholesky factor of the symmetric n x n matrix
+   whose lower triangle is in a (a == l: in place). 0, or -1 when a is not
+   positive definite. */
+static int cholesky(const double *a, double *l, int64_t n) {
+    int64_t i, j, k;
+    for (j = 0; j < n; j++) {
+        double d = a[j * n + j];
+        for (k = 0; k < j; k++) d -= l[j * n + k] * l[j * n + k];
+        if (!(d > 0)) return -1;
+        d = sqrt(d);
+        l[j * n + j] = d;
+        for (i = j + 1; i < n; i++) {
+            double v = a[i * n + j];
+            for (k = 0; k < j; k++) v -= l[i * n + k] * l[j * n + k];
+            l[i * n + j] = v / d;
+        }
+    }
+    return 0;
+}
+
 /* h (n x n SPD, row-major, double) -> u (float, upper) with h^-1 = u^T u; h is
    overwritten. 0 on success, -1 when h is not positive definite. */
 static int gptq_factor(double *h, int64_t n, double *t, float *u) {
     int64_t i, j, k;
-    /* h = L L^T, L in the lower triangle of h */
-    for (j = 0; j < n; j++) {
-        double d = h[j * n + j];
-        for (k = 0; k < j; k++) d -= h[j * n + k] * h[j * n + k];
-        if (!(d > 0)) return -1;
-        d = sqrt(d);
-        h[j * n + j] = d;
-        for (i = j + 1; i < n; i++) {
-            double v = h[i * n + j];
-            for (k = 0; k < j; k++) v -= h[i * n + k] * h[j * n + k];
-            h[i * n + j] = v / d;
-        }
-    }
+    if (cholesky(h, h, n)) return -1; /* h = L L^T, L in the lower triangle of h */
     /* t = L^-1 (lower) */
     for (j = 0; j < n; j++) {
         for (i = 0; i < j; i++) t[i * n + j] = 0;
@@ -585,19 +593,7 @@ static int gptq_factor(double *h, int64_t n, double *t, float *u) {
             for (k = i; k < n; k++) v += t[k * n + i] * t[k * n + j];
             h[i * n + j] = v;
         }
-    /* H^-1 = M M^T (M lower, in t); u = M^T */
-    for (j = 0; j < n; j++) {
-        double d = h[j * n + j];
-        for (k = 0; k < j; k++) d -= t[j * n + k] * t[j * n + k];
-        if (!(d > 0)) return -1;
-        d = sqrt(d);
-        t[j * n + j] = d;
-        for (i = j + 1; i < n; i++) {
-            double v = h[i * n + j];
-            for (k = 0; k < j; k++) v -= t[i * n + k] * t[j * n + k];
-            t[i * n + j] = v / d;
-        }
-    }
+    if (cholesky(h, t, n)) return -1; /* H^-1 = M M^T (M lower, in t); u = M^T */
     for (i = 0; i < n; i++)
         for (j = 0; j < n; j++) u[i * n + j] = j >= i ? (float)t[j * n + i] : 0.0f;
     return 0;

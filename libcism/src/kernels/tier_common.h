@@ -9,18 +9,35 @@
 #define CISM__INLINE static __forceinline
 #else
 #define CISM__INLINE static inline __attribute__((always_inline))
-/* The packed-format kernels of a tier live in their own translation unit
-   (kernels_<tier>_quant.c, built with the tier's flags); the tier's fill
-   function calls these. */
-void cism__fill_avx2_quant(cism__kernels *k);
-void cism__fill_avx512_quant(cism__kernels *k);
-
 #endif
 
 /* Matmul token blocking: the activations of one token block (tokens x cols
    floats) should stay in L2 while every row tile of the thread's rows streams
    past them, so each weight row is read from memory once per block. */
 #define CISM__X_BLOCK_BYTES (256 * 1024)
+
+/* Decode prefetch of the x86 tiers (measurements: KERNELS.md). The interleaved
+   kernels fetch their group stream CISM__X16_PF_DIST bytes ahead into L1; the
+   float decode tiles read CISM__DECODE_ROWS rows at a time (each row is a
+   stream, and fewer streams is what the hardware prefetchers keep up with) and
+   fetch their share CISM__FLOAT_PF_DIST ahead into L2. The hints name
+   <xmmintrin.h> constants, so only x86 translation units use them; -D
+   overrides are for measuring. */
+#ifndef CISM__X16_PF_DIST
+#define CISM__X16_PF_DIST 4096
+#endif
+#ifndef CISM__X16_PF_HINT
+#define CISM__X16_PF_HINT _MM_HINT_T0
+#endif
+#ifndef CISM__DECODE_ROWS
+#define CISM__DECODE_ROWS 2
+#endif
+#ifndef CISM__FLOAT_PF_DIST
+#define CISM__FLOAT_PF_DIST 16384
+#endif
+#ifndef CISM__FLOAT_PF_HINT
+#define CISM__FLOAT_PF_HINT _MM_HINT_T1
+#endif
 
 /* expf on [-87.3, 88.4]: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
    polynomial (Cephes' expf coefficients, relative error ~1e-7), times 2^n
