@@ -121,10 +121,13 @@ enum {
                                    0 = float activations (each weight block decoded to f32).
                                    No effect on f32/f16/bf16 weights. */
     CISM_PARAM_KERNEL_TIER = 8, /* int, a cism_kernel_tier; default CISM_TIER_AUTO */
-    CISM_PARAM_ACT_STATS  = 9   /* int 0..4096, default 0. Experimental (quantization calibration):
+    CISM_PARAM_ACT_STATS  = 9,  /* int 0..4096, default 0. Experimental (quantization calibration):
                                    1 = the session sums the squares of every weight matrix's inputs
                                    per column (cism_session_act_stats); G >= 2 = also the G x G
                                    blocks along the diagonal of their Gram matrix (cism_session_act_gram) */
+    CISM_PARAM_ACT_OUTLIERS = 10 /* int bool, default 1: with int8 activations, the few channels of a
+                                   row larger than 8x its RMS are left out of the int8 blocks and
+                                   their products computed exactly in float (docs/QUANTIZATION.md) */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
@@ -178,7 +181,10 @@ enum {
     /* The same values as q8 / q4s with 16 rows interleaved (docs/QUANTIZATION.md):
        for matrices whose row count is a multiple of 16; same bytes per row. */
     CISM_DTYPE_Q8X16  = 8,
-    CISM_DTYPE_Q4SX16 = 9
+    CISM_DTYPE_Q4SX16 = 9,
+    /* blocks of 32: fp16 scale + fp16 minimum + 32 4-bit codes (5.0 bits/weight);
+       weight = scale * code + minimum; byte for byte GGUF's Q4_1 */
+    CISM_DTYPE_Q4A    = 10
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);
@@ -294,7 +300,10 @@ CISM_API cism_status cism_session_reset(cism_session *session);
 CISM_API cism_status cism_session_rewind(cism_session *session, int32_t n_keep);
 /* Evaluates n_tokens tokens after the ones already evaluated (prefill when
    n_tokens > 1, a decode step when 1). On any error nothing is changed:
-   the session stays at its previous position. */
+   the session stays at its previous position; except CISM_ERR_CANCELLED,
+   after which the whole internal steps (N_BATCH tokens) completed before the
+   stop are kept, with the logits of the last kept token, as if the eval had
+   been given only those tokens. */
 CISM_API cism_status cism_session_eval(cism_session *session, const int32_t *tokens, int32_t n_tokens);
 /* Logits of row `index` of the last cism_session_eval call: index -1 (or the
    last row) is always available; other rows only with CISM_PARAM_LOGITS_ALL.
@@ -503,6 +512,31 @@ CISM_API int64_t     cism_session_memory_bytes(const cism_session *session);
    all rows of logits but the last. The KV cache and position are kept, so the
    conversation continues; the next eval allocates the scratch again. */
 CISM_API cism_status cism_session_trim(cism_session *session);
+
+/* ---- generation with a stop reason ---------------------------------------
+ * Why a generation ended. Running out of context is a normal end here (as
+ * reaching max_tokens is), not an error. */
+typedef int32_t cism_stop_reason;
+enum {
+    CISM_STOP_ERROR        = 0,  /* the call failed (see its status and cism_last_error) */
+    CISM_STOP_EOS          = 1,  /* an end-of-generation token was produced (reported, not evaluated) */
+    CISM_STOP_MAX_TOKENS   = 2,  /* max_tokens tokens were produced */
+    CISM_STOP_CONTEXT_FULL = 3,  /* the session's context is full (the last token is reported, not evaluated) */
+    CISM_STOP_CALLBACK     = 4,  /* the callback returned non-zero */
+    CISM_STOP_CANCELLED    = 5   /* cism_session_cancel (status CISM_ERR_CANCELLED, as cism_generate) */
+};
+/* cism_generate with *stop_reason (may be NULL) set to why it ended. Unlike
+   cism_generate, filling the context returns CISM_OK with
+   CISM_STOP_CONTEXT_FULL (OpenAI's finish_reason "length", as
+   CISM_STOP_MAX_TOKENS). A prompt that does not fit in the room left in the
+   context is refused before anything is evaluated (CISM_ERR_CONTEXT_FULL,
+   stop reason CISM_STOP_ERROR; the session is unchanged). Cancellation stays
+   CISM_ERR_CANCELLED, with CISM_STOP_CANCELLED. Other arguments and results as
+   cism_generate. */
+CISM_API cism_status cism_generate_v2(cism_session *session, cism_sampler *sampler,
+                                      const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                                      uint32_t flags, cism_token_callback callback, void *user_data,
+                                      int32_t *n_generated, cism_stop_reason *stop_reason);
 
 #ifdef __cplusplus
 }

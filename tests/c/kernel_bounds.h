@@ -15,7 +15,9 @@
  *   the scalar tier forms t_b = s_b * (dw_b * da_b) (2 roundings) and adds
  *   the nb terms in order (nb - 1 roundings), so it is within (nb + 1) u
  *   sum_b |t_b| of the exact sum, as is any tier that adds them in another
- *   order or fuses a product; twice that, with margin: 2 (nb + 2) u. The ARM
+ *   order or fuses a product; twice that, with margin: 2 (nb + 2) u. (q4a:
+ *   t_b = (dw_b s_b + mw_b sum_b) da_b, 4 roundings, measured against
+ *   |dw_b s_b da_b| + |mw_b sum_b da_b|; the same margin holds.) The ARM
  *   and x86 tiers do the scalar tier's operations in its order and are checked
  *   to be bit-identical (KB_A8_EXACT).
  * attention: the scores carry the matmul bound (times the scale); softmax

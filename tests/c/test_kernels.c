@@ -335,8 +335,9 @@ static void elementwise_vs_scalar(const cism__kernels *k, const cism__kernels *r
 /* ---- packed weights against the scalar tier --------------------------------------------- */
 static uint32_t rnd(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8; }
 
-/* rows x cols weights of a packed dtype as random bytes: every code, scales
-   over a wide range (fp16: either sign, 2^-10 .. 4, some zero; E4M3: every code
+/* rows x cols weights of a packed dtype as random bytes: every code (q8's
+   -128 included: GGUF Q8_0 files hold it), scales over a wide range (fp16:
+   either sign, 2^-10 .. 4, some zero; q4a's minimum likewise; E4M3: every code
    but the two NaNs, or when all_scales every code in turn, NaNs included),
    random padding codes (which no kernel may let into a result). */
 static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, int all_scales) {
@@ -349,20 +350,21 @@ static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, in
         free(plain);
         return;
     }
-    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B, i, j;
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, nb = (cols + B - 1) / B, i, j, k;
+    int64_t bb = f ? f->block_bytes : dt == CISM_DTYPE_Q4A ? CISM__Q4A_BYTES : CISM__Q8_BYTES;
     for (i = 0; i < rows * nb; i++) {
         uint8_t *blk = p + i * bb;
         for (j = 0; j < bb; j++) blk[j] = (uint8_t)rnd();
         if (!f || f->scale_kind == CISM__SCALE_F16) {
-            float d = ldexpf(1.0f + (float)(rnd() % 1000) / 1000.0f, -10 + (int)(rnd() % 12)) * (rnd() & 1 ? -1.0f : 1.0f);
-            uint16_t h = i % 13 == 5 ? 0 : cism__f32_to_f16(d);
-            blk[0] = (uint8_t)(h & 0xff);
-            blk[1] = (uint8_t)(h >> 8);
+            for (k = 0; k < (dt == CISM_DTYPE_Q4A ? 2 : 1); k++) { /* q4a: the scale, then the minimum */
+                float d = ldexpf(1.0f + (float)(rnd() % 1000) / 1000.0f, -10 + (int)(rnd() % 12)) * (rnd() & 1 ? -1.0f : 1.0f);
+                uint16_t h = i % (13 - 2 * k) == 5 ? 0 : cism__f32_to_f16(d);
+                blk[2 * k] = (uint8_t)(h & 0xff);
+                blk[2 * k + 1] = (uint8_t)(h >> 8);
+            }
         } else {
             blk[0] = all_scales ? (uint8_t)i : (uint8_t)((rnd() % 0x7f) | (rnd() & 0x80));
         }
-        if (!f)
-            for (j = 2; j < bb; j++) if (blk[j] == 0x80) blk[j] = 0x81; /* q8: -128 is never written */
     }
 }
 
@@ -458,7 +460,13 @@ static void packed_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
             }
             for (b = 0; b < nb; b++) { /* |s_b dw_b da_b| = |sum over the block of w_i q_i| da */
                 double sb = 0;
-                for (i = b * B; i < (b + 1) * B && i < cols; i++) sb += (double)wq[r * cols + i] * ab[i / 32].q[i % 32];
+                if (dt == CISM_DTYPE_Q4A) { /* its two terms, |d sum c_i q_i| + |m sum q_i| */
+                    const uint8_t *blk = p + r * (int64_t)rb + b * CISM__Q4A_BYTES;
+                    double s1 = 0;
+                    for (i = 0; i < 32; i++) s1 += (double)(i < 16 ? blk[4 + i] & 15 : blk[4 + i - 16] >> 4) * ab[b].q[i];
+                    sb = fabs((double)cism__q4a_d(blk) * s1) + fabs((double)cism__q4a_m(blk) * ab[b].sum);
+                }
+                for (i = b * B; i < (b + 1) * B && i < cols && dt != CISM_DTYPE_Q4A; i++) sb += (double)wq[r * cols + i] * ab[i / 32].q[i % 32];
                 mag += fabs(sb) * ab[(b * B) / 32].d;
             }
             note(OP_MATMUL_A8, e, KB_MATMUL_A8(nb) * mag);
@@ -501,6 +509,79 @@ static void x16_same_as_rows(const cism__kernels *k, const cism__kernels *ref, i
     CHECK_MSG(memcmp(y0, y1, (size_t)(nt * ldy) * 4) == 0, "%s matmul_a8 %s %lldx%lld nt %lld: not the bits of the row layout",
               k->name, cism_dtype_name(dt), (long long)rows, (long long)cols, (long long)nt);
     free(plain); free(grp); free(xq); free(x); free(y0); free(y1);
+}
+
+/* q8's code -128 (GGUF Q8_0 blocks may hold it; our quantizer writes
+   -127..127): every code -128 (pattern 0), -128 and 127 alternating (1), or
+   -128 at random among random codes (2), padding codes -128 too, against
+   activations of +-1 (int8 +-127 with the signs that make the pair sums of
+   vpmaddubsw's sign trick largest: 2 * 128 * 127), on the float and int8
+   paths of q8 and q8x16, decode and prefill. Scales are powers of two and
+   x = +-1, so the float path's result is an exact integer times the scale;
+   the int8 path is within 1e-6 of its exact value and, on the tiers that
+   promise it, the scalar tier's bits. */
+static void q8_min_code(const cism__kernels *k, const cism__kernels *ref, int32_t dt, int64_t rows, int64_t cols, int64_t nt,
+                        int pattern) {
+    const int64_t rb = cism_dtype_row_bytes(dt, cols), nb = (cols + 31) / 32, aq = cism__act8_row_bytes(cols);
+    uint8_t *plain = (uint8_t *)malloc((size_t)(rows * rb)), *w = (uint8_t *)malloc((size_t)(rows * rb));
+    uint8_t *xq = (uint8_t *)malloc((size_t)(nt * aq));
+    float *x = (float *)malloc((size_t)(nt * cols) * 4), *y = (float *)malloc((size_t)(nt * rows) * 4);
+    float *ys = (float *)malloc((size_t)(nt * rows) * 4);
+    cism__matmul_fn mm = k->matmul[dt] ? k->matmul[dt] : ref->matmul[dt];
+    cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : ref->matmul_a8[dt];
+    int64_t r, t, i, b;
+    for (r = 0; r < rows; r++)
+        for (b = 0; b < nb; b++) {
+            uint8_t *blk = plain + r * rb + b * CISM__Q8_BYTES;
+            uint16_t h = cism__f32_to_f16(ldexpf(1.0f, (int)((r + b) % 7) - 3));
+            blk[0] = (uint8_t)(h & 0xff);
+            blk[1] = (uint8_t)(h >> 8);
+            for (i = 0; i < 32; i++) {
+                int8_t c = -128;
+                if (pattern == 1 && (i & 1)) c = 127;
+                if (pattern == 2 && (rnd() & 1)) c = (int8_t)(rnd() & 0xff);
+                blk[2 + i] = (uint8_t)c;
+            }
+        }
+    if (cism__dtype_is_x16(dt))
+        for (r = 0; r < rows; r += CISM__X16) cism__x16_interleave(dt, plain + r * rb, (uint64_t)rb, w + r * rb);
+    else
+        memcpy(w, plain, (size_t)(rows * rb));
+    for (t = 0; t < nt; t++)
+        for (i = 0; i < cols; i++) x[t * cols + i] = pattern == 1 ? ((i & 1) ? 1.0f : -1.0f) : ((t & 1) ? -1.0f : 1.0f);
+    for (t = 0; t < nt; t++) ref->quantize_act(x + t * cols, cols, xq + t * aq);
+    mm(w, (uint64_t)rb, cols, x, cols, y, rows, nt, 0, rows);
+    for (t = 0; t < nt; t++)
+        for (r = 0; r < rows; r++) {
+            double e = 0;
+            for (i = 0; i < cols; i++) {
+                const uint8_t *blk = plain + r * rb + (i / 32) * CISM__Q8_BYTES;
+                e += (double)cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))) * (int8_t)blk[2 + i % 32] * x[t * cols + i];
+            }
+            CHECK_MSG(y[t * rows + r] == e, "%s matmul %s code -128 (pattern %d) %lldx%lld nt %lld: row %lld token %lld: %.9g, exact %.9g",
+                      k->name, cism_dtype_name(dt), pattern, (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                      (long long)t, y[t * rows + r], e);
+        }
+    mq(w, (uint64_t)rb, cols, xq, aq, y, rows, nt, 0, rows);
+    ref->matmul_a8[dt](w, (uint64_t)rb, cols, xq, aq, ys, rows, nt, 0, rows);
+    for (t = 0; t < nt; t++) {
+        const cism__act8 *ab = (const cism__act8 *)(const void *)(xq + t * aq);
+        for (r = 0; r < rows; r++) {
+            double e = 0, mag = 0;
+            for (i = 0; i < cols; i++) {
+                const uint8_t *blk = plain + r * rb + (i / 32) * CISM__Q8_BYTES;
+                double v = (double)cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))) * (int8_t)blk[2 + i % 32] * ab[i / 32].q[i % 32] *
+                           ab[i / 32].d;
+                e += v;
+                mag += fabs(v);
+            }
+            CHECK_MSG(fabs(y[t * rows + r] - e) <= 1e-6 * mag && (!KB_A8_EXACT(k->name) || same_bits(y[t * rows + r], ys[t * rows + r])),
+                      "%s matmul_a8 %s code -128 (pattern %d) %lldx%lld nt %lld: row %lld token %lld: %.9g, scalar %.9g, exact %.9g",
+                      k->name, cism_dtype_name(dt), pattern, (long long)rows, (long long)cols, (long long)nt, (long long)r,
+                      (long long)t, y[t * rows + r], ys[t * rows + r], e);
+        }
+    }
+    free(plain); free(w); free(xq); free(x); free(y); free(ys);
 }
 
 /* quantize_act on values that hit its corners: exact halves (ties round away
@@ -566,7 +647,7 @@ static void vs_scalar(const cism__kernels *k) {
             matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
     { /* packed weights: odd row counts, rows % 4 and tokens % 4 of every class, padded
          last blocks, odd counts of blocks of 16, nt from 1 to beyond every tile */
-        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S};
+        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S, CISM_DTYPE_Q4A};
         int64_t qs[][3] = {{1, 1, 1}, {3, 16, 2}, {5, 20, 5}, {7, 32, 1}, {8, 48, 4}, {9, 172, 9}, {17, 300, 13},
                            {4, 576, 3}, {6, 1000, 6}, {33, 64, 8}, {2, 100, 2}, {11, 33, 7}, {10, 96, 11}};
         size_t d;
@@ -586,6 +667,15 @@ static void vs_scalar(const cism__kernels *k) {
         packed_vs_scalar(k, ref, CISM_DTYPE_FP4, 5, 16 * 52, 5, 1);
         packed_vs_scalar(k, ref, CISM_DTYPE_Q4SX16, 16, 16 * 16, 3, 1);
         quantize_act_vs_scalar(k, ref);
+        { /* q8 code -128 on every path: decode and prefill, padded last blocks, whole and short panels */
+            int64_t ms[][3] = {{16, 32, 1}, {16, 100, 2}, {32, 64, 5}, {16, 300, 9}, {48, 544, 1}, {32, 1024, 4}, {16, 33, 13}};
+            int pat;
+            for (pat = 0; pat < 3; pat++)
+                for (s = 0; s < sizeof(ms) / sizeof(ms[0]); s++) {
+                    q8_min_code(k, ref, CISM_DTYPE_Q8, ms[s][0] + (s % 3), ms[s][1], ms[s][2], pat);
+                    q8_min_code(k, ref, CISM_DTYPE_Q8X16, ms[s][0], ms[s][1], ms[s][2], pat);
+                }
+        }
     }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
         for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
@@ -689,13 +779,13 @@ static void test_tier(const cism__kernels *k) {
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) test_matmul(k, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
     {
         const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
-                               CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16};
+                               CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A};
         int64_t qs[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 172, 5}, {64, 576, 1}, {5, 1000, 9}};
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
             for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) {
                 int64_t rows = qs[s][0];
-                if (qdt[d] >= CISM_DTYPE_Q8X16) rows = (rows + 15) / 16 * 16;  /* whole groups of 16 rows */
+                if (cism__dtype_is_x16(qdt[d])) rows = (rows + 15) / 16 * 16;  /* whole groups of 16 rows */
                 test_quant_matmul(k, qdt[d], rows, qs[s][1], qs[s][2]);
             }
     }

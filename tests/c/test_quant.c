@@ -160,6 +160,100 @@ static void test_threads_and_importance(int32_t dt) {
     free(x); free(a); free(b);
 }
 
+/* q4a: sizes; every code the nearest of d * c + m with the stored d, m;
+   padding codes 0; per block no worse than the plain rule (d = (max - min) / 15,
+   m = min, both fp16) and better overall; thread counts give the same bytes. */
+static int q4a_code_at(const uint8_t *blk, int i) { return i < 16 ? (blk[4 + i] & 15) : (blk[4 + i - 16] >> 4); }
+
+static void test_q4a_rounding(int64_t rows, int64_t cols, int gaussian) {
+    const int64_t rb = cism_dtype_row_bytes(CISM_DTYPE_Q4A, cols);
+    float *x = (float *)malloc((size_t)(rows * cols) * 4), *y = (float *)malloc((size_t)(rows * cols) * 4);
+    uint8_t *p = (uint8_t *)malloc((size_t)(rows * rb)), *p3 = (uint8_t *)malloc((size_t)(rows * rb));
+    int64_t size = 0, r, c0, i;
+    double sse = 0, sse_plain = 0;
+    int bad_code = 0, bad_pad = 0, worse = 0;
+    for (i = 0; i < rows * cols; i++) x[i] = gaussian ? grand() + 0.02f : frand();
+    if (rows > 2) for (i = 0; i < cols; i++) x[cols + i] = 0.25f; /* a constant row */
+    CHECK_OK(cism_quantize(CISM_DTYPE_Q4A, x, rows, cols, NULL, p, rows * rb, &size, 1));
+    CHECK(size == rows * rb);
+    CHECK_OK(cism_quantize(CISM_DTYPE_Q4A, x, rows, cols, NULL, p3, rows * rb, &size, 3));
+    CHECK(memcmp(p, p3, (size_t)(rows * rb)) == 0);
+    CHECK_OK(cism_dequantize(CISM_DTYPE_Q4A, p, rows, cols, y));
+    for (r = 0; r < rows; r++)
+        for (c0 = 0; c0 < cols; c0 += 32) {
+            const uint8_t *blk = p + r * rb + (c0 / 32) * 20;
+            const float *xb = x + r * cols + c0, *yb = y + r * cols + c0;
+            const float d = cism__q4a_d(blk), m = cism__q4a_m(blk);
+            int n = (int)(cols - c0 < 32 ? cols - c0 : 32), j, k;
+            float lo = xb[0], hi = xb[0], d0, m0;
+            double s = 0, s0 = 0;
+            for (j = 0; j < n; j++) {
+                double got = fabs((double)xb[j] - (double)(d * (float)q4a_code_at(blk, j) + m));
+                for (k = 0; k < 16; k++)
+                    if (fabs((double)xb[j] - (double)(d * (float)k + m)) < got) { bad_code++; break; }
+                if (yb[j] != d * (float)q4a_code_at(blk, j) + m) bad_code++;
+                s += ((double)xb[j] - yb[j]) * ((double)xb[j] - yb[j]);
+                if (xb[j] < lo) lo = xb[j];
+                if (xb[j] > hi) hi = xb[j];
+            }
+            for (j = n; j < 32; j++) if (q4a_code_at(blk, j) != 0) bad_pad++;
+            d0 = cism__f16_to_f32(cism__f32_to_f16((hi - lo) / 15.0f));
+            m0 = cism__f16_to_f32(cism__f32_to_f16(lo));
+            for (j = 0; j < n; j++) {
+                double best = 1e300;
+                for (k = 0; k < 16; k++) {
+                    double e = (double)xb[j] - (double)(d0 * (float)k + m0);
+                    if (e * e < best) best = e * e;
+                }
+                s0 += best;
+            }
+            if (s > s0 * (1 + 1e-5) + 1e-20) worse++;
+            sse += s;
+            sse_plain += s0;
+        }
+    CHECK_MSG(bad_code == 0, "q4a %lldx%lld: %d elements not the nearest of d * c + m", (long long)rows, (long long)cols, bad_code);
+    CHECK_MSG(bad_pad == 0, "q4a %lldx%lld: %d padding codes not 0", (long long)rows, (long long)cols, bad_pad);
+    CHECK_MSG(worse == 0, "q4a %lldx%lld: %d blocks worse than the plain min/max rule", (long long)rows, (long long)cols, worse);
+    if (rows * cols >= 1024)
+        CHECK_MSG(sse < sse_plain, "q4a %lldx%lld: search %g vs plain rule %g", (long long)rows, (long long)cols, sse, sse_plain);
+    if (rows > 2 && cols >= 1) CHECK(y[cols] == 0.25f); /* a constant block is exact (0.25 is an fp16) */
+    free(x); free(y); free(p); free(p3);
+}
+
+/* Hand-built q4a blocks (GGUF Q4_1's bytes): every element decodes to
+   f32(d) * code + f32(m), bit for bit, for scales and minimums of either
+   sign, zero, subnormal and large, every code, rows with a padded last block. */
+static void test_q4a_decode(void) {
+    static const uint16_t hs[] = {0x3c00, 0xbc00, 0x0000, 0x8000, 0x0001, 0x03ff, 0x7bff, 0xfbff, 0x2e66, 0xb4cd, 0x1400, 0x5640};
+    enum { COLS = 77, NB = 3 };
+    uint8_t row[NB * 20];
+    float out[COLS];
+    int a, b, i, bad = 0;
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q4A, 32) == 20 && cism_dtype_row_bytes(CISM_DTYPE_Q4A, 33) == 40);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q4A, 4096) * 8 == 4096 * 5); /* 5.0 bits per weight */
+    CHECK(cism_dtype_block_size(CISM_DTYPE_Q4A) == 32 && strcmp(cism_dtype_name(CISM_DTYPE_Q4A), "q4a") == 0);
+    for (a = 0; a < (int)(sizeof(hs) / sizeof(hs[0])); a++)
+        for (b = 0; b < (int)(sizeof(hs) / sizeof(hs[0])); b++) {
+            int k;
+            for (k = 0; k < NB; k++) {
+                uint8_t *blk = row + 20 * k;
+                uint16_t hd = hs[(a + k) % 12], hm = hs[(b + 2 * k) % 12];
+                blk[0] = (uint8_t)(hd & 0xff); blk[1] = (uint8_t)(hd >> 8);
+                blk[2] = (uint8_t)(hm & 0xff); blk[3] = (uint8_t)(hm >> 8);
+                for (i = 0; i < 16; i++) blk[4 + i] = (uint8_t)(((i + a + k) & 15) | (((i * 7 + b) & 15) << 4));
+            }
+            CHECK_OK(cism_dequantize(CISM_DTYPE_Q4A, row, 1, COLS, out));
+            for (i = 0; i < COLS; i++) {
+                const uint8_t *blk = row + 20 * (i / 32);
+                int j = i % 32, code = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4);
+                float want = cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))) * (float)code +
+                             cism__f16_to_f32((uint16_t)(blk[2] | (blk[3] << 8)));
+                if (memcmp(&want, &out[i], 4) != 0) bad++;
+            }
+        }
+    CHECK_MSG(bad == 0, "q4a: %d decoded elements differ from d * code + m", bad);
+}
+
 static void test_refusals(void) {
     float x[64];
     uint8_t out[256];
@@ -176,6 +270,8 @@ static void test_refusals(void) {
     CHECK(strstr(cism_last_error(), "row 1, column 8") != NULL);
     x[40] = 1e30f;
     CHECK(cism_quantize(CISM_DTYPE_Q8, x, 2, 32, NULL, out, 256, &size, 1) == CISM_ERR_INVALID_ARG);
+    x[40] = 40000.0f; /* beyond q4a's fp16 minimum */
+    CHECK(cism_quantize(CISM_DTYPE_Q4A, x, 2, 32, NULL, out, 256, &size, 1) == CISM_ERR_INVALID_ARG);
     x[40] = 0.5f;
     {
         float imp[32];
@@ -201,6 +297,12 @@ int main(void) {
         }
         test_threads_and_importance(QDT[d]);
     }
+    for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        test_q4a_rounding(shapes[s][0], shapes[s][1], 0);
+        test_q4a_rounding(shapes[s][0], shapes[s][1], 1);
+    }
+    test_threads_and_importance(CISM_DTYPE_Q4A);
+    test_q4a_decode();
     test_refusals();
     return test_finish("test_quant");
 }

@@ -12,7 +12,10 @@
  *     up to four such products are summed in int16 before widening; the
  *     offset 8 is taken off with the activations' (half-)block sums;
  *   - int8 levels (q8, and nl4/fp4 after their table) use the sign trick:
- *     |w| times a with w's sign, |pair| <= 2 * 127 * 127 < 32767.
+ *     |w| times a with w's sign, |pair| <= 2 * 128 * 127 < 32767 (a q8 code
+ *     of -128, which GGUF Q8_0 files hold, is |w| = 0x80 = 128 unsigned);
+ *   - q4a's codes 0..15 enter unsigned; its minimum's term uses the
+ *     activation block's sum: (d * s + m * sum) * d_a, the scalar order.
  * Decode reads 8 rows at a time where they are (one dot per row and block,
  * transposed into lanes); prefill repacks 8 rows x KC columns into a panel of
  * int8 levels in 4-byte chunks with f32 scales and runs 8 rows x 4 tokens per
@@ -28,13 +31,13 @@
 #define PR 8          /* rows of a panel */
 #define TT 4          /* tokens of the prefill register tile (16 ymm registers) */
 
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4 };
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
 
 typedef struct fmt {
     int block, bytes, scale_e4m3;
 } fmt;
 
-static const fmt g_fmt[5] = {{32, 34, 0}, {32, 18, 0}, {32, 18, 0}, {16, 9, 1}, {16, 9, 1}};
+static const fmt g_fmt[6] = {{32, 34, 0}, {32, 18, 0}, {32, 18, 0}, {16, 9, 1}, {16, 9, 1}, {32, 20, 0}};
 static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
 static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -109,6 +112,7 @@ CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
 CISM__INLINE __m256i dot32(const uint8_t *blk, __m256i av, const int f) {
     if (f == F_Q8) return dot_s(_mm256_loadu_si256((const __m256i *)(blk + 2)), av);
     if (f == F_Q4) return dot_u(nibbles32(blk + 2), av);
+    if (f == F_Q4A) return dot_u(nibbles32(blk + 4), av);
     return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2)), av);
 }
 
@@ -152,7 +156,13 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         for (r = 0; r < 8; r++) v[r] = dot32(blk + (uint64_t)r * rb, av, f);
         s = rowsum8(v);
         if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a[b].sum));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d))));
+        if (f == F_Q4A) {
+            __m256 dm = _mm256_add_ps(_mm256_mul_ps(scales8_f16(blk, rb), _mm256_cvtepi32_ps(s)),
+                                      _mm256_mul_ps(scales8_f16(blk + 2, rb), _mm256_set1_ps((float)a[b].sum)));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(dm, _mm256_set1_ps(a[b].d)));
+        } else {
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d))));
+        }
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -171,7 +181,10 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         const uint8_t *blk = w + b * g_fmt[f].bytes;
         int32_t s = hsum_epi32(dot32(blk, _mm256_loadu_si256((const __m256i *)a[b].q), f));
         if (f == F_Q4) s -= 8 * a[b].sum;
-        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
+        if (f == F_Q4A)
+            acc = _mm_add_ss(acc, _mm_set_ss((f16_f(blk) * (float)s + f16_f(blk + 2) * (float)a[b].sum) * a[b].d));
+        else
+            acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -240,12 +253,18 @@ CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__
 }
 
 /* ---- prefill: panels of 8 rows x KC columns ------------------------------------------------ */
-/* Block j (B = 16 or 32 columns): 8 f32 scales, then B/4 chunks of 8 rows x 4 bytes (int8 levels) */
+/* Block j (B = 16 or 32 columns): 8 f32 scales (q4a: then 8 f32 minimums), then B/4 chunks of 8 rows x
+   4 bytes (int8 levels; q4a: its codes) */
+#define PANEL_HDR(asym) ((asym) ? 64 : 32)
 #define PANEL_BYTES (KC / 16 * (32 + 8 * 16))
 
 CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
     if (f == F_Q8) {
         memcpy(out, blk + 2, 32);
+    } else if (f == F_Q4A) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
+        _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f)));
     } else if (g_fmt[f].block == 32) {
         __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2));
         __m128i t = _mm_loadu_si128((const __m128i *)(f == F_Q4 ? g_q4_l : g_nl4_l));
@@ -259,7 +278,7 @@ CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
 }
 
 static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, uint8_t *pd, int f) {
-    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, jb = 32 + 8 * B;
+    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, hdr = PANEL_HDR(f == F_Q4A), jb = hdr + 8 * B;
     int8_t lv[PR][KC];
     int64_t j;
     int i, c;
@@ -273,12 +292,15 @@ static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t
                 case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
                 case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
                 case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
+                case F_Q4A: levels_of(row + j * bb, lv[i] + j * B, F_Q4A); break;
                 default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
                 }
                 sc[(j * jb) / 4 + i] = g_fmt[f].scale_e4m3 ? e4m3_f(row[j * bb]) : f16_f(row + j * bb);
+                if (f == F_Q4A) sc[(j * jb) / 4 + 8 + i] = f16_f(row + j * bb + 2);
             } else {
                 memset(lv[i] + j * B, 0, (size_t)B);
                 sc[(j * jb) / 4 + i] = 0.0f;
+                if (f == F_Q4A) sc[(j * jb) / 4 + 8 + i] = 0.0f;
             }
         }
     }
@@ -286,17 +308,17 @@ static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t
         const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(KC));
         for (j = 0; j < nb; j++)
             for (c = 0; c < B / 4; c++)
-                _mm256_storeu_si256((__m256i *)(void *)(pd + j * jb + 32 + c * 32),
+                _mm256_storeu_si256((__m256i *)(void *)(pd + j * jb + hdr + c * 32),
                                     _mm256_i32gather_epi32((const int *)(const void *)(&lv[0][0] + j * B + c * 4), idx, 1));
     }
 }
 
 /* y[t][0..8) (+)= panel . tokens t < T over blocks j < nbp (weight blocks jb0 + j) */
 CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, int nr,
-                       int first, const int T, const int B) {
+                       int first, const int T, const int B, const int asym) {
     __m256 facc[TT];
     __m256i iacc[TT];
-    const int jb = 32 + 8 * B;
+    const int hdr = PANEL_HDR(asym), jb = hdr + 8 * B;
     int64_t j;
     int t, c;
     for (t = 0; t < T; t++) {
@@ -310,14 +332,23 @@ CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *
         __m256 sc = _mm256_loadu_ps((const float *)(const void *)blk);
         for (t = 0; t < T; t++) iacc[t] = _mm256_setzero_si256();
         for (c = 0; c < B / 4; c++) {
-            __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 32 + c * 32)), aw = _mm256_sign_epi8(wv, wv);
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + hdr + c * 32)), aw = _mm256_sign_epi8(wv, wv);
             for (t = 0; t < T; t++) {
                 __m256i av = bcast4(a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4);
-                iacc[t] = _mm256_add_epi32(iacc[t], dot_u(aw, _mm256_sign_epi8(av, wv)));
+                iacc[t] = _mm256_add_epi32(iacc[t], asym ? dot_u(wv, av) : dot_u(aw, _mm256_sign_epi8(av, wv)));
             }
         }
-        for (t = 0; t < T; t++)
-            facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(sc, _mm256_set1_ps(a[t][(ja * B) / 32].d))));
+        if (asym) { /* (d * s + m * sum) * d_a: the scalar order */
+            __m256 mn = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+            for (t = 0; t < T; t++) {
+                const cism__act8 *ab = &a[t][ja];
+                __m256 v = _mm256_add_ps(_mm256_mul_ps(sc, _mm256_cvtepi32_ps(iacc[t])), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
+                facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(v, _mm256_set1_ps(ab->d)));
+            }
+        } else {
+            for (t = 0; t < T; t++)
+                facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(sc, _mm256_set1_ps(a[t][(ja * B) / 32].d))));
+        }
     }
     for (t = 0; t < T; t++) {
         if (nr == 8) _mm256_storeu_ps(y + t * ldy, facc[t]);
@@ -326,19 +357,19 @@ CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *
 }
 
 CISM__INLINE void tiles(const uint8_t *pd, int64_t nbp, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0,
-                        float *y, int64_t ldy, int nr, int first, const int B) {
+                        float *y, int64_t ldy, int nr, int first, const int B, const int asym) {
     const cism__act8 *a[TT];
     int64_t t;
     int i;
     for (t = t0; t + TT <= t1; t += TT) {
         for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
-        tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, TT, B);
+        tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, TT, B, asym);
     }
     for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
     switch (t1 - t) {
-    case 3: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 3, B); break;
-    case 2: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 2, B); break;
-    case 1: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 1, B); break;
+    case 3: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 3, B, asym); break;
+    case 2: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 2, B, asym); break;
+    case 1: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 1, B, asym); break;
     default: break;
     }
 }
@@ -356,8 +387,9 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
             for (j0 = 0; j0 < nb; j0 += KC / B) {
                 int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
                 pack_panel(w, rb, r, nr, j0, n, pd, f);
-                if (B == 32) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32);
-                else tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 16);
+                if (f == F_Q4A) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32, 1);
+                else if (B == 32) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32, 0);
+                else tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 16, 0);
             }
         }
     }
@@ -378,6 +410,7 @@ A8_KERNEL(q4, F_Q4)
 A8_KERNEL(nl4, F_NL4)
 A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
+A8_KERNEL(q4a, F_Q4A)
 
 /* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
 CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
@@ -629,6 +662,7 @@ void cism__fill_avx2_quant(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->quantize_act = quantize_act;

@@ -11,7 +11,11 @@
  * differs. vpdpbusd multiplies unsigned by signed bytes, so the weights enter
  * as unsigned values level + c (q4/q4s: their codes, c = 8; q8, nl4, fp4:
  * c = 128) and the accumulator starts at -c * (sum of the activations of each
- * lane), which makes every int32 lane exact.
+ * lane), which makes every int32 lane exact (a q8 code of -128, as GGUF Q8_0
+ * files may hold, enters as 0). q4a's codes 0..15 enter as they are
+ * (c = 0) and its minimum adds m * (sum of the block's activations):
+ *     acc = acc + (d_w,b * (float)s_b + m_w,b * (float)sum_b) * d_act,b
+ * the scalar tier's operations in its order.
  *
  * Decode (one token) reads the rows where they are: 8 rows at a time, one
  * 256-bit dot per row and block, the 8 row sums transposed into one register
@@ -33,7 +37,7 @@
 #define TT 8          /* tokens of the prefill register tile */
 
 /* ---- formats ------------------------------------------------------------------------- */
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4 };
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
 
 typedef struct fmt {
     int block, bytes;   /* weights and bytes per block */
@@ -41,8 +45,8 @@ typedef struct fmt {
     int corr;           /* weights enter as level + corr */
 } fmt;
 
-static const fmt g_fmt[5] = {
-    {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128},
+static const fmt g_fmt[6] = {
+    {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
 };
 
 /* level + 128 of each code, for the codebook formats */
@@ -123,6 +127,7 @@ CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
 CISM__INLINE __m256i wu32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
     if (f == F_Q4) return nibbles32(blk + 2);
+    if (f == F_Q4A) return nibbles32(blk + 4);
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_u)), nibbles32(blk + 2));
 }
 
@@ -149,7 +154,15 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         s = rowsum8(v);
         d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
                                            ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d))));
+        if (f == F_Q4A) {
+            const uint8_t *mp = blk + 2;
+            __m256 mn = _mm256_cvtph_ps(_mm_setr_epi16(ld16(mp), ld16(mp + rb), ld16(mp + 2 * rb), ld16(mp + 3 * rb), ld16(mp + 4 * rb),
+                                                       ld16(mp + 5 * rb), ld16(mp + 6 * rb), ld16(mp + 7 * rb)));
+            __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)a[b].sum)));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(dm, _mm256_set1_ps(a[b].d)));
+        } else {
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d))));
+        }
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -169,7 +182,10 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         s = _mm_cvtsi128_si32(h);
-        acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
+        if (f == F_Q4A)
+            acc = _mm_add_ss(acc, _mm_set_ss((f16_f(blk) * (float)s + f16_f(blk + 2) * (float)a[b].sum) * a[b].d));
+        else
+            acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
     }
     return _mm_cvtss_f32(acc);
 }
@@ -256,8 +272,9 @@ CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__
 }
 
 /* ---- prefill: panels of 16 rows x KC columns --------------------------------------------- */
-/* Block j of a panel (B = 16 or 32 columns): 16 f32 scales, then B/4 chunks of
-   16 rows x 4 bytes (level + 128). */
+/* Block j of a panel (B = 16 or 32 columns): 16 f32 scales (q4a: then 16 f32
+   minimums), then B/4 chunks of 16 rows x 4 bytes (level + 128; q4a: code + 128). */
+#define PANEL_HDR(asym) ((asym) ? 128 : 64)
 typedef struct panel {
     int64_t nb;        /* blocks in this panel */
     int B;
@@ -271,6 +288,10 @@ CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
     int i;
     if (f == F_Q8) {
         memcpy(out, blk + 2, 32);
+    } else if (f == F_Q4A) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
+        _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f)));
     } else if (g_fmt[f].block == 32) {
         const int8_t *lv = f == F_Q4 ? g_q4_l : g_nl4_l;
         __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2)), t = _mm_loadu_si128((const __m128i *)lv);
@@ -291,7 +312,7 @@ CISM__INLINE float scale_of(const uint8_t *blk, const int f) {
 
 /* Rows [r, r + nr) (nr <= 16; the others zero) and blocks [b0, b0 + nb) into p */
 static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, panel *p, int f) {
-    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, jb = 64 + 16 * B;
+    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, hdr = PANEL_HDR(f == F_Q4A), jb = hdr + 16 * B;
     int8_t lv[PR][KC];
     int64_t j;
     int i, c;
@@ -307,12 +328,15 @@ static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t
                 case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
                 case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
                 case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
+                case F_Q4A: levels_of(row + j * bb, lv[i] + j * B, F_Q4A); break;
                 default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
                 }
                 sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);
+                if (f == F_Q4A) sc[(j * jb) / 4 + 16 + i] = f16_f(row + j * bb + 2);
             } else {
                 memset(lv[i] + j * B, 0, (size_t)B);
                 sc[(j * jb) / 4 + i] = 0.0f;
+                if (f == F_Q4A) sc[(j * jb) / 4 + 16 + i] = 0.0f;
             }
         }
     }
@@ -322,7 +346,7 @@ static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t
         for (j = 0; j < nb; j++)
             for (c = 0; c < B / 4; c++) {
                 __m512i v = _mm512_i32gather_epi32(idx, (const void *)(&lv[0][0] + j * B + c * 4), 1);
-                _mm512_storeu_si512((void *)(p->data + j * jb + 64 + c * 64), _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
+                _mm512_storeu_si512((void *)(p->data + j * jb + hdr + c * 64), _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
             }
     }
 }
@@ -341,10 +365,10 @@ CISM__INLINE __m512i neg_corr(const cism__act8 *a, int64_t j, const int B) {
 /* y[t][0..16) (+)= panel . tokens t < T; first: start from 0, else from y.
    Block j of the panel covers activation block (k0 + j*B) / 32. */
 CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, __mmask16 m,
-                       int first, const int T, const int B) {
+                       int first, const int T, const int B, const int asym) {
     __m512 facc[TT];
     __m512i iacc[TT];
-    const int jb = 64 + 16 * B;
+    const int hdr = PANEL_HDR(asym), jb = hdr + 16 * B;
     int64_t j;
     int t, c;
     for (t = 0; t < T; t++) facc[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + t * ldy);
@@ -354,7 +378,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
         __m512 sc = _mm512_loadu_ps((const float *)(const void *)blk);
         for (t = 0; t < T; t++) iacc[t] = neg_corr(a[t], ja, B);
         for (c = 0; c < B / 4; c++) {
-            __m512i wv = _mm512_loadu_si512((const void *)(blk + 64 + c * 64));
+            __m512i wv = _mm512_loadu_si512((const void *)(blk + hdr + c * 64));
             for (t = 0; t < T; t++) {
                 const int8_t *q = a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4;
                 int32_t q4;
@@ -362,30 +386,38 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
                 iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(q4));
             }
         }
-        for (t = 0; t < T; t++)
-            facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sc, _mm512_set1_ps(a[t][(ja * B) / 32].d))));
+        if (asym) { /* (d * s + m * sum) * d_a: the scalar order */
+            __m512 mn = _mm512_loadu_ps((const float *)(const void *)(blk + 64));
+            for (t = 0; t < T; t++) {
+                __m512 v = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(iacc[t])), _mm512_mul_ps(mn, _mm512_set1_ps((float)a[t][ja].sum)));
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(v, _mm512_set1_ps(a[t][ja].d)));
+            }
+        } else {
+            for (t = 0; t < T; t++)
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(sc, _mm512_set1_ps(a[t][(ja * B) / 32].d))));
+        }
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
 CISM__INLINE void tiles(const panel *p, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0, float *y,
-                        int64_t ldy, __mmask16 m, int first, const int B) {
+                        int64_t ldy, __mmask16 m, int first, const int B, const int asym) {
     const cism__act8 *a[TT];
     int64_t t;
     int i;
     for (t = t0; t + TT <= t1; t += TT) {
         for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
-        tile(p, a, jb0, y + t * ldy, ldy, m, first, TT, B);
+        tile(p, a, jb0, y + t * ldy, ldy, m, first, TT, B, asym);
     }
     for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
     switch (t1 - t) {
-    case 7: tile(p, a, jb0, y + t * ldy, ldy, m, first, 7, B); break;
-    case 6: tile(p, a, jb0, y + t * ldy, ldy, m, first, 6, B); break;
-    case 5: tile(p, a, jb0, y + t * ldy, ldy, m, first, 5, B); break;
-    case 4: tile(p, a, jb0, y + t * ldy, ldy, m, first, 4, B); break;
-    case 3: tile(p, a, jb0, y + t * ldy, ldy, m, first, 3, B); break;
-    case 2: tile(p, a, jb0, y + t * ldy, ldy, m, first, 2, B); break;
-    case 1: tile(p, a, jb0, y + t * ldy, ldy, m, first, 1, B); break;
+    case 7: tile(p, a, jb0, y + t * ldy, ldy, m, first, 7, B, asym); break;
+    case 6: tile(p, a, jb0, y + t * ldy, ldy, m, first, 6, B, asym); break;
+    case 5: tile(p, a, jb0, y + t * ldy, ldy, m, first, 5, B, asym); break;
+    case 4: tile(p, a, jb0, y + t * ldy, ldy, m, first, 4, B, asym); break;
+    case 3: tile(p, a, jb0, y + t * ldy, ldy, m, first, 3, B, asym); break;
+    case 2: tile(p, a, jb0, y + t * ldy, ldy, m, first, 2, B, asym); break;
+    case 1: tile(p, a, jb0, y + t * ldy, ldy, m, first, 1, B, asym); break;
     default: break;
     }
 }
@@ -406,8 +438,9 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
             for (j0 = 0; j0 < nb; j0 += KC / B) {
                 int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
                 pack_panel(w, rb, r, nr, j0, n, &p, f);
-                if (B == 32) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32);
-                else tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 16);
+                if (f == F_Q4A) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32, 1);
+                else if (B == 32) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32, 0);
+                else tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 16, 0);
             }
         }
     }
@@ -568,6 +601,7 @@ A8_KERNEL(q4, F_Q4)
 A8_KERNEL(nl4, F_NL4)
 A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
+A8_KERNEL(q4a, F_Q4A)
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 static void quantize_act(const float *x, int64_t n, void *out) {
@@ -614,6 +648,7 @@ void cism__fill_avx512_quant(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
+    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->quantize_act = quantize_act;

@@ -27,6 +27,7 @@ NQ_ENTRY(q4, CISM_DTYPE_Q4)
 NQ_ENTRY(fp4, CISM_DTYPE_FP4)
 NQ_ENTRY(nl4, CISM_DTYPE_NL4)
 NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
+NQ_ENTRY(q4a, CISM_DTYPE_Q4A)
 
 /* the interleaved dtypes: lane-indexed SDOT on the 4-row registers (neon_x16.h) */
 static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
@@ -44,6 +45,7 @@ void cism__kernels_fill_neon_dotprod(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
 }

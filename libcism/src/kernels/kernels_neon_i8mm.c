@@ -23,6 +23,11 @@
 CISM__INLINE float32x4_t combine4(float32x4_t acc, int32x4_t s, float32x4_t dw, float32x4_t da) {
     return vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(s), vmulq_f32(dw, da)));
 }
+/* q4a: acc + (dw * s + mw * sum) * da (neon_quant.h), lane by lane */
+CISM__INLINE float32x4_t combine4a(float32x4_t acc, int32x4_t s, float32x4_t dw, float32x4_t mw, float32x4_t sa,
+                                   float32x4_t da) {
+    return vaddq_f32(acc, vmulq_f32(vaddq_f32(vmulq_f32(dw, vcvtq_f32_s32(s)), vmulq_f32(mw, sa)), da));
+}
 
 /* Activation block j of 2*RP rows x 2*TP tokens. acc[p][q] is the 2x2 tile of
    rows 2p, 2p+1 and tokens 2q, 2q+1, lanes (r0 t0, r0 t1, r1 t0, r1 t1). */
@@ -48,11 +53,14 @@ CISM__INLINE void mm_step(const int dt, const int RP, const int TP, const int ha
         int8x16_t A0 = nq_lo64(x00, x10), A1 = nq_hi64(x00, x10), A2 = nq_lo64(x01, x11), A3 = nq_hi64(x01, x11);
         float32x2_t d2 = vset_lane_f32(a1->d, vdup_n_f32(a0->d), 1);
         float32x4_t da = vcombine_f32(d2, d2);   /* (da_2q, da_2q+1, da_2q, da_2q+1) */
+        float32x2_t s2 = vset_lane_f32((float)a1->sum, vdup_n_f32((float)a0->sum), 1);
+        float32x4_t sa = vcombine_f32(s2, s2);   /* q4a: the tokens' activation sums, the same lanes */
         for (p = 0; p < RP; p++) {
             if (nq_block(dt) == 32) {
                 int32x4_t s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][0], A0), W[p][1], A1);
                 s = vmmlaq_s32(vmmlaq_s32(s, W[p][2], A2), W[p][3], A3);
-                acc[p][q] = combine4(acc[p][q], s, dAp[p], da);
+                if (dt == CISM_DTYPE_Q4A) acc[p][q] = combine4a(acc[p][q], s, dAp[p], dBp[p], sa, da);
+                else acc[p][q] = combine4(acc[p][q], s, dAp[p], da);
             } else {
                 int32x4_t s = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), W[p][0], A0), W[p][2], A1);
                 acc[p][q] = combine4(acc[p][q], s, dAp[p], da);
@@ -136,6 +144,7 @@ NQ_ENTRY(q4, CISM_DTYPE_Q4)
 NQ_ENTRY(fp4, CISM_DTYPE_FP4)
 NQ_ENTRY(nl4, CISM_DTYPE_NL4)
 NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
+NQ_ENTRY(q4a, CISM_DTYPE_Q4A)
 
 void cism__kernels_fill_neon_i8mm(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
@@ -143,4 +152,5 @@ void cism__kernels_fill_neon_i8mm(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
 }

@@ -86,6 +86,8 @@ CISM__INLINE fdq f_scale(const int dt, const uint8_t *blk) {
     else d = cism__e4m3_table[blk[0]] * (1.0f / 256.0f);
     s.dv = vdupq_n_f32(d);
     s.nb = vdupq_n_f32(-off * d);
+    if (dt == CISM_DTYPE_Q4A) /* w = code * d + m (f_dec16a) */
+        s.nb = vdupq_n_f32(vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_dup_u16((const uint16_t *)(const void *)(blk + 2)))), 0));
     return s;
 }
 
@@ -99,13 +101,25 @@ CISM__INLINE void f_dec16(uint8x16_t u, fdq s, float32x4_t *wv) {
     wv[3] = vfmaq_f32(s.nb, vcvt_high_f32_f16(vreinterpretq_f16_u8(hi)), s.dv);
 }
 
+/* q4a: 16 weights from their codes u as fma(m, u, d) = d * u + m rounded once
+   (d * u is exact): the scalar tier's value; u = (1024 + u) - 1024 exactly. */
+CISM__INLINE void f_dec16a(uint8x16_t u, fdq s, float32x4_t *wv) {
+    const uint8x16_t mg = vdupq_n_u8(0x64);
+    const float32x4_t k = vdupq_n_f32(1024.0f);
+    uint8x16_t lo = vzip1q_u8(u, mg), hi = vzip2q_u8(u, mg);
+    wv[0] = vfmaq_f32(s.nb, vsubq_f32(vcvt_f32_f16(vreinterpret_f16_u8(vget_low_u8(lo))), k), s.dv);
+    wv[1] = vfmaq_f32(s.nb, vsubq_f32(vcvt_high_f32_f16(vreinterpretq_f16_u8(lo)), k), s.dv);
+    wv[2] = vfmaq_f32(s.nb, vsubq_f32(vcvt_f32_f16(vreinterpret_f16_u8(vget_low_u8(hi))), k), s.dv);
+    wv[3] = vfmaq_f32(s.nb, vsubq_f32(vcvt_high_f32_f16(vreinterpretq_f16_u8(hi)), k), s.dv);
+}
+
 /* The offset bytes of half h (columns 16h..16h+15) of a weight block. */
 CISM__INLINE uint8x16_t f_bytes(const int dt, const uint8_t *blk, const int h, uint8x16_t lutu, int8x16_t shift) {
     if (dt == CISM_DTYPE_Q8) return veorq_u8(vld1q_u8(blk + 2 + 16 * h), vdupq_n_u8(0x80));
     if (nq_block(dt) == 32) {
-        uint8x16_t c = vld1q_u8(blk + 2);
+        uint8x16_t c = vld1q_u8(blk + nq_code_off(dt));
         c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
-        return dt == CISM_DTYPE_Q4 ? c : vqtbl1q_u8(lutu, c);
+        return dt == CISM_DTYPE_Q4 || dt == CISM_DTYPE_Q4A ? c : vqtbl1q_u8(lutu, c);
     } else {
         uint8x8_t c8 = vld1_u8(blk + 1);
         uint8x16_t c = vandq_u8(vshlq_u8(vcombine_u8(c8, c8), shift), vdupq_n_u8(15));
@@ -139,7 +153,11 @@ CISM__INLINE void f_block(const int dt, const int R, const int T, const uint8_t 
     for (r = 0; r < R; r++) s[r] = f_scale(dt, w + (uint64_t)r * rb + b * nq_bytes(dt));
     for (h = 0; h < nq_block(dt) / 16; h++) {
         if (h >= halves) break;
-        for (r = 0; r < R; r++) f_dec16(f_bytes(dt, w + (uint64_t)r * rb + b * nq_bytes(dt), h, lutu, shift), s[r], wv[r]);
+        for (r = 0; r < R; r++) {
+            uint8x16_t u = f_bytes(dt, w + (uint64_t)r * rb + b * nq_bytes(dt), h, lutu, shift);
+            if (dt == CISM_DTYPE_Q4A) f_dec16a(u, s[r], wv[r]);
+            else f_dec16(u, s[r], wv[r]);
+        }
         f_fma16(R, T, acc, wv, x + 16 * h, ldx);
     }
 }
@@ -339,6 +357,7 @@ NQ_ENTRIES(q4, CISM_DTYPE_Q4)
 NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
 NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
 NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
+NQ_ENTRIES(q4a, CISM_DTYPE_Q4A)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
 static void matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
@@ -364,6 +383,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_FP4] = matmul_fp4;
     k->matmul[CISM_DTYPE_NL4] = matmul_nl4;
     k->matmul[CISM_DTYPE_Q4S] = matmul_q4s;
+    k->matmul[CISM_DTYPE_Q4A] = matmul_q4a;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
@@ -371,6 +391,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
+    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->quantize_act = quantize_act;

@@ -29,6 +29,15 @@ static inline float decode8(const uint8_t *blk, float *lv) {
     return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
 }
 
+/* q4a: the 32 codes of one block (0..15), without scale and minimum */
+static inline void codes4a(const uint8_t *blk, int32_t *c) {
+    int i;
+    for (i = 0; i < 16; i++) {
+        c[i] = blk[4 + i] & 15;
+        c[i + 16] = blk[4 + i] >> 4;
+    }
+}
+
 /* Block b of row r in its base format's layout (scale, then codes): in place
    for row-layout dtypes, copied into tmp for the interleaved ones. */
 static inline const uint8_t *block_at(int32_t dt, const uint8_t *w, uint64_t rb, int64_t r, int64_t b, int64_t bb,
@@ -56,6 +65,10 @@ static void decode_run(const cism__fmt4 *f, int32_t dt, const uint8_t *w, uint64
     int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, c, b = c0 / B;
     float lv[32];
     uint8_t tmp[CISM__Q8_BYTES] = {0};
+    if (dt == CISM_DTYPE_Q4A) { /* d * code + m, exactly as cism__dequantize_row */
+        cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * CISM__Q4A_BYTES), out, n);
+        return;
+    }
     for (c = 0; c < n; c += B, b++) {
         const uint8_t *blk = block_at(dt, w, rb, r, b, bb, tmp);
         float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
@@ -142,12 +155,17 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
 
 /* Weight blocks of B (16 or 32) against activation blocks of 32: weight block b
    covers activation block (b*B)/32 from offset (b*B)%32. Padding weights meet
-   zero activations, so whole blocks are summed. */
+   zero activations, so whole blocks are summed. Per block,
+       acc += (float)s_b * (d_w * d_a)                       (q8, 4-bit formats)
+       acc += (d_w * (float)s_b + m_w * (float)sum_a) * d_a  (q4a; s_b = sum code * q)
+   in this order, no FMA: every SIMD tier repeats these operations. */
 static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int64_t cols, const void *xq,
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     uint8_t tmp[CISM__Q8_BYTES] = {0};
-    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : CISM__Q8_BYTES, nb = (cols + B - 1) / B;
+    const int asym = dt == CISM_DTYPE_Q4A;
+    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : CISM__Q8_BYTES;
+    int64_t nb = (cols + B - 1) / B;
     int32_t lv[32];
     int64_t r, t0, t, b;
     for (r = r0; r < r1; r++) {
@@ -156,9 +174,13 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
             float acc[TOK] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (b = 0; b < nb; b++) {
                 const uint8_t *blk = block_at(dt, (const uint8_t *)w, row_bytes, r, b, bb, tmp);
-                float d;
+                float d, m = 0.0f;
                 int i;
-                if (f) {
+                if (asym) {
+                    codes4a(blk, lv);
+                    d = cism__q4a_d(blk);
+                    m = cism__q4a_m(blk);
+                } else if (f) {
                     const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
                     int half = f->block / 2;
                     for (i = 0; i < half; i++) {
@@ -176,7 +198,8 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
                     const int8_t *aq = ab->q + (b * B) % CISM__A8_BLOCK;
                     int32_t sum = 0;
                     for (i = 0; i < B; i++) sum += lv[i] * aq[i];
-                    acc[t] += (float)sum * (d * ab->d);
+                    if (asym) acc[t] += (d * (float)sum + m * (float)ab->sum) * ab->d;
+                    else acc[t] += (float)sum * (d * ab->d);
                 }
             }
             for (t = 0; t < tn; t++) y[(t0 + t) * ldy + r] = acc[t];
@@ -205,6 +228,15 @@ void cism__scalar_matmul_a8_nl4(const void *w, uint64_t rb, int64_t cols, const 
     matmul_a8_blocks(CISM_DTYPE_NL4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
+void cism__scalar_matmul_q4a(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                              int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(CISM_DTYPE_Q4A, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q4a(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                                int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(CISM_DTYPE_Q4A, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
 void cism__scalar_matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                                int64_t nt, int64_t r0, int64_t r1) {
     matmul_blocks(CISM_DTYPE_Q8X16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
@@ -228,3 +260,4 @@ void cism__scalar_row_q4(const void *row, float *out, int64_t n) { cism__dequant
 void cism__scalar_row_fp4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_FP4, (const uint8_t *)row, out, n); }
 void cism__scalar_row_nl4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_NL4, (const uint8_t *)row, out, n); }
 void cism__scalar_row_q4s(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4S, (const uint8_t *)row, out, n); }
+void cism__scalar_row_q4a(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4A, (const uint8_t *)row, out, n); }

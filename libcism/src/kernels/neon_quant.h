@@ -12,7 +12,11 @@
  * where s_b is the exact int32 dot of the block's levels with its int8
  * activations. That is the scalar tier's sequence, so each ARM tier gives the
  * scalar tier's bits whatever instructions produced s_b and however rows and
- * tokens are tiled; only the cost differs. The loops work on activation
+ * tokens are tiled; only the cost differs. q4a (codes c, scale d, minimum m)
+ * adds its minimum through the activation block's sum, in the scalar order:
+ *         acc = acc + (dw_b * (float)s_b + mw_b * (float)sum_b) * da_b
+ * (q8's code -128, which GGUF Q8_0 files may hold, is exact on every path:
+ * |w a| <= 128 * 127, two of them fit an int16 lane.) The loops work on activation
  * blocks (32 columns): one weight block of q8/q4/nl4, two of q4s/fp4.
  */
 #ifndef CISM_NEON_QUANT_H
@@ -29,14 +33,18 @@ enum { NQ_SMULL = 0, NQ_SDOT = 1 };
 /* ---- format constants (dt is a compile-time constant in every caller) ---------- */
 CISM__INLINE int nq_block(const int dt) { return dt == CISM_DTYPE_Q4S || dt == CISM_DTYPE_FP4 ? 16 : 32; }
 CISM__INLINE int nq_bytes(const int dt) {
-    return dt == CISM_DTYPE_Q8 ? CISM__Q8_BYTES : nq_block(dt) == 32 ? 18 : 9;
+    return dt == CISM_DTYPE_Q8 ? CISM__Q8_BYTES : dt == CISM_DTYPE_Q4A ? CISM__Q4A_BYTES : nq_block(dt) == 32 ? 18 : 9;
 }
+/* where a block-32 4-bit format's code bytes start: after the scale (q4a: and the minimum) */
+CISM__INLINE int nq_code_off(const int dt) { return dt == CISM_DTYPE_Q4A ? 4 : 2; }
 CISM__INLINE int nq_f16_scale(const int dt) { return nq_block(dt) == 32; }
 /* bytes of one row's weights over one activation block (32 columns) */
 CISM__INLINE int nq_ab_bytes(const int dt) { return nq_bytes(dt) * (32 / nq_block(dt)); }
 
-/* The 16 levels of a 4-bit format as a table for TBL (zeros for q8). */
+/* The 16 levels of a 4-bit format as a table for TBL (zeros for q8; q4a: its codes). */
+static const int8_t nq_codes16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 CISM__INLINE int8x16_t nq_levels(const int dt) {
+    if (dt == CISM_DTYPE_Q4A) return vld1q_s8(nq_codes16);
     return dt == CISM_DTYPE_Q8 ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
 }
 
@@ -62,6 +70,11 @@ CISM__INLINE nq_w nq_decode(const int dt, const uint8_t *p, int8x16_t lut, const
     if (dt == CISM_DTYPE_Q8) {
         w.lo = vld1q_s8((const int8_t *)p + 2);
         w.hi = vld1q_s8((const int8_t *)p + 18);
+    } else if (dt == CISM_DTYPE_Q4A) { /* the codes are the levels */
+        uint8x16_t c = vld1q_u8(p + 4);
+        w.lo = vreinterpretq_s8_u8(vandq_u8(c, vdupq_n_u8(15)));
+        w.hi = vreinterpretq_s8_u8(vshrq_n_u8(c, 4));
+        (void)lut;
     } else {
         uint8x16_t c;
         if (nq_block(dt) == 32) {
@@ -94,8 +107,8 @@ CISM__INLINE void nq_e4m3x8(uint8x8_t b, float32x4_t *lo, float32x4_t *hi) {
 
 /* The weight scales of R <= 4 rows (row r's activation block at p + r*rb,
    decoded into w[r]) in lanes 0..R-1: dA for the first weight block, dB for
-   the second (q4s/fp4 only; with has_b = 0 it is not loaded). Lanes >= R are
-   copies of row 0's or 0. */
+   the second (q4s/fp4 only; with has_b = 0 it is not loaded; q4a: dB = the
+   minimums). Lanes >= R are copies of row 0's or 0. */
 CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_t rb, const nq_w *w, const int has_b,
                             float32x4_t *dA, float32x4_t *dB) {
     if (nq_f16_scale(dt)) {
@@ -105,6 +118,14 @@ CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_
         if (R > 3) h = vld1_lane_u16((const uint16_t *)(const void *)(p + 3 * rb), h, 3);
         *dA = vcvt_f32_f16(vreinterpret_f16_u16(h));
         *dB = *dA;
+        if (dt == CISM_DTYPE_Q4A) {
+            const uint8_t *q = p + 2;
+            h = vld1_dup_u16((const uint16_t *)(const void *)q);
+            if (R > 1) h = vld1_lane_u16((const uint16_t *)(const void *)(q + rb), h, 1);
+            if (R > 2) h = vld1_lane_u16((const uint16_t *)(const void *)(q + 2 * rb), h, 2);
+            if (R > 3) h = vld1_lane_u16((const uint16_t *)(const void *)(q + 3 * rb), h, 3);
+            *dB = vcvt_f32_f16(vreinterpret_f16_u16(h));
+        }
     } else if (has_b) {   /* both blocks' scale bytes of the R rows by one lookup */
         uint8x16x4_t t;
         t.val[0] = w[0].raw;
@@ -184,6 +205,10 @@ CISM__INLINE void nq_reduce_ab(const int R, const int32x4_t *s, int32x4_t *A, in
 CISM__INLINE float32x4_t nq_combine(float32x4_t acc, int32x4_t s, float32x4_t dw, float da) {
     return vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(s), vmulq_n_f32(dw, da)));
 }
+/* q4a: acc + (dw * (float)s + mw * sum) * da, the scalar tier's five roundings */
+CISM__INLINE float32x4_t nq_combine_a(float32x4_t acc, int32x4_t s, float32x4_t dw, float32x4_t mw, float sum, float da) {
+    return vaddq_f32(acc, vmulq_n_f32(vaddq_f32(vmulq_f32(dw, vcvtq_f32_s32(s)), vmulq_n_f32(mw, sum)), da));
+}
 
 /* ---- R rows x T tokens with row lanes (SMULL or SDOT) ---------------------------------------- */
 /* Activation block j of R rows (wp: row 0's weights of that block) and T
@@ -202,7 +227,9 @@ CISM__INLINE void nq_step(const int dt, const int dot, const int R, const int T,
         float da = a->d;
         nq_actv(dt, a, &alo, &ahi);
         for (r = 0; r < R; r++) s[r] = nq_dot(dt, dot, w[r], alo, ahi);
-        if (nq_block(dt) == 32) {
+        if (dt == CISM_DTYPE_Q4A) {
+            acc[t] = nq_combine_a(acc[t], nq_reduce(R, s), dA, dB, (float)a->sum, da);
+        } else if (nq_block(dt) == 32) {
             acc[t] = nq_combine(acc[t], nq_reduce(R, s), dA, da);
         } else {
             nq_reduce_ab(R, s, &sA, &sB);
@@ -270,9 +297,16 @@ CISM__INLINE float32x4_t nq_mul_lane(float32x4_t da, float32x4_t dw, const int r
 CISM__INLINE void nq_lane_step(const int dt, const int R, const int has_b, const uint8_t *wp, uint64_t rb,
                                const uint8_t *xq, int64_t ldq, int64_t j, float32x4_t *acc, int8x16_t lut) {
     int8x16_t x[8];
-    float32x4_t da;
+    float32x4_t da, sa = vdupq_n_f32(0.0f);
     int g, r;
     nq_act4x(xq, ldq, j, x, &da);
+    if (dt == CISM_DTYPE_Q4A) { /* the 4 tokens' activation sums */
+        int32x4_t si = vld1q_dup_s32(&nq_act(xq, ldq, 0, j)->sum);
+        si = vld1q_lane_s32(&nq_act(xq, ldq, 1, j)->sum, si, 1);
+        si = vld1q_lane_s32(&nq_act(xq, ldq, 2, j)->sum, si, 2);
+        si = vld1q_lane_s32(&nq_act(xq, ldq, 3, j)->sum, si, 3);
+        sa = vcvtq_f32_s32(si);
+    }
     for (g = 0; g < R; g += 4) {
         const int G = R - g < 4 ? R - g : 4;
         const uint8_t *gp = wp + (uint64_t)g * rb;
@@ -291,7 +325,10 @@ CISM__INLINE void nq_lane_step(const int dt, const int R, const int has_b, const
                 s = vdotq_laneq_s32(s, x[5], w[r].hi, 1);
                 s = vdotq_laneq_s32(s, x[6], w[r].hi, 2);
                 s = vdotq_laneq_s32(s, x[7], w[r].hi, 3);
-                acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vcvtq_f32_s32(s), nq_mul_lane(da, dA, r)));
+                if (dt == CISM_DTYPE_Q4A) /* (d * s + m * sum) * da per token lane */
+                    acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vaddq_f32(nq_mul_lane(vcvtq_f32_s32(s), dA, r), nq_mul_lane(sa, dB, r)), da));
+                else
+                    acc[g + r] = vaddq_f32(acc[g + r], vmulq_f32(vcvtq_f32_s32(s), nq_mul_lane(da, dA, r)));
             } else { /* lo = A 0-7 | B 0-7, hi = A 8-15 | B 8-15 */
                 s = vdotq_laneq_s32(s, x[0], w[r].lo, 0);
                 s = vdotq_laneq_s32(s, x[1], w[r].lo, 1);

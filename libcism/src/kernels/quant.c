@@ -12,6 +12,11 @@
  *           block's scale format (E4M3: the nearest code and its two
  *           neighbours are tried) and the codes are re-rounded with the
  *           encoded scale.
+ *   q4a     per block a scale d and minimum m (fp16 both): candidates spread
+ *           the block's range [min, max] over 0..15 (and a little less), each
+ *           refitted by least squares on its codes; the encoded pair with the
+ *           lowest weighted squared error wins; codes are the nearest of
+ *           d * c + m with the encoded d, m.
  * The last block of a row whose length is not a multiple of the block is
  * padded with zeros (and its padding is counted in the bits per weight). */
 #include "quant.h"
@@ -330,6 +335,88 @@ static void quantize_block8(const float *x, int n, uint8_t *out) {
     }
 }
 
+/* q4a: the code of x nearest to d * c + m (the encoded d, m; ties to the lower code) */
+static inline int q4a_code(float x, float d, float m) {
+    float t = d > 0.0f ? (x - m) / d : 0.0f;
+    int c = t > 0.0f ? (t < 15.0f ? (int)(t + 0.5f) : 15) : 0, k, best = c;
+    float be = fabsf(x - (d * (float)c + m));
+    for (k = c - 1; k <= c + 1; k += 2) {
+        float e;
+        if (k < 0 || k > 15) continue;
+        e = fabsf(x - (d * (float)k + m));
+        if (e < be || (e == be && k < best)) { be = e; best = k; }
+    }
+    return best;
+}
+
+/* Squared error (weighted) of the block with the encoded pair; codes into c */
+static float q4a_assign(const float *x, const float *w, int n, float d, float m, int *c) {
+    float e4[4] = {0, 0, 0, 0};
+    int i;
+    for (i = 0; i < n; i++) {
+        float e;
+        c[i] = q4a_code(x[i], d, m);
+        e = x[i] - (d * (float)c[i] + m);
+        e4[i & 3] += (w ? w[i] : 1.0f) * e * e;
+    }
+    return (e4[0] + e4[2]) + (e4[1] + e4[3]);
+}
+
+/* One q4a block: n <= 32 real weights (the rest padding: code 0). Candidates:
+   the range [lo, hi] of the block spread over codes 0..15, and narrowed to
+   0.95 and 0.9 of it (centred); each is refitted by least squares (d, m) on its
+   codes, and both the plain and the refitted pair are scored after fp16
+   encoding. */
+static void quantize_block4a(const float *x, const float *w, int n, uint8_t *out) {
+    float lo = x[0], hi = x[0], best_e = -1.0f, best_d = 0.0f, best_m = 0.0f;
+    int i, k, c[32], bc[32];
+    uint16_t hd, hm;
+    for (i = 1; i < n; i++) {
+        if (x[i] < lo) lo = x[i];
+        if (x[i] > hi) hi = x[i];
+    }
+    for (k = 0; k < 6; k++) {
+        float f = 1.0f - 0.05f * (float)(k >> 1), d, m, e;
+        d = (hi - lo) * f / 15.0f;
+        m = lo + (hi - lo) * (1.0f - f) * 0.5f;
+        if (k & 1) { /* least squares of x ~ d c + m over the codes of this candidate */
+            double sw = 0, sc = 0, scc = 0, sx = 0, scx = 0, det;
+            float dq = cism__f16_to_f32(cism__f32_to_f16(d)), mq = cism__f16_to_f32(cism__f32_to_f16(m));
+            q4a_assign(x, w, n, dq, mq, c);
+            for (i = 0; i < n; i++) {
+                double wi = w ? w[i] : 1.0;
+                sw += wi; sc += wi * c[i]; scc += wi * c[i] * c[i]; sx += wi * x[i]; scx += wi * c[i] * x[i];
+            }
+            det = sw * scc - sc * sc;
+            if (!(det > 0)) continue;
+            d = (float)((sw * scx - sc * sx) / det);
+            m = (float)((scc * sx - sc * scx) / det);
+            if (!(d >= 0.0f)) continue;
+        }
+        hd = cism__f32_to_f16(d);
+        hm = cism__f32_to_f16(m);
+        d = cism__f16_to_f32(hd);
+        m = cism__f16_to_f32(hm);
+        if (!isfinite(d) || !isfinite(m)) continue;
+        e = q4a_assign(x, w, n, d, m, c);
+        if (best_e < 0 || e < best_e) {
+            best_e = e; best_d = d; best_m = m;
+            memcpy(bc, c, sizeof(int) * (size_t)n);
+        }
+    }
+    if (best_e < 0) { /* (not reached for finite input) */
+        best_d = 0.0f;
+        best_m = cism__f16_to_f32(cism__f32_to_f16(lo));
+        for (i = 0; i < n; i++) bc[i] = 0;
+    }
+    for (i = n; i < 32; i++) bc[i] = 0;
+    hd = cism__f32_to_f16(best_d);
+    hm = cism__f32_to_f16(best_m);
+    out[0] = (uint8_t)(hd & 0xff); out[1] = (uint8_t)(hd >> 8);
+    out[2] = (uint8_t)(hm & 0xff); out[3] = (uint8_t)(hm >> 8);
+    for (i = 0; i < 16; i++) out[4 + i] = (uint8_t)(bc[i] | (bc[i + 16] << 4));
+}
+
 /* ---- rows ------------------------------------------------------------------------------ */
 static void quantize_row(int32_t dtype, const sorted4 *s4, const float *x, const float *imp, int64_t cols, uint8_t *out) {
     const cism__fmt4 *f = cism__fmt4_of(dtype);
@@ -346,6 +433,11 @@ static void quantize_row(int32_t dtype, const sorted4 *s4, const float *x, const
     if (dtype == CISM_DTYPE_Q8) {
         for (c = 0; c < cols; c += CISM__Q8_BLOCK, out += CISM__Q8_BYTES)
             quantize_block8(x + c, (int)(cols - c < CISM__Q8_BLOCK ? cols - c : CISM__Q8_BLOCK), out);
+        return;
+    }
+    if (dtype == CISM_DTYPE_Q4A) {
+        for (c = 0; c < cols; c += CISM__Q4A_BLOCK, out += CISM__Q4A_BYTES)
+            quantize_block4a(x + c, imp ? imp + c : NULL, (int)(cols - c < CISM__Q4A_BLOCK ? cols - c : CISM__Q4A_BLOCK), out);
         return;
     }
     {
@@ -369,6 +461,14 @@ void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t
         for (c = 0; c < cols; c += CISM__Q8_BLOCK, row += CISM__Q8_BYTES) {
             float d = cism__f16_to_f32((uint16_t)(row[0] | (row[1] << 8)));
             for (i = 0; i < CISM__Q8_BLOCK && c + i < cols; i++) out[c + i] = d * (float)(int8_t)row[2 + i];
+        }
+        return;
+    }
+    if (dtype == CISM_DTYPE_Q4A) { /* d * code + m: the product is exact, one rounding */
+        for (c = 0; c < cols; c += CISM__Q4A_BLOCK, row += CISM__Q4A_BYTES) {
+            float d = cism__q4a_d(row), m = cism__q4a_m(row);
+            for (i = 0; i < CISM__Q4A_BLOCK && c + i < cols; i++)
+                out[c + i] = d * (float)(i < 16 ? (row[4 + i] & 15) : (row[4 + i - 16] >> 4)) + m;
         }
         return;
     }
@@ -432,6 +532,7 @@ int32_t cism_dtype_block_size(cism_dtype dtype) {
     f = cism__fmt4_of(dtype);
     if (f) return f->block;
     if (dtype == CISM_DTYPE_Q8) return CISM__Q8_BLOCK;
+    if (dtype == CISM_DTYPE_Q4A) return CISM__Q4A_BLOCK;
     return cism__dtype_is_known(dtype) ? 1 : 0;
 }
 
@@ -486,6 +587,13 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
         if (amax / (dtype == CISM_DTYPE_Q4 ? 7.0f : 127.0f) > 60000.0f)
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
+    }
+    if (dtype == CISM_DTYPE_Q4A) { /* fp16 minimum and scale */
+        float amax = 0;
+        for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
+        if (amax > 30000.0f)
+            return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for q4a's fp16 scale and minimum", fn,
+                              (double)amax);
     }
     return CISM_OK;
 }
@@ -675,7 +783,7 @@ cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_row
     if (gram && f && (g < f->block || g > 4096 || g % f->block))
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
                           "(at most 4096)", (long long)g, cism_dtype_name(dtype), f->block);
-    if (!gram || !f) /* no statistics, or a format without a scale search (q8, floats): plain rounding */
+    if (!gram || !f) /* no statistics, or a format without a scale search (q8, q4a, floats): plain rounding */
         return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);
     if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))
         return st;

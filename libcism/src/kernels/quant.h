@@ -13,6 +13,15 @@
 #define CISM__Q8_BLOCK 32
 #define CISM__Q8_BYTES 34
 
+/* q4a: asymmetric 4-bit, GGUF Q4_1's bytes: fp16 scale d, fp16 minimum m,
+ * then 16 code bytes (byte j: code j low nibble, code j + 16 high nibble);
+ * weight = d * code + m (d * code is exact in f32: one rounding). 20 bytes per
+ * 32 weights. Not a cism__fmt4 (its levels are not scale * level). */
+#define CISM__Q4A_BLOCK 32
+#define CISM__Q4A_BYTES 20
+static inline float cism__q4a_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
+static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[2] | (blk[3] << 8))); }
+
 /* The 4-bit formats are one scheme with different parameters: blocks of
  * `block` weights, each a scale followed by block/2 bytes of 4-bit codes.
  * Byte j of a block holds code j (low nibble) and code j + block/2 (high
@@ -48,6 +57,17 @@ typedef struct cism__act8 {
     int32_t sum;
     int8_t q[CISM__A8_BLOCK];
 } cism__act8;
+
+/* Outlier channels of a quantized activation row (model/act_outliers.c): the
+   channels above CISM__A8_OUT_RATIO x the row's RMS, at most CISM__A8_MAX_OUT,
+   kept in float and zeroed in the int8 blocks. */
+#define CISM__A8_MAX_OUT 4
+#define CISM__A8_OUT_RATIO 6.0
+typedef struct cism__act8_out {
+    int32_t n;
+    int32_t idx[CISM__A8_MAX_OUT];
+    float val[CISM__A8_MAX_OUT];
+} cism__act8_out;
 
 /* A quantized activation row of cols elements: ceil(cols / 32) blocks, then
    two int32 per block, the sums of its elements 0..15 and 16..31 (the
@@ -155,6 +175,7 @@ CISM__SCALAR_QUANT_DECL(q4)
 CISM__SCALAR_QUANT_DECL(fp4)
 CISM__SCALAR_QUANT_DECL(nl4)
 CISM__SCALAR_QUANT_DECL(q4s)
+CISM__SCALAR_QUANT_DECL(q4a)
 /* interleaved dtypes: no row_to_f32 (a row is not contiguous; cism__matrix_row_f32) */
 #define CISM__SCALAR_X16_DECL(nm) \
     void cism__scalar_matmul_##nm(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx, \
