@@ -111,16 +111,43 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
+static int usage(FILE *f, int rc) {
+    fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB] [cols ...]\n"
+               "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
+               "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
+               "  MB megabytes (GB/s of weights read); --dtypes / --tiers limit the table\n");
+    return rc;
+}
+
 int main(int argc, char **argv) {
     int64_t cols_list[8] = {576, 1536};
     int n_cols = 0, i, t, dt, a8;
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
     for (i = 1; i < argc; i++) {
+        char *end = NULL;
+        long v;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout, 0);
         if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
-        else if (!strcmp(argv[i], "--stream") && i + 1 < argc) stream_mb = atof(argv[++i]);
-        else if (n_cols < 8) cols_list[n_cols++] = atoi(argv[i]);
+        else if (!strcmp(argv[i], "--stream") && i + 1 < argc) {
+            stream_mb = strtod(argv[++i], &end);
+            if (*end || !(stream_mb > 0)) {
+                fprintf(stderr, "cism-kernel-bench: --stream needs a size in MB > 0 (got '%s')\n", argv[i]);
+                return usage(stderr, 2);
+            }
+        } else {
+            v = strtol(argv[i], &end, 10);
+            if (argv[i][0] == '-' || *end || v <= 0 || v > (1L << 20)) {
+                fprintf(stderr, "cism-kernel-bench: '%s' is not an option or a column count (1..1048576)\n", argv[i]);
+                return usage(stderr, 2);
+            }
+            if (n_cols == 8) {
+                fprintf(stderr, "cism-kernel-bench: at most 8 column counts\n");
+                return usage(stderr, 2);
+            }
+            cols_list[n_cols++] = v;
+        }
     }
     if (!n_cols) n_cols = 2;
     printf("%s\n%s\n", cism_build_info(), cism_system_info());

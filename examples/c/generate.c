@@ -23,6 +23,9 @@ int main(int argc, char **argv) {
     cism_params *params = NULL;
     int64_t bos = -1;
     int32_t prompt[1], n_out = 0;
+    cism_stop_reason why = CISM_STOP_ERROR;
+    static const char *const reasons[] = {"error", "end of text", "n_tokens reached", "context full", "callback",
+                                          "cancelled"};
     int n = argc > 2 ? atoi(argv[2]) : 32;
     double temperature = argc > 3 ? atof(argv[3]) : 0.0;
     int64_t seed = argc > 4 ? atoll(argv[4]) : 42;
@@ -44,10 +47,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     prompt[0] = bos >= 0 ? (int32_t)bos : 0;
-    st = cism_generate(session, sampler, prompt, 1, n, 0, on_token, NULL, &n_out);
+    /* a full context is a normal end here (stop reason CISM_STOP_CONTEXT_FULL), not an error */
+    st = cism_generate_v2(session, sampler, prompt, 1, n, 0, on_token, NULL, &n_out, &why);
     printf("\n");
     if (st) fprintf(stderr, "error: %s: %s\n", cism_status_str(st), cism_last_error());
-    else fprintf(stderr, "%d tokens\n", (int)n_out);
+    else fprintf(stderr, "%d tokens (stop: %s)\n", (int)n_out, reasons[why >= 0 && why <= 5 ? why : 0]);
 out:
     cism_sampler_free(sampler);
     cism_session_free(session);

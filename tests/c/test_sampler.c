@@ -118,6 +118,21 @@ int main(void) {
     CHECK(cism_sampler_set_float(s, CISM_SAMPLER_TOP_P, 0.0) == CISM_ERR_INVALID_ARG);
     CHECK(cism_sampler_set_float(s, CISM_SAMPLER_TEMPERATURE, -1.0) == CISM_ERR_INVALID_ARG);
     CHECK(cism_sampler_set_float(s, CISM_SAMPLER_TEMPERATURE, NAN) == CISM_ERR_INVALID_ARG);
+    /* messages name the option, not the enum value */
+    CHECK_MSG(strstr(cism_last_error(), "temperature") != NULL, "%s", cism_last_error());
+    CHECK(cism_sampler_set_float(s, CISM_SAMPLER_SEED, 1.5) == CISM_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(cism_last_error(), "seed") != NULL, "%s", cism_last_error());
+    {
+        cism_params *p = NULL;
+        CHECK_OK(cism_params_create(&p));
+        CHECK(cism_params_set_int(p, CISM_PARAM_N_THREADS, -1) == CISM_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(cism_last_error(), "thread count") && !strstr(cism_last_error(), "parameter 0"), "%s",
+                  cism_last_error());
+        CHECK(cism_params_set_int(p, CISM_PARAM_N_CTX, -1) == CISM_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(cism_last_error(), "context length") && !strstr(cism_last_error(), "parameter 1"), "%s",
+                  cism_last_error());
+        cism_params_free(p);
+    }
     CHECK(cism_sampler_set_int(s, CISM_SAMPLER_TOP_K, -1) == CISM_ERR_INVALID_ARG);
     CHECK(cism_sampler_set_int(s, 999, 1) == CISM_ERR_INVALID_ARG);
     CHECK(cism_sampler_sample(s, logits, 0, &seq1[0]) == CISM_ERR_INVALID_ARG);
@@ -126,6 +141,8 @@ int main(void) {
         float nan_logits[4] = {NAN, NAN, NAN, NAN};
         int32_t t;
         CHECK(cism_sampler_sample(s, nan_logits, 4, &t) == CISM_ERR_INVALID_ARG);
+        CHECK_MSG(!strstr(cism_last_error(), "cism_sampler_sample") && strstr(cism_last_error(), "check_weights"),
+                  "%s", cism_last_error());
     }
     cism_sampler_free(s);
     cism_sampler_free(s2);

@@ -158,6 +158,33 @@ static void errors(cism_model *m) {
         CHECK_OK(cism_sampler_create(&smp));
         CHECK(cism_generate(t, smp, &bos, 1, 100, CISM_GENERATE_IGNORE_EOS, collect, &c, &n_gen) == CISM_ERR_CONTEXT_FULL);
         CHECK(n_gen == 8 && c.n == 8 && cism_session_n_past(t) == 8);
+        /* cism_generate_v2: a full context is a stop reason, not an error */
+        {
+            cism_stop_reason why = CISM_STOP_ERROR;
+            int32_t two[2] = {1, 2}, many[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+            CHECK_OK(cism_session_reset(t));
+            memset(&c, 0, sizeof(c));
+            CHECK_OK(cism_generate_v2(t, smp, &bos, 1, 100, CISM_GENERATE_IGNORE_EOS, collect, &c, &n_gen, &why));
+            CHECK(why == CISM_STOP_CONTEXT_FULL && n_gen == 8 && c.n == 8 && cism_session_n_past(t) == 8);
+            CHECK_OK(cism_session_reset(t));
+            memset(&c, 0, sizeof(c));
+            CHECK_OK(cism_generate_v2(t, smp, &bos, 1, 3, CISM_GENERATE_IGNORE_EOS, collect, &c, &n_gen, &why));
+            CHECK(why == CISM_STOP_MAX_TOKENS && n_gen == 3);
+            /* 1 + 3 evaluated, 2 more prompt tokens, 2 generated tokens fill it, a third is reported */
+            CHECK_OK(cism_generate_v2(t, smp, two, 2, 100, CISM_GENERATE_IGNORE_EOS, NULL, NULL, &n_gen, &why));
+            CHECK(why == CISM_STOP_CONTEXT_FULL && n_gen == 3 && cism_session_n_past(t) == 8);
+            CHECK_OK(cism_generate_v2(t, smp, NULL, 0, 100, CISM_GENERATE_IGNORE_EOS, NULL, NULL, &n_gen, NULL));
+            CHECK(n_gen == 1);                                    /* nothing fits: one token, reported */
+            /* a prompt that does not fit is refused before anything is evaluated */
+            CHECK_OK(cism_session_reset(t));
+            CHECK(cism_generate_v2(t, smp, many, 9, 4, 0, collect, &c, &n_gen, &why) == CISM_ERR_CONTEXT_FULL);
+            CHECK(why == CISM_STOP_ERROR && n_gen == 0 && cism_session_n_past(t) == 0);
+            CHECK_MSG(strstr(cism_last_error(), "prompt is 9 tokens") != NULL, "%s", cism_last_error());
+            memset(&c, 0, sizeof(c));
+            c.stop_after = 2;
+            CHECK_OK(cism_generate_v2(t, smp, &bos, 1, 100, CISM_GENERATE_IGNORE_EOS, collect, &c, &n_gen, &why));
+            CHECK(why == CISM_STOP_CALLBACK && n_gen == 2);
+        }
         /* a callback that asks to stop */
         CHECK_OK(cism_session_reset(t));
         memset(&c, 0, sizeof(c));

@@ -19,6 +19,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->kernel_tier = CISM_TIER_AUTO;
     p->act_quant = 1;
     p->act_stats = 0;
+    p->act_outliers = 1;
 }
 
 int cism__default_threads(void) {
@@ -55,7 +56,42 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_KERNEL_TIER: return &p->kernel_tier;
     case CISM_PARAM_ACT_QUANT: return &p->act_quant;
     case CISM_PARAM_ACT_STATS: return &p->act_stats;
+    case CISM_PARAM_ACT_OUTLIERS: return &p->act_outliers;
     default: return NULL;
+    }
+}
+
+/* What the user asked for and what would be accepted, in the words of the
+   options (n_threads, n_ctx, ...) rather than of the enum. */
+static cism_status range_error(cism_param key, int64_t value) {
+    const long long v = (long long)value;
+    switch (key) {
+    case CISM_PARAM_N_THREADS:
+        return cism__fail(CISM_ERR_INVALID_ARG, "thread count (n_threads) %lld is out of range: use 1..%d, or 0 for the "
+                          "library's default", v, CISM__MAX_THREADS);
+    case CISM_PARAM_N_CTX:
+        return cism__fail(CISM_ERR_INVALID_ARG, "context length (n_ctx) %lld is out of range: use 1..%d tokens, or 0 for "
+                          "the default (the model's, at most 4096)", v, CISM__MAX_CTX);
+    case CISM_PARAM_KV_TYPE: {
+        const char *name = value >= 0 && value <= INT32_MAX ? cism_dtype_name((cism_dtype)value) : NULL;
+        if (name)
+            return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %s is not supported: use f16 or f32", name);
+        return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %lld is not supported: use f16 (CISM_DTYPE_F16) "
+                          "or f32 (CISM_DTYPE_F32)", v);
+    }
+    case CISM_PARAM_N_BATCH:
+        return cism__fail(CISM_ERR_INVALID_ARG, "batch size (n_batch) %lld is out of range: use 1..65536 tokens", v);
+    case CISM_PARAM_KERNEL_TIER:
+        return cism__fail(CISM_ERR_INVALID_ARG, "kernel tier %lld is not a cism_kernel_tier value (%d..%d)", v,
+                          (int)CISM_TIER_AUTO, (int)CISM_TIER_NEON_I8MM);
+    case CISM_PARAM_ACT_STATS:
+        return cism__fail(CISM_ERR_INVALID_ARG, "act_stats %lld is out of range: use 0 (off), 1 or a block size 2..4096", v);
+    case CISM_PARAM_USE_MMAP: return cism__fail(CISM_ERR_INVALID_ARG, "use_mmap %lld must be 0 or 1", v);
+    case CISM_PARAM_LOGITS_ALL: return cism__fail(CISM_ERR_INVALID_ARG, "logits_all %lld must be 0 or 1", v);
+    case CISM_PARAM_CHECK_WEIGHTS: return cism__fail(CISM_ERR_INVALID_ARG, "check_weights %lld must be 0 or 1", v);
+    case CISM_PARAM_ACT_QUANT: return cism__fail(CISM_ERR_INVALID_ARG, "act_quant %lld must be 0 or 1", v);
+    case CISM_PARAM_ACT_OUTLIERS: return cism__fail(CISM_ERR_INVALID_ARG, "act_outliers %lld must be 0 or 1", v);
+    default: return cism__fail(CISM_ERR_INVALID_ARG, "value %lld is out of range for parameter %d", v, (int)key);
     }
 }
 
@@ -75,8 +111,7 @@ cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t val
     case CISM_PARAM_ACT_STATS: ok = value >= 0 && value <= 4096; break;
     default: ok = value == 0 || value == 1; break;
     }
-    if (!ok) return cism__fail(CISM_ERR_INVALID_ARG, "cism_params_set_int: value %lld is out of range for parameter %d",
-                               (long long)value, (int)key);
+    if (!ok) return range_error(key, value);
     *slot = value;
     return CISM_OK;
 }

@@ -14,6 +14,7 @@ struct cism_params {
     int64_t check_weights;
     int64_t kernel_tier;    /* cism_kernel_tier */
     int64_t act_quant;
+    int64_t act_outliers;
     int64_t act_stats;
 };
 

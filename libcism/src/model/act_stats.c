@@ -69,7 +69,7 @@ void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, 
     int64_t i = l < hp->n_layers ? l * CISM__AS_PER_LAYER + which : N_INPUTS(hp) - 1;
     int64_t cols = input_cols(hp, i), g = s->act_gram_block, t, c;
     double *acc;
-    if (!s->act_sums || t1 <= t0) return;
+    if (!s->act_sums || t1 <= t0 || s->replay) return; /* a replayed row was counted once already */
     acc = s->act_sums + s->act_off[i];
     for (t = t0; t < t1; t++) {
         const float *r = x + t * ld;

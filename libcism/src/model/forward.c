@@ -46,17 +46,32 @@ typedef struct fwd {
 
 enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
 
+/* Rows per kernel call when outlier channels are added (a multiple of 16, the
+   interleaved groups; their weights stay in L2 between the two passes). */
+#define CISM__OUTLIER_ROWS 256
+
 /* Every matmul goes through here. xq (NULL unless CISM_PARAM_ACT_QUANT) holds
    the same nt input rows quantized (rows xq_row_bytes apart): packed weights
    then take the integer-dot kernels. */
 static void linear_rows(const cism_session *s, const cism__weight *w, const float *x, int64_t ldx, const uint8_t *xq,
                         float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__kernels *k = s->k;
+    int64_t a, b;
     if (r1 <= r0 || nt <= 0) return;
     if (xq) {
         cism__matmul_a8_fn mq = k->matmul_a8[w->dtype] ? k->matmul_a8[w->dtype] : cism__kernels_scalar()->matmul_a8[w->dtype];
         if (mq) {
-            mq(w->data, w->row_bytes, w->cols, xq, s->xq_row_bytes, y, ldy, nt, r0, r1);
+            if (!s->act_outliers) {
+                mq(w->data, w->row_bytes, w->cols, xq, s->xq_row_bytes, y, ldy, nt, r0, r1);
+                return;
+            }
+            /* with outlier channels: their products right after the kernel's
+               pass over the same rows, while those weights are still in cache */
+            for (a = r0; a < r1; a = b) {
+                b = a + CISM__OUTLIER_ROWS < r1 ? a + CISM__OUTLIER_ROWS : r1;
+                mq(w->data, w->row_bytes, w->cols, xq, s->xq_row_bytes, y, ldy, nt, a, b);
+                cism__act8_add_outliers(w->dtype, w->data, w->row_bytes, xq, s->xq_row_bytes, y, ldy, nt, a, b);
+            }
             return;
         }
     }
@@ -71,9 +86,18 @@ static const uint8_t *qrow(const cism_session *s, int64_t t) {
 /* Rows [t0, t1) of a stage's matmul input into s->xq (run once, in begin). */
 static void quantize_rows(cism_session *s, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     void (*quant)(const float *, int64_t, void *) = s->k->quantize_act ? s->k->quantize_act : cism__kernels_scalar()->quantize_act;
-    int64_t t;
+    int64_t t, i;
     if (!s->act_quant) return;
-    for (t = t0; t < t1; t++) quant(x + t * ld, cols, s->xq + t * s->xq_row_bytes);
+    for (t = t0; t < t1; t++) {
+        const float *r = x + t * ld;
+        /* the int8 blocks would turn NaN/Inf into 0 and hide them: flag the
+           session instead (cism__session_eval fails the eval) */
+        if (!s->nonfinite)
+            for (i = 0; i < cols; i++)
+                if (!isfinite(r[i])) { s->nonfinite = 1; break; }
+        if (s->act_outliers) cism__act8_quantize_split(quant, r, cols, s->xq + t * s->xq_row_bytes, s->xq_row_bytes, s->xo_tmp);
+        else quant(r, cols, s->xq + t * s->xq_row_bytes);
+    }
 }
 
 /* Rows per work unit of a row-split stage: multiples of 16 (whole register
@@ -212,7 +236,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     if (kind != ST_QKV && f->t_lo == nt) return 0;  /* last layer, no logits wanted: K/V were all it had to give */
     switch (kind) {
     case ST_QKV:
-        if (l > 0 && cism__atomic_load(&s->cancel)) {
+        if (l > 0 && !s->replay && cism__atomic_load(&s->cancel)) {
             f->stop = 1;
             return -1;
         }

@@ -36,7 +36,13 @@ static double le_f64(const uint8_t *p) {
 typedef struct loadctx {
     const char *label;
     const cism__file *f;
+    int check_values;   /* CISM_PARAM_CHECK_WEIGHTS */
 } loadctx;
+
+/* With CISM_PARAM_CHECK_WEIGHTS: the largest |value| a norm weight or bias may
+   have. Finite but huge ones (FLT_MAX) overflow the activations or, through the
+   int8 paths, give finite garbage; trained models stay far below. */
+#define CISM__VECTOR_LIMIT 1.0e6f
 
 /* Reads an INT key. Returns 1 found, 0 absent (def used), -1 wrong type (message set). */
 static int meta_int(loadctx *c, const char *key, int64_t def, int64_t *out) {
@@ -198,6 +204,12 @@ static cism_status bind_vector(loadctx *c, const char *name, int64_t n, const fl
     v = (const float *)(const void *)t->data;
     for (i = 0; i < n; i++)
         if (!isfinite(v[i])) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity at %lld", c->label, name, (long long)i);
+    if (c->check_values)
+        for (i = 0; i < n; i++)
+            if (fabsf(v[i]) > CISM__VECTOR_LIMIT)
+                return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds %g at %lld, beyond the +-%g a norm weight or bias can "
+                                  "have without overflowing the activations (corrupt weights?)", c->label, name, (double)v[i],
+                                  (long long)i, (double)CISM__VECTOR_LIMIT);
     t->used = 1;
     *out = v;
     return CISM_OK;
@@ -402,6 +414,7 @@ cism_status cism_model_load(const char *path, const cism_params *params, cism_mo
     if (st) { model_destroy(m); return st; }
     c.label = path;
     c.f = &m->file;
+    c.check_values = (int)params->check_weights;
     if ((st = read_hparams(&c, &m->hp, &m->arch_name)) || (st = bind_model(&c, m, (int)params->check_weights)) ||
         (st = read_tokens(&c, m)) || (st = rope_setup(m)) ||
         (st = cism__tokenizer_load(&m->file, path, m->hp.vocab, m->bos_id, m->eos_id, &m->tokenizer))) {

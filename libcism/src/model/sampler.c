@@ -65,25 +65,51 @@ void cism_sampler_free(cism_sampler *s) {
     free(s);
 }
 
+static const char *param_name(cism_sampler_param key) {
+    switch (key) {
+    case CISM_SAMPLER_TEMPERATURE: return "temperature";
+    case CISM_SAMPLER_TOP_K: return "top_k";
+    case CISM_SAMPLER_TOP_P: return "top_p";
+    case CISM_SAMPLER_MIN_P: return "min_p";
+    case CISM_SAMPLER_REPEAT_PENALTY: return "repeat_penalty";
+    case CISM_SAMPLER_FREQUENCY_PENALTY: return "frequency_penalty";
+    case CISM_SAMPLER_PRESENCE_PENALTY: return "presence_penalty";
+    case CISM_SAMPLER_PENALTY_LAST_N: return "penalty_last_n";
+    case CISM_SAMPLER_SEED: return "seed";
+    default: return NULL;
+    }
+}
+
+/* Every logit NaN or -inf: nothing can be sampled. Says what to do about it. */
+static cism_status no_usable_logit(void) {
+    return cism__fail(CISM_ERR_INVALID_ARG,
+                      "cannot pick a token: every logit is NaN or -inf (the model's output is broken, usually corrupt or "
+                      "overflowing weights); check the file with check_weights=1 (CISM_PARAM_CHECK_WEIGHTS) or convert "
+                      "the checkpoint again, e.g. with --dtype f32");
+}
+
 cism_status cism_sampler_set_float(cism_sampler *s, cism_sampler_param key, double v) {
     cism__clear_error();
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_set_float: sampler is NULL");
-    if (!isfinite(v)) return cism__fail(CISM_ERR_INVALID_ARG, "sampler parameter %d: value is not finite", (int)key);
+    if (!isfinite(v)) {
+        if (!param_name(key)) return cism__fail(CISM_ERR_INVALID_ARG, "unknown sampler parameter %d", (int)key);
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s %g is not a finite number: give a real value", param_name(key), v);
+    }
     switch (key) {
     case CISM_SAMPLER_TEMPERATURE:
-        if (v < 0) return cism__fail(CISM_ERR_INVALID_ARG, "temperature %g must be >= 0", v);
+        if (v < 0) return cism__fail(CISM_ERR_INVALID_ARG, "temperature %g must be >= 0 (0 = greedy)", v);
         s->temperature = v;
         return CISM_OK;
     case CISM_SAMPLER_TOP_P:
-        if (!(v > 0 && v <= 1)) return cism__fail(CISM_ERR_INVALID_ARG, "top_p %g must be in (0, 1]", v);
+        if (!(v > 0 && v <= 1)) return cism__fail(CISM_ERR_INVALID_ARG, "top_p %g must be in (0, 1] (1 = off)", v);
         s->top_p = v;
         return CISM_OK;
     case CISM_SAMPLER_MIN_P:
-        if (!(v >= 0 && v < 1)) return cism__fail(CISM_ERR_INVALID_ARG, "min_p %g must be in [0, 1)", v);
+        if (!(v >= 0 && v < 1)) return cism__fail(CISM_ERR_INVALID_ARG, "min_p %g must be in [0, 1) (0 = off)", v);
         s->min_p = v;
         return CISM_OK;
     case CISM_SAMPLER_REPEAT_PENALTY:
-        if (!(v > 0)) return cism__fail(CISM_ERR_INVALID_ARG, "repeat_penalty %g must be > 0", v);
+        if (!(v > 0)) return cism__fail(CISM_ERR_INVALID_ARG, "repeat_penalty %g must be > 0 (1 = off)", v);
         s->repeat_penalty = v;
         return CISM_OK;
     case CISM_SAMPLER_FREQUENCY_PENALTY: s->frequency_penalty = v; return CISM_OK;
@@ -91,7 +117,7 @@ cism_status cism_sampler_set_float(cism_sampler *s, cism_sampler_param key, doub
     case CISM_SAMPLER_TOP_K:
     case CISM_SAMPLER_PENALTY_LAST_N:
     case CISM_SAMPLER_SEED:
-        if (v != floor(v) || fabs(v) > 9.0e15) return cism__fail(CISM_ERR_INVALID_ARG, "sampler parameter %d needs an integer", (int)key);
+        if (v != floor(v) || fabs(v) > 9.0e15) return cism__fail(CISM_ERR_INVALID_ARG, "%s %g must be a whole number", param_name(key), v);
         return cism_sampler_set_int(s, key, (int64_t)v);
     default: return cism__fail(CISM_ERR_INVALID_ARG, "unknown sampler parameter %d", (int)key);
     }
@@ -102,7 +128,7 @@ cism_status cism_sampler_set_int(cism_sampler *s, cism_sampler_param key, int64_
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_set_int: sampler is NULL");
     switch (key) {
     case CISM_SAMPLER_TOP_K:
-        if (v < 0) return cism__fail(CISM_ERR_INVALID_ARG, "top_k %lld must be >= 0", (long long)v);
+        if (v < 0) return cism__fail(CISM_ERR_INVALID_ARG, "top_k %lld must be >= 0 (0 = off)", (long long)v);
         s->top_k = v;
         return CISM_OK;
     case CISM_SAMPLER_PENALTY_LAST_N: {
@@ -145,7 +171,7 @@ cism_status cism_sampler_reset(cism_sampler *s) {
 cism_status cism_sampler_accept(cism_sampler *s, int32_t token) {
     cism__clear_error();
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_accept: sampler is NULL");
-    if (token < 0) return cism__fail(CISM_ERR_TOKEN_RANGE, "cism_sampler_accept: token %d is negative", (int)token);
+    if (token < 0) return cism__fail(CISM_ERR_TOKEN_RANGE, "token %d is negative: token ids start at 0", (int)token);
     if (s->last_n == 0) return CISM_OK;
     s->history[s->hist_pos] = token;
     s->hist_pos = (s->hist_pos + 1) % s->last_n;
@@ -242,7 +268,7 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
         int32_t best = 0;
         for (i = 1; i < n_vocab; i++)
             if (w[i] > w[best]) best = (int32_t)i;
-        if (w[best] == -INFINITY) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: every logit is NaN or -inf");
+        if (w[best] == -INFINITY) return no_usable_logit();
         *token = best;
         return CISM_OK;
     }
@@ -251,11 +277,21 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
     n = 0;
     for (i = 0; i < n_vocab; i++)
         if (w[i] > -INFINITY) ids[n++] = (int32_t)i;
-    if (n == 0) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: every logit is NaN or -inf");
+    if (n == 0) return no_usable_logit();
     k = (s->top_k > 0 && s->top_k < n) ? s->top_k : n;
 
     maxv = -INFINITY;
     for (i = 0; i < n; i++) if (w[ids[i]] > maxv) maxv = w[ids[i]];
+    if (maxv == INFINITY) {
+        /* the limit of the distribution: all its mass on the +inf logits, shared
+           equally (exp(inf - inf) would make every weight NaN and pick the last id) */
+        int64_t m = 0;
+        for (i = 0; i < n; i++)
+            if (w[ids[i]] == INFINITY) ids[m++] = ids[i];
+        i = (int64_t)(rng_uniform(s) * (double)m);
+        *token = ids[i < m ? i : m - 1];
+        return CISM_OK;
+    }
     if (k < n || s->top_p < 1.0 || s->min_p > 0.0) {
         /* Sort a growing prefix of the best candidates until the top-p mass
            (of the whole untempered distribution) and the min-p cut are inside it. */

@@ -23,11 +23,15 @@ static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
     return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
 }
 
-/* Bytes of one int8 activation row (CISM_PARAM_ACT_QUANT): the widest matmul input. */
-static int64_t xq_row_bytes(const cism__hparams *hp) {
+static int64_t widest_input(const cism__hparams *hp) {
     int64_t q_rows = hp->n_heads * hp->head_dim, widest = hp->dim > q_rows ? hp->dim : q_rows;
-    if (hp->ffn_dim > widest) widest = hp->ffn_dim;
-    return cism__act8_row_bytes(widest);
+    return hp->ffn_dim > widest ? hp->ffn_dim : widest;
+}
+
+/* Bytes of one int8 activation row (CISM_PARAM_ACT_QUANT): the widest matmul
+   input, then its outlier table (act_outliers.c), in whole 64-byte lines. */
+static int64_t xq_row_bytes(const cism__hparams *hp) {
+    return (cism__act8_row_bytes(widest_input(hp)) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
 
 /* Floats of scratch a session needs (everything cism_session_trim frees). */
@@ -35,7 +39,7 @@ static int64_t scratch_floats(const cism__hparams *hp, int64_t n_batch, int64_t 
     int64_t q_rows = hp->n_heads * hp->head_dim;
     return n_batch * hp->dim * 3 + n_batch * q_rows * 2 + n_batch * hp->ffn_dim * 2 +
            (int64_t)nth * n_batch * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
-           n_batch * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_batch + 3) / 4 : 0);
+           n_batch * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_batch + 3) / 4 + widest_input(hp) : 0);
 }
 
 static void scratch_free(cism_session *s) {
@@ -66,7 +70,8 @@ static cism_status scratch_ensure(cism_session *s) {
         s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
         if (s->act_quant) { /* one quantized row per token, for the widest matmul input */
             s->xq_row_bytes = xq_row_bytes(hp);
-            s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4, &failed);
+            s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4 + widest_input(hp), &failed);
+            s->xo_tmp = s->xq ? (float *)(void *)(s->xq + s->xq_row_bytes * s->n_batch) : NULL;
         }
         if (failed) {
             scratch_free(s);
@@ -120,8 +125,8 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     }
     sh->n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->ctx_len < DEFAULT_CTX ? hp->ctx_len : DEFAULT_CTX);
     if (sh->n_ctx > hp->ctx_len)
-        return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions",
-                          (long long)sh->n_ctx, (long long)hp->ctx_len);
+        return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions: use at most %lld (or 0 for "
+                          "the default)", (long long)sh->n_ctx, (long long)hp->ctx_len, (long long)hp->ctx_len);
     if (hp->sliding_window > 0 && sh->n_ctx > hp->sliding_window)
         return cism__fail(CISM_ERR_UNSUPPORTED,
                           "this model uses sliding-window attention (window %lld), which is not implemented; "
@@ -213,6 +218,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->kv_type = (int32_t)params->kv_type;
     s->logits_all = (int)params->logits_all;
     s->act_quant = sh.act_quant;
+    s->act_outliers = (int)params->act_outliers;
 
     s->kv_head_stride = (uint64_t)sh.n_ctx * (uint64_t)hp->head_dim;
     s->kv_layer_stride = s->kv_head_stride * (uint64_t)hp->n_kv_heads;
@@ -255,7 +261,8 @@ cism_status cism_session_rewind(cism_session *s, int32_t n_keep) {
     cism__clear_error();
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_rewind: session is NULL");
     if (n_keep < 0 || n_keep > s->n_past)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_rewind: n_keep %d is outside 0..%d", (int)n_keep, (int)s->n_past);
+        return cism__fail(CISM_ERR_INVALID_ARG, "cannot rewind to n_keep = %d tokens: the session holds %d (use 0..%d)", (int)n_keep,
+                          (int)s->n_past, (int)s->n_past);
     s->n_past = n_keep;
     s->logit_rows = 0;
     return CISM_OK;
@@ -267,13 +274,61 @@ cism_status cism_session_eval(cism_session *s, const int32_t *tokens, int32_t n_
     return cism__session_eval(s, tokens, n_tokens);
 }
 
+/* 1 if the n floats at v are all finite (the logits check after each eval: a
+   pass over vocab floats per row, small next to the output head that wrote them). */
+static int all_finite(const float *v, int64_t n) {
+    int64_t i;
+    uint32_t bad = 0;
+    for (i = 0; i < n; i++) { /* exponent all ones: NaN or infinity (integer ops: vectorizes) */
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+/* An eval cancelled after `done` of its tokens (whole chunks) were evaluated:
+   those stay in the cache and the session looks as if the eval had been given
+   only them, so continuing gives the same bits as an uninterrupted run. The
+   logits are those of the last kept token: the rows the chunks wrote with
+   LOGITS_ALL; otherwise the chunks before the last write none, so that token
+   is evaluated again alone (same K/V bits, forward.c is batch-independent),
+   not cancellable. Nothing kept: the session is as before the eval (a
+   cancelled chunk stops before the output head, so the old logits are intact). */
+static cism_status keep_completed(cism_session *s, const int32_t *tokens, int32_t n_tokens, int64_t done,
+                                  int32_t prev_rows, int32_t prev_last) {
+    if (done == 0) {
+        s->logit_rows = prev_rows;
+        s->last_n = prev_last;
+    } else if (s->logits_all) {
+        s->logit_rows = (int32_t)done;
+        s->last_n = (int32_t)done;
+    } else {
+        cism_status st;
+        s->n_past -= 1;
+        s->replay = 1;
+        st = cism__forward(s, tokens + done - 1, 1, 1, 0);
+        s->replay = 0;
+        s->n_past += 1;
+        if (st != CISM_OK) { /* cannot happen (replay is not cancellable); never leave stale logits */
+            s->logit_rows = 0;
+            return cism__fail(CISM_ERR_INTERNAL, "evaluation cancelled, and recomputing the last kept token failed");
+        }
+        s->logit_rows = 1;
+        s->last_n = (int32_t)done;
+    }
+    return cism__fail(CISM_ERR_CANCELLED, "evaluation cancelled: %lld of its %d tokens were evaluated and are kept (n_past is %d)",
+                      (long long)done, (int)n_tokens, (int)s->n_past);
+}
+
 cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens) {
     const cism__hparams *hp;
     int64_t i, done;
+    int32_t prev_rows, prev_last, n_past0;
     cism_status st;
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: session is NULL");
     if (n_tokens <= 0 || !tokens)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: need at least one token (got %d%s)", (int)n_tokens,
+        return cism__fail(CISM_ERR_INVALID_ARG, "nothing to evaluate: give at least one token (got %d%s)", (int)n_tokens,
                           tokens ? "" : ", tokens is NULL");
     hp = &s->model->hp;
     for (i = 0; i < n_tokens; i++)
@@ -281,7 +336,8 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
             return cism__fail(CISM_ERR_TOKEN_RANGE, "token %d at index %lld is outside the vocabulary (0..%lld)",
                               (int)tokens[i], (long long)i, (long long)(hp->vocab - 1));
     if ((int64_t)n_tokens > s->n_ctx - s->n_past)
-        return cism__fail(CISM_ERR_CONTEXT_FULL, "context full: %d tokens evaluated, %d more do not fit in %lld positions",
+        return cism__fail(CISM_ERR_CONTEXT_FULL, "context full: %d tokens evaluated, %d more do not fit in %lld positions; "
+                          "use a longer context (n_ctx), fewer tokens, or rewind/reset the session",
                           (int)s->n_past, (int)n_tokens, (long long)s->n_ctx);
     if (s->logits_all && n_tokens > s->logits_cap) {
         float *p = (float *)realloc(s->logits, (size_t)n_tokens * (size_t)hp->vocab * sizeof(float));
@@ -290,14 +346,29 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         s->logits_cap = n_tokens;
     }
     if ((st = scratch_ensure(s)) != CISM_OK) return st;
+    prev_rows = s->logit_rows;
+    prev_last = s->last_n;
+    n_past0 = s->n_past;
+    s->nonfinite = 0;
     s->logit_rows = 0;
     for (done = 0; done < n_tokens; done += s->n_batch) {
         int64_t nt = n_tokens - done < s->n_batch ? n_tokens - done : s->n_batch;
         int last = done + nt == n_tokens;
         int rows_out = s->logits_all ? (int)nt : (last ? 1 : 0);
         st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0);
-        if (st != CISM_OK) return st; /* chunks completed before the stop are kept */
+        if (st == CISM_ERR_CANCELLED) return keep_completed(s, tokens, n_tokens, done, prev_rows, prev_last);
+        if (st != CISM_OK) return st;
         s->n_past += (int32_t)nt;
+        if (s->chunk_hook) s->chunk_hook(s, done + nt, s->chunk_hook_data);
+    }
+    if (s->nonfinite || !all_finite(s->logits, (int64_t)(s->logits_all ? n_tokens : 1) * hp->vocab)) {
+        s->n_past = n_past0; /* as every failed eval: the session stays where it was (its old logits are overwritten) */
+        s->last_n = 0;
+        return cism__fail(CISM_ERR_FORMAT,
+                          "the model produced NaN or infinite %s: its weights are probably corrupt or overflowing; load it "
+                          "with check_weights=1 (CISM_PARAM_CHECK_WEIGHTS) to find the tensor, or convert the checkpoint "
+                          "again (e.g. with --dtype f32); the tokens were not kept",
+                          s->nonfinite ? "activations" : "logits");
     }
     s->logit_rows = s->logits_all ? n_tokens : 1;
     s->last_n = n_tokens;

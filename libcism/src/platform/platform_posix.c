@@ -112,11 +112,25 @@ static void *map_file(int fd, size_t size) {
     return mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 }
 
+static void not_regular(char *errbuf, size_t errlen, const char *path, const struct stat *st) {
+    const char *kind = S_ISDIR(st->st_mode) ? "a directory" : S_ISFIFO(st->st_mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(st->st_mode) ? "a character device" : S_ISBLK(st->st_mode) ? "a block device"
+                     : S_ISSOCK(st->st_mode) ? "a socket" : "not a regular file";
+    snprintf(errbuf, errlen, "'%s' is %s: a model must be a regular file (a .cism file on disk)", path, kind);
+}
+
 int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen) {
     struct stat st;
     int fd;
     memset(view, 0, sizeof(*view));
-    fd = open(path, O_RDONLY);
+    /* A FIFO, a character device or a socket would block open() or read()
+       forever: look first, and open without blocking (the path may change in
+       between, so the descriptor is checked again). */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        not_regular(errbuf, errlen, path, &st);
+        return -1;
+    }
+    fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(errbuf, errlen, "cannot open '%s': %s", path, strerror(errno));
         return -1;
@@ -127,9 +141,13 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(errbuf, errlen, "'%s' is not a regular file", path);
+        not_regular(errbuf, errlen, path, &st);
         close(fd);
         return -1;
+    }
+    {   /* a regular file: blocking reads again (O_NONBLOCK means nothing for it on most systems) */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
     view->size = (uint64_t)st.st_size;
     if (view->size == 0) {
