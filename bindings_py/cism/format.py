@@ -7,9 +7,13 @@ tests; the C library has its own, stricter loader.
 from __future__ import annotations
 
 import os
+import re
+import secrets
+import socket
 import struct
+import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,6 +32,82 @@ DTYPE_NAMES = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16"}
 
 class FormatError(ValueError):
     """A .cism file that does not follow docs/FORMAT.md."""
+
+
+# ---------------------------------------------------------------------------
+# temporary files: `<name>.[<kind>-]<pid>@<host>.<random>.cism-partial`, next to the output
+
+PARTIAL_SUFFIX = ".cism-partial"
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:24] or "host"
+
+
+def _stem(path: str) -> str:
+    return os.path.basename(path)[:64]  # bounded: a temporary file of a temporary file stays a legal name
+
+
+def temp_file(path: str, kind: str = "") -> Tuple[int, str]:
+    """Creates a new, unique file in the folder of `path` (so that os.replace onto `path`
+    is atomic) and returns (fd, its path). The name says what it is and who writes it:
+    `<name>.[<kind>-]<pid>@<host>.<random>.cism-partial`, so that clean_stale_temps
+    can tell a killed writer's leftovers from a running writer's file. Created like
+    open() creates files (mode 0666 less the umask), never over an existing file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix = f"{_stem(path)}.{kind + '-' if kind else ''}{os.getpid()}@{_host()}."
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, prefix + secrets.token_hex(4) + PARTIAL_SUFFIX)
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file next to {path}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, someone else's
+        return True
+    return True
+
+
+def clean_stale_temps(path: str) -> List[str]:
+    """Deletes the temporary files (temp_file) of writers of `path` that were killed
+    (SIGKILL, power loss) before they could clean up, and returns their paths. Only
+    files named by temp_file for `path`, by a process of this host that no longer
+    exists, are touched: a running writer's file, another machine's (a shared
+    folder) and anything else are left alone. A reused pid keeps a file (it is
+    then only named for what it is). Not on Windows, where no process can be
+    probed without being signalled."""
+    if os.name != "posix":
+        return []
+    folder = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(re.escape(_stem(path)) + r"\.(?:[a-z]+-)?([0-9]+)@" + re.escape(_host())
+                         + r"\..+" + re.escape(PARTIAL_SUFFIX))
+    removed: List[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.fullmatch(name)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        p = os.path.join(folder, name)
+        try:
+            if os.path.isfile(p) and not os.path.islink(p):
+                os.unlink(p)
+                removed.append(p)
+        except OSError:  # another writer cleaned it first, or not ours to delete
+            pass
+    return removed
 
 
 @dataclass
@@ -102,8 +182,13 @@ class Writer:
         with w.open(path) as f:                                  # then stream the data in order
             f.write_tensor("token_embd", array_or_bytes)
 
-    The output goes to `path + ".partial"` and is renamed into place only when
-    complete, so an interrupted conversion never leaves a broken file behind.
+    The output goes to a temporary file of its own next to `path` (temp_file), is
+    checked by `validate(tmp_path)` when one is given, and is renamed into place
+    only when complete and valid, so an interrupted or failed conversion never
+    leaves a broken file behind, never touches an existing `path`, and concurrent
+    writers of one path never mix their data (the last one to finish wins).
+    Without `overwrite`, an existing `path` is never replaced, even one that
+    appeared while writing. Leftovers of killed writers are deleted (clean_stale_temps).
     """
 
     def __init__(self, metadata: Dict[str, Any]):
@@ -136,10 +221,12 @@ class Writer:
             parts.append(struct.pack(f"<{len(t.shape)}Q", *t.shape) + struct.pack("<QQ", t.offset, t.nbytes))
         return meta, b"".join(parts), data_size
 
-    def open(self, path: str, overwrite: bool = False) -> "_OpenWriter":
+    def open(self, path: str, overwrite: bool = False,
+             validate: Optional[Callable[[str], None]] = None) -> "_OpenWriter":
         if os.path.exists(path) and not overwrite:
             raise FileExistsError(f"{path} exists; pass overwrite=True (--force) to replace it")
-        return _OpenWriter(self, path)
+        clean_stale_temps(path)
+        return _OpenWriter(self, path, overwrite, validate)
 
 
 class _AlignedFile:
@@ -153,8 +240,8 @@ class _AlignedFile:
 
     PIECE = 2 << 20
 
-    def __init__(self, path: str):
-        self.f = open(path, "wb", buffering=0)
+    def __init__(self, path: str, fd: Optional[int] = None):
+        self.f = open(path if fd is None else fd, "wb", buffering=0)
         self.pending = bytearray()
         self.flushed = 0           # bytes in the file; a multiple of PIECE until close
 
@@ -184,28 +271,46 @@ class _AlignedFile:
             self.flushed += whole
         self.pending += buf[whole:]
 
-    def close(self) -> None:
-        if self.pending:
-            self._put(self.pending)
-            self.flushed += len(self.pending)
-            self.pending = bytearray()
-        self.f.close()
+    def close(self, sync: bool = False) -> None:
+        """Writes what is pending and closes; `sync` first makes the data durable
+        (before a rename makes it the output)."""
+        try:
+            if self.pending:
+                self._put(self.pending)
+                self.flushed += len(self.pending)
+                self.pending = bytearray()
+            if sync:
+                os.fsync(self.f.fileno())
+        finally:
+            self.f.close()
 
 
 class _OpenWriter:
-    def __init__(self, w: Writer, path: str):
+    def __init__(self, w: Writer, path: str, overwrite: bool = False,
+                 validate: Optional[Callable[[str], None]] = None):
         self.w = w
         self.path = path
-        self.tmp = path + ".partial"
+        self.overwrite = overwrite
+        self.validate = validate
         meta, tdir, data_size = w._layout()
         meta_off = HEADER_SIZE
         tens_off = meta_off + len(meta)
         data_off = (tens_off + len(tdir) + ALIGN - 1) // ALIGN * ALIGN
         header = MAGIC + struct.pack("<II6Q", VERSION, 0, meta_off, len(meta), tens_off, len(tdir), data_off, data_size)
         assert len(header) == HEADER_SIZE
-        self.f = _AlignedFile(self.tmp)
-        self.f.write(header + meta + tdir)
-        self.f.write(b"\0" * (data_off - self.f.tell()))
+        fd, self.tmp = temp_file(path)
+        try:
+            self.f = _AlignedFile(self.tmp, fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.tmp)
+            raise
+        try:
+            self.f.write(header + meta + tdir)
+            self.f.write(b"\0" * (data_off - self.f.tell()))
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
         self.data_off = data_off
         self.next = 0
 
@@ -255,14 +360,39 @@ class _OpenWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.f.close()
-        if exc_type is None and self.next != len(self.w.tensors):
-            os.unlink(self.tmp)
-            raise ValueError(f"only {self.next} of {len(self.w.tensors)} tensors were written")
-        if exc_type is not None:
-            os.unlink(self.tmp)
+        try:
+            if exc_type is not None:
+                self.f.pending = bytearray()  # nothing more to write: the file goes
+                self.f.close()
+                return
+            self.f.close(sync=True)
+            if self.next != len(self.w.tensors):
+                raise ValueError(f"only {self.next} of {len(self.w.tensors)} tensors were written")
+            if self.validate is not None:
+                self.validate(self.tmp)
+            self._publish()
+        finally:
+            if os.path.lexists(self.tmp):
+                os.unlink(self.tmp)
+
+    def _publish(self) -> None:
+        """Renames the finished file to its path; without overwrite, atomically
+        refuses a path that exists by now (a hard link cannot replace a file)."""
+        if self.overwrite:
+            os.replace(self.tmp, self.path)
             return
-        os.replace(self.tmp, self.path)
+        try:
+            os.link(self.tmp, self.path)
+        except FileExistsError:
+            raise FileExistsError(f"{self.path} appeared while it was written; kept it and discarded "
+                                  "this conversion (pass overwrite=True (--force) to replace it)") from None
+        except OSError:  # no hard links on this file system: check, then rename
+            if os.path.lexists(self.path):
+                raise FileExistsError(f"{self.path} appeared while it was written; kept it and discarded "
+                                      "this conversion (pass overwrite=True (--force) to replace it)") from None
+            os.replace(self.tmp, self.path)
+        else:
+            os.unlink(self.tmp)
 
 
 # ---------------------------------------------------------------------------

@@ -47,8 +47,9 @@ def upgrade(src: str, dst: str, overwrite: bool = False) -> int:
             raise FileExistsError(f"{dst} exists; pass overwrite=True (--force) to replace it")
     size = os.path.getsize(src)
     x16 = sorted((t for t in f.tensors.values() if t.dtype in q.X16_GEOMETRY), key=lambda t: t.offset)
-    tmp = dst + ".partial"
-    out = fmt._AlignedFile(tmp)
+    fmt.clean_stale_temps(dst)
+    fd, tmp = fmt.temp_file(dst)
+    out = fmt._AlignedFile(tmp, fd)
     try:
         with open(src, "rb") as inp:
             def copy(n: int) -> None:
@@ -78,7 +79,7 @@ def upgrade(src: str, dst: str, overwrite: bool = False) -> int:
                     out.write(groups.reshape(n, gb)[:, perm].tobytes())
                 pos = t.offset + t.nbytes
             copy(size - pos)
-        out.close()
+        out.close(sync=True)
         os.replace(tmp, dst)
     except BaseException:
         out.pending = bytearray()  # nothing more to write: the partial file goes

@@ -169,7 +169,7 @@ for name, tj in tok.items():
             chat_records.append((name, meta.get("tokenizer.chat_format", ""), msgs, gen, want))
     cv.write_model(os.path.join(out, name + ".cism"), meta, list(cv.expected_tensors(meta)),
                    lambda nm: rng.standard_normal(cv.expected_tensors(meta)[nm]).astype(np.float32) * 0.02,
-                   lambda nm: 0, overwrite=True)
+                   lambda nm: 0, overwrite=True, validate=False)  # hostile on purpose: for the C loader's tests
     n_ids = 0
     with open(os.path.join(out, name + ".cases"), "wb") as f:
         cases = []
@@ -205,7 +205,7 @@ def tiny_meta(name, tj):
 def write_tiny(path, meta):
     shapes = cv.expected_tensors(meta)
     cv.write_model(path, meta, list(shapes), lambda nm: rng.standard_normal(shapes[nm]).astype(np.float32) * 0.02,
-                   lambda nm: 0, overwrite=True)
+                   lambda nm: 0, overwrite=True, validate=False)  # hostile on purpose: for the C loader tests
 
 
 # hostile tokenizer metadata: the loader must refuse each with a clear error
