@@ -1,9 +1,13 @@
 """Converting checkpoints to .cism: Hugging Face folders and llama2.c `.bin` files.
 
 Everything that is not supported is refused here, with a message naming it,
-before any output is written. The output is written to `<out>.partial` and
-renamed when complete; an existing output is never replaced unless
-`overwrite=True`.
+before any output is written: every config.json field read is checked for type
+and range (hf_config), and the finished file is loaded by the C library with
+all its checks (weights included) before it replaces anything. The output is
+written to a temporary file of its own next to `<out>` (cism.format.temp_file:
+`<out>.<pid>@<host>.<random>.cism-partial`) and renamed when complete and
+valid; an existing output is never replaced unless `overwrite=True`, and a
+failed conversion leaves it as it was.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import numpy as np
 from . import chat_format
 from . import format as fmt
 from .tokenizer_meta import TokenizerUnsupported, compact_tokenizer
+from .hf_config import (MAX_CTX, MAX_DIM, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENIZER_JSON_BYTES, MAX_VOCAB,
+                        ConversionError, Fields, check_tokenizer_json, describe, read_json)
 from .safetensors import bf16_to_f32, f32_to_bf16, open_checkpoint
 
 SUPPORTED = {
@@ -30,10 +36,6 @@ SUPPORTED = {
     "Qwen3ForCausalLM": "qwen3",
 }
 DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
-
-
-class ConversionError(ValueError):
-    """The checkpoint cannot be converted; the message says why."""
 
 
 @dataclass
@@ -105,75 +107,98 @@ def progress_printer() -> ProgressFn:
 # ---------------------------------------------------------------------------
 # hyper-parameters
 
-def _rope_settings(cfg: Dict[str, Any]) -> Tuple[float, Dict[str, Any]]:
+def _rope_settings(c: Fields) -> Tuple[float, Dict[str, Any]]:
     """(rope_theta, metadata) from either the old (`rope_theta` + `rope_scaling`) or the
     transformers-5 (`rope_parameters`) config layout."""
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    if params and not isinstance(params, dict):
-        raise ConversionError("rope_parameters must be an object")
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
-    src = dict(scaling)
-    for k, v in params.items():
-        src.setdefault(k, v)
-    rtype = src.get("rope_type", src.get("type", "default")) or "default"
+    params = c.object("rope_parameters")
+    scaling = c.object("rope_scaling")
+
+    def src(key: str) -> Fields:  # where `key` is read: rope_scaling first, then rope_parameters
+        for f in (scaling, params):
+            if f is not None and f.has(key):
+                return f
+        return scaling or params or c
+
+    if params is not None and params.has("rope_theta"):
+        theta = params.number("rope_theta", ok=lambda x: x > 1, rule="must be > 1")
+    else:
+        theta = c.number("rope_theta", 10000.0, ok=lambda x: x > 1, rule="must be > 1")
+    rtype = (src("rope_type").str("rope_type", None) if src("rope_type").has("rope_type")
+             else src("type").str("type", None)) or "default"
     meta: Dict[str, Any] = {}
+    factor = dict(ok=lambda x: 1 <= x <= 1024, rule="is outside 1..1024")
     if rtype == "default":
         pass
     elif rtype == "linear":
         meta["model.rope_scaling.type"] = "linear"
-        meta["model.rope_scaling.factor"] = float(src["factor"])
+        meta["model.rope_scaling.factor"] = src("factor").number("factor", **factor)
     elif rtype == "llama3":
         meta["model.rope_scaling.type"] = "llama3"
-        meta["model.rope_scaling.factor"] = float(src["factor"])
-        meta["model.rope_scaling.low_freq_factor"] = float(src.get("low_freq_factor", 1.0))
-        meta["model.rope_scaling.high_freq_factor"] = float(src.get("high_freq_factor", 4.0))
-        meta["model.rope_scaling.original_context_length"] = int(src.get("original_max_position_embeddings", 8192))
+        meta["model.rope_scaling.factor"] = src("factor").number("factor", **factor)
+        low = src("low_freq_factor").number("low_freq_factor", 1.0, ok=lambda x: x > 0, rule="must be > 0")
+        high = src("high_freq_factor").number("high_freq_factor", 4.0, ok=lambda x: x > low,
+                                              rule=f"must be > low_freq_factor ({low:g})")
+        meta["model.rope_scaling.low_freq_factor"] = low
+        meta["model.rope_scaling.high_freq_factor"] = high
+        meta["model.rope_scaling.original_context_length"] = src("original_max_position_embeddings").int(
+            "original_max_position_embeddings", 1, MAX_CTX, default=8192)
     else:
         raise ConversionError(f"RoPE scaling type {rtype!r} is not supported (supported: default, linear, llama3)")
-    if float(src.get("partial_rotary_factor", 1.0)) != 1.0:
+    if src("partial_rotary_factor").number("partial_rotary_factor", 1.0) != 1.0:
         raise ConversionError("partial rotary embeddings (partial_rotary_factor != 1) are not supported")
-    return float(theta), meta
+    return theta, meta
 
 
-def hparams_from_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    archs = cfg.get("architectures") or []
-    if len(archs) != 1:
-        raise ConversionError(f"config.json must name exactly one architecture (found {archs})")
+def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[str, Any]:
+    """.cism hyper-parameters from a parsed config.json; every field read is checked for
+    type and range (hf_config.Fields), errors name `file` and the field."""
+    c = Fields(cfg, file)
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
+        c.fail("architectures", f"must name exactly one architecture (a list of one string), not "
+                                f"{archs if isinstance(archs, list) and len(archs) <= 4 else describe(archs)}")
     arch_cls = archs[0]
     if arch_cls not in SUPPORTED:
         raise ConversionError(f"architecture {arch_cls!r} is not supported "
                               f"(supported: {', '.join(sorted(SUPPORTED))})")
     arch = SUPPORTED[arch_cls]
     for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "n_routed_experts"):
-        if cfg.get(key):
+        if c.int(key, 0, 1 << 40, default=0):
             raise ConversionError(f"mixture-of-experts models ({key}={cfg[key]}) are not supported")
-    act = cfg.get("hidden_act", "silu")
+    act = c.str("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ConversionError(f"activation {act!r} is not supported (only SwiGLU with silu)")
-    if cfg.get("mlp_bias"):
+    if c.bool("mlp_bias", False):
         raise ConversionError("MLP biases (mlp_bias=true) are not supported")
-    if arch in ("llama", "mistral", "qwen3") and cfg.get("attention_bias"):
+    if c.bool("attention_bias", False) and arch in ("llama", "mistral", "qwen3"):
         raise ConversionError(f"attention biases (attention_bias=true) are not supported for {arch_cls}")
-    dim = int(cfg["hidden_size"])
-    n_heads = int(cfg["num_attention_heads"])
-    n_kv = int(cfg.get("num_key_value_heads") or n_heads)
-    head_dim = int(cfg.get("head_dim") or dim // n_heads)
-    ctx = int(cfg.get("max_position_embeddings", 2048))
-    theta, rope_meta = _rope_settings(cfg)
+    dim = c.int("hidden_size", 1, MAX_DIM)
+    n_layers = c.int("num_hidden_layers", 1, MAX_LAYERS)
+    n_heads = c.int("num_attention_heads", 1, MAX_HEADS)
+    n_kv = c.int("num_key_value_heads", 1, MAX_HEADS, default=n_heads)
+    if not c.has("head_dim") and dim % n_heads:
+        c.fail("hidden_size", f"{dim} is not a multiple of num_attention_heads ({n_heads}) and no head_dim is given")
+    head_dim = c.int("head_dim", 2, MAX_HEAD_DIM, default=dim // n_heads)
+    if head_dim % 2:
+        c.fail("head_dim", f"{head_dim} is odd (RoPE rotates pairs)")
+    ffn = c.int("intermediate_size", 1, 4 * MAX_DIM)
+    vocab = c.int("vocab_size", 1, MAX_VOCAB)
+    ctx = c.int("max_position_embeddings", 1, MAX_CTX, default=2048)
+    eps = c.number("rms_norm_eps", 1e-6, ok=lambda x: 0 < x < 1, rule="is outside (0, 1)")
+    theta, rope_meta = _rope_settings(c)
     meta: Dict[str, Any] = {
         "general.architecture": arch,
-        "model.vocab_size": int(cfg["vocab_size"]),
+        "model.vocab_size": vocab,
         "model.dim": dim,
-        "model.n_layers": int(cfg["num_hidden_layers"]),
+        "model.n_layers": n_layers,
         "model.n_heads": n_heads,
         "model.n_kv_heads": n_kv,
         "model.head_dim": head_dim,
-        "model.ffn_dim": int(cfg["intermediate_size"]),
+        "model.ffn_dim": ffn,
         "model.context_length": ctx,
-        "model.norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "model.norm_eps": eps,
         "model.rope_theta": theta,
-        "model.tied_embeddings": int(bool(cfg.get("tie_word_embeddings", False))),
+        "model.tied_embeddings": int(c.bool("tie_word_embeddings", False)),
     }
     meta.update(rope_meta)
     if arch == "qwen2":
@@ -181,10 +206,10 @@ def hparams_from_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     if arch == "qwen3":
         meta["model.qk_norm"] = 1
     # sliding window: only a limit, never computed; sessions above it are refused
-    window = cfg.get("sliding_window")
-    uses_window = arch == "mistral" or cfg.get("use_sliding_window", False)
-    if uses_window and window and int(window) < ctx:
-        meta["model.sliding_window"] = int(window)
+    window = c.int("sliding_window", 0, 1 << 62, default=0)
+    uses_window = c.bool("use_sliding_window", False) or arch == "mistral"
+    if uses_window and window and window < ctx:
+        meta["model.sliding_window"] = window
     if n_heads % n_kv:
         raise ConversionError(f"num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
     return meta
@@ -260,7 +285,8 @@ def _matrix_bytes(arr: np.ndarray, dtype: int) -> np.ndarray:
 def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable[[str], np.ndarray],
                 dtype_for: Callable[[str], int], overwrite: bool = False,
                 progress: Optional[ProgressFn] = None, raw_for: Optional[Callable[[str], Optional[np.ndarray]]] = None,
-                quant: Optional[str] = None, layout: str = "auto", calibration: Any = None) -> Report:
+                quant: Optional[str] = None, layout: str = "auto", calibration: Any = None,
+                validate: bool = True) -> Report:
     """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
     arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
     (used to keep bf16/f16 sources bit-exact). With a recipe, `layout` "auto" stores
@@ -307,19 +333,22 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
             report.n_params += int(np.prod(shape))
     total = sum(t.nbytes for t in w.tensors)
     done = 0
-    with w.open(out, overwrite=overwrite) as f:
+    with w.open(out, overwrite=overwrite, validate=_loader_check(out) if validate else None) as f:
         for spec in w.tensors:
             raw = raw_for(spec.name) if raw_for and not quant else None
             if raw is not None and raw.nbytes == spec.nbytes:
+                _refuse_nonfinite(spec.name, raw, spec.dtype)
                 f.write_tensor(spec.name, raw)
             else:
                 arr = load(spec.name)
                 if tuple(arr.shape) != spec.shape:
                     raise ConversionError(f"tensor {spec.name}: shape {tuple(arr.shape)}, expected {spec.shape}")
-                if len(spec.shape) == 1 and not np.all(np.isfinite(arr)):
-                    raise ConversionError(f"tensor {spec.name} holds NaN or infinity")
+                _refuse_nonfinite(spec.name, arr, fmt.DTYPE_F32)
                 if spec.dtype in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
-                    f.write_tensor(spec.name, _matrix_bytes(arr, spec.dtype))
+                    with np.errstate(over="ignore"):  # overflow is refused just below, with the tensor's name
+                        enc = _matrix_bytes(arr, spec.dtype)
+                    _refuse_nonfinite(spec.name, enc, spec.dtype, overflow=True)
+                    f.write_tensor(spec.name, enc)
                 else:
                     from . import quant as q
                     gram = calibration.gram_for(spec.name) if calibration is not None else None
@@ -332,64 +361,105 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     return report
 
 
+def _refuse_nonfinite(name: str, a: np.ndarray, dtype: int, overflow: bool = False) -> None:
+    """ConversionError if tensor `name` holds NaN or infinity: float32 values, or
+    the raw f16/bf16 bits kept bit-exact from the source (exponent all ones).
+    Every dtype is checked before it is written or quantized (a NaN would give
+    all-NaN logits, or finite garbage through the int8 paths)."""
+    if a.dtype.itemsize == 2 and dtype in (fmt.DTYPE_F16, fmt.DTYPE_BF16):
+        bits = np.ascontiguousarray(a).view(np.uint16)
+        exp = np.uint16(0x7C00 if dtype == fmt.DTYPE_F16 else 0x7F80)
+        bad = (bits & exp) == exp
+    else:
+        bad = ~np.isfinite(np.asarray(a, dtype=np.float32))
+    if bad.any():
+        n = int(np.count_nonzero(bad))
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad.reshape(-1))), bad.shape))
+        if overflow:  # finite float32 values the target dtype cannot hold
+            raise ConversionError(f"tensor {name}: {n} value(s) overflow {fmt.DTYPE_NAMES[dtype]} (the first at index "
+                                  f"{first}); convert with --dtype bf16 or f32; nothing was written")
+        raise ConversionError(f"tensor {name} holds {n} NaN or infinite value(s) (the first at index {first}): the "
+                              "checkpoint is corrupt or overflowed; nothing was written")
+
+
+def _loader_check(out: str) -> Callable[[str], None]:
+    """Loads a finished temporary file with every check of the C loader (weights
+    scanned too) before it may replace `out`."""
+    def check(tmp: str) -> None:
+        from .errors import CismError
+        from .model import Model
+        try:
+            with Model(tmp, check_weights=True):
+                pass
+        except CismError as e:
+            msg = str(e).replace(tmp, "the converted file")
+            raise ConversionError(f"{out}: not written: the converted model fails the loader's checks ({msg})"
+                                  + ("; the existing file is kept" if os.path.exists(out) else "")) from None
+    return check
+
+
 # ---------------------------------------------------------------------------
 # tokenizer metadata
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _as_id_list(v: Any) -> List[int]:
-    if v is None:
-        return []
-    if isinstance(v, list):
-        return [int(x) for x in v]
-    return [int(v)]
+    """A JSON file that must hold an object (None when absent); bad JSON names the file."""
+    got = read_json(path)
+    return None if got is None else got[1]
 
 
 def tokenizer_meta_hf(folder: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     meta: Dict[str, Any] = {}
-    gen = _read_json(os.path.join(folder, "generation_config.json")) or {}
-    tok_cfg = _read_json(os.path.join(folder, "tokenizer_config.json"))
-    bos = cfg.get("bos_token_id", gen.get("bos_token_id"))
-    eos = _as_id_list(cfg.get("eos_token_id"))
-    for e in _as_id_list(gen.get("eos_token_id")):
+    c = Fields(cfg, "config.json")
+    vocab = c.int("vocab_size", 1, MAX_VOCAB)
+    g = Fields(_read_json(os.path.join(folder, "generation_config.json")) or {}, "generation_config.json")
+    got = read_json(os.path.join(folder, "tokenizer_config.json"))
+    bos = (c if "bos_token_id" in cfg else g).id("bos_token_id", vocab, allow_none=True)
+    eos = c.ids("eos_token_id", vocab)
+    for e in g.ids("eos_token_id", vocab):
         if e not in eos:
             eos.append(e)
-    pad = cfg.get("pad_token_id", gen.get("pad_token_id"))
-    if isinstance(bos, list):
-        bos = bos[0] if bos else None
+    pad_from = c if "pad_token_id" in cfg else g
+    pad = None if isinstance(pad_from.obj.get("pad_token_id"), list) else \
+        pad_from.id("pad_token_id", vocab, allow_none=True)
     if bos is not None:
-        meta["tokenizer.bos_id"] = int(bos)
+        meta["tokenizer.bos_id"] = bos
     if eos:
         meta["tokenizer.eos_id"] = eos[0]
         meta["tokenizer.eos_ids"] = np.asarray(eos, dtype=np.int64)
-    if pad is not None and not isinstance(pad, list):
-        meta["tokenizer.pad_id"] = int(pad)
+    if pad is not None:
+        meta["tokenizer.pad_id"] = pad
     tj = os.path.join(folder, "tokenizer.json")
-    if os.path.exists(tj):
-        with open(tj, "rb") as f:
-            raw = f.read()
-        meta["tokenizer.hf_json"] = fmt.Bytes(raw)
-        meta.update(_c_tokenizer(json.loads(raw.decode("utf-8")), tj))
-    if tok_cfg is not None:
-        with open(os.path.join(folder, "tokenizer_config.json"), "rb") as f:
-            meta["tokenizer.hf_config_json"] = fmt.Bytes(f.read())
+    tok = read_json(tj, MAX_TOKENIZER_JSON_BYTES)
+    if tok is not None:
+        check_tokenizer_json(tok[1])
+        meta["tokenizer.hf_json"] = fmt.Bytes(tok[0])
+        meta.update(_c_tokenizer(tok[1], tj))
+    tok_cfg = None
+    if got is not None:
+        raw, tok_cfg = got
+        tc = Fields(tok_cfg, "tokenizer_config.json")
+        meta["tokenizer.hf_config_json"] = fmt.Bytes(raw)
         tmpl = tok_cfg.get("chat_template")
         if isinstance(tmpl, list):  # named templates: take the default one
-            named = {t.get("name"): t.get("template") for t in tmpl if isinstance(t, dict)}
+            named = {}
+            for n, t in enumerate(tmpl):
+                f = Fields(t, "tokenizer_config.json", f"chat_template[{n}].")
+                named[f.str("name", None)] = f.str("template")
             tmpl = named.get("default") or next(iter(named.values()), None)
+        elif tmpl is not None and not isinstance(tmpl, str):
+            tc.fail("chat_template", f"must be a string or a list of named templates, not {describe(tmpl)}")
         if isinstance(tmpl, str):
             meta["tokenizer.chat_template"] = tmpl
-        if "add_bos_token" in tok_cfg:
-            meta["tokenizer.add_bos"] = int(bool(tok_cfg["add_bos_token"]))
+        add_bos = tc.bool("add_bos_token", None)
+        if add_bos is not None:
+            meta["tokenizer.add_bos"] = int(add_bos)
     jinja = os.path.join(folder, "chat_template.jinja")
     if "tokenizer.chat_template" not in meta and os.path.exists(jinja):
-        with open(jinja, encoding="utf-8") as f:
-            meta["tokenizer.chat_template"] = f.read()
+        try:
+            with open(jinja, encoding="utf-8") as f:
+                meta["tokenizer.chat_template"] = f.read()
+        except UnicodeDecodeError as e:
+            raise ConversionError(f"chat_template.jinja: not UTF-8 text ({e})") from None
     if "tokenizer.chat_template" in meta and "tokenizer.tokens" in meta:
         meta.update(chat_format_meta(meta["tokenizer.chat_template"], meta, tok_cfg or {}))
     return meta
@@ -401,6 +471,9 @@ def _c_tokenizer(tj: Dict[str, Any], path: str) -> Dict[str, Any]:
         return compact_tokenizer(tj)
     except TokenizerUnsupported as e:
         raise ConversionError(f"{path}: the C tokenizer cannot reproduce this tokenizer exactly ({e})") from None
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        # the structure is checked first (hf_config.check_tokenizer_json); this is what is left
+        raise ConversionError(f"{path}: malformed tokenizer ({type(e).__name__}: {e})") from None
 
 
 def _token_text(v: Any) -> Optional[str]:
@@ -459,9 +532,12 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     if missing:
         raise ConversionError(f"missing tensors: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     for name, shape in expected.items():
-        got = tensors[mapping[name]].info(mapping[name])[1]
+        src_dt, got = tensors[mapping[name]].info(mapping[name])
         if tuple(got) != shape:
             raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies {shape}")
+        if src_dt not in ("F32", "F16", "BF16", "F64"):
+            raise ConversionError(f"{mapping[name]} holds {src_dt} values; model weights are floating point "
+                                  "(F32, F16, BF16)")
     src_dtypes = {tensors[mapping[n]].info(mapping[n])[0] for n, s in expected.items() if len(s) == 2}
     if dtype == "auto":
         target = {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(sorted(src_dtypes)[0] if len(src_dtypes) == 1 else "F32", "f32")
@@ -470,7 +546,8 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     else:
         raise ConversionError(f"unknown dtype {dtype!r} (f32, f16, bf16 or auto)")
     meta.update(tokenizer_meta_hf(folder, cfg))
-    meta["general.name"] = cfg.get("_name_or_path") or os.path.basename(os.path.abspath(folder))
+    meta["general.name"] = (Fields(cfg, "config.json").str("_name_or_path", None)
+                            or os.path.basename(os.path.abspath(folder)))
     meta["general.source"] = "hf:" + os.path.basename(os.path.abspath(folder))
     meta["general.converter"] = "cism.convert " + _version()
 
@@ -736,11 +813,13 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
         raise FileNotFoundError(f"calibration text {calibrate}: no such file (or use 'auto')")
     if not os.path.isdir(src) and not os.path.isfile(src):
         raise FileNotFoundError(f"{src}: no such file or folder")
+    fmt.clean_stale_temps(out)
     calibration = None
     t0 = time.time()
     if calibrate:
         from .calibrate import DEFAULT_TOKENS, calibrate as gather
-        tmp = f"{out}.calibration-{os.getpid()}.partial"
+        fd, tmp = fmt.temp_file(out, "calibration")
+        os.close(fd)
         try:
             convert(src, tmp, dtype=dtype, tokenizer=tokenizer, overwrite=True, progress=None)
             calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads)
@@ -748,7 +827,11 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
             if os.path.exists(tmp):
                 os.unlink(tmp)
         calibration.seconds = time.time() - t0  # the unquantized copy included
-    if os.path.isdir(src):
+    from .convert_gguf import convert_gguf, is_gguf
+    if os.path.isfile(src) and is_gguf(src):
+        rep = convert_gguf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant,
+                           layout=layout, calibration=calibration)
+    elif os.path.isdir(src):
         rep = convert_hf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant,
                          layout=layout, calibration=calibration)
     else:

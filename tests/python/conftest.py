@@ -64,3 +64,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"{case:<42} {arch:<8} {dtype:<8} {err:>16.3e}  {greedy}")
     worst = max(p[3] for p in PARITY)
     tr.write_line(f"worst: {worst:.3e} (limit 1e-4)")
+
+
+@pytest.fixture(scope="session")
+def real_gguf() -> str:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (pinned; downloaded once into the build folder's cache)."""
+    from peer_sources import real_gguf as get
+    return get()
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_tools() -> str:
+    """llama.cpp's own Python GGUF tools (gguf-py, convert_hf_to_gguf.py) from the pinned llama-cpp-python sdist."""
+    from peer_sources import llama_cpp_tools as get
+    return get()

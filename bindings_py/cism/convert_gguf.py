@@ -1,0 +1,557 @@
+"""Importing GGUF files (llama.cpp's format) as .cism models (docs/GGUF.md).
+
+The hyper-parameters become the config.json a Hugging Face folder would have
+and go through the same hparams_from_config; the tokenizer becomes the
+tokenizer.json it was made from and goes through the same compact_tokenizer;
+tensors keep their values wherever a libcism format holds them (transcoded
+byte for byte), and are dequantized and requantized (said in the report, per
+tensor) where none does. Everything unsupported is refused before any output
+is written.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import format as fmt
+from . import gguf as G
+from .convert import (ConversionError, ProgressFn, Report, _c_tokenizer, _version, chat_format_meta,
+                      expected_tensors, hparams_from_config, write_model)
+
+# the native asymmetric 4-bit format (blocks of 32, fp16 scale and minimum: Q4_1's bytes)
+DTYPE_Q4A = getattr(fmt, "DTYPE_Q4A", 10)
+fmt.DTYPE_NAMES.setdefault(DTYPE_Q4A, "q4a")
+DTYPE_Q8X16 = 8   # cism.quant.DTYPE_Q8X16 (cism.h)
+FLOAT_DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM"}
+# llama.cpp's converter permutes the Q/K rows of these architectures (LlamaModel.permute)
+PERMUTED = ("llama", "mistral")
+
+_LAYER_NAMES = {"attn_norm.weight": "attn_norm", "attn_q.weight": "attn_q", "attn_k.weight": "attn_k",
+                "attn_v.weight": "attn_v", "attn_output.weight": "attn_output", "attn_q.bias": "attn_q_bias",
+                "attn_k.bias": "attn_k_bias", "attn_v.bias": "attn_v_bias", "attn_q_norm.weight": "attn_q_norm",
+                "attn_k_norm.weight": "attn_k_norm", "ffn_norm.weight": "ffn_norm", "ffn_gate.weight": "ffn_gate",
+                "ffn_up.weight": "ffn_up", "ffn_down.weight": "ffn_down"}
+_TOP_NAMES = {"token_embd.weight": "token_embd", "output_norm.weight": "output_norm", "output.weight": "output"}
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+# token types (llama.cpp's llama_token_type)
+TT_NORMAL, TT_UNKNOWN, TT_CONTROL, TT_USER_DEFINED, TT_UNUSED, TT_BYTE = 1, 2, 3, 4, 5, 6
+
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _byte_level(use_regex: bool) -> Dict[str, Any]:
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": use_regex}
+
+
+def _split(pattern: str) -> Dict[str, Any]:
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+
+
+# tokenizer.ggml.pre -> (normalizer, pre_tokenizer, ignore_merges) of the tokenizer.json those models ship
+BPE_PRE: Dict[str, Tuple[Optional[Dict[str, Any]], Dict[str, Any], bool]] = {
+    "gpt2": (None, _byte_level(True), False),
+    "smollm": (None, {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                            _byte_level(True)]}, False),
+    "llama-bpe": (None, {"type": "Sequence", "pretokenizers": [_split(_LLAMA3_SPLIT), _byte_level(False)]}, True),
+    "qwen2": ({"type": "NFC"}, {"type": "Sequence", "pretokenizers": [_split(_QWEN2_SPLIT), _byte_level(False)]},
+              False),
+}
+BPE_PRE["llama3"] = BPE_PRE["llama-bpe"]
+
+
+def is_gguf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == G.MAGIC
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# hyper-parameters
+
+def _f32(v: Any) -> float:
+    """A float32 metadata value as the shortest decimal that rounds to it (1e-05, not
+    9.99999974e-06), as the config.json it came from had it."""
+    return float(str(np.float32(v)))
+
+
+def _key(g: G.GGUFFile, key: str, required: bool = True, kind: str = "int") -> Any:
+    if key not in g.metadata:
+        if required:
+            raise ConversionError(f"{g.path}: metadata key {key!r} is missing")
+        return None
+    v = g.metadata[key]
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConversionError(f"{g.path}: metadata {key!r} must be an integer, not {v!r:.60}")
+        return v
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConversionError(f"{g.path}: metadata {key!r} must be a finite number, not {v!r:.60}")
+        return _f32(v) if g.value_types.get(key) == G.T_FLOAT32 else float(v)
+    if kind == "str":
+        if not isinstance(v, str):
+            raise ConversionError(f"{g.path}: metadata {key!r} must be a string")
+        return v
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise ConversionError(f"{g.path}: metadata {key!r} must be a boolean")
+        return v
+    raise AssertionError(kind)
+
+
+def _llama3_scaling(g: G.GGUFFile, freqs: np.ndarray, theta: float, head_dim: int) -> Dict[str, Any]:
+    """Llama 3's RoPE scaling from the rope_freqs tensor llama.cpp writes in its place:
+    the parameters whose factors reproduce it."""
+    if freqs.shape != (head_dim // 2,) or not np.all(np.isfinite(freqs)) or np.any(freqs <= 0):
+        raise ConversionError(f"{g.path}: tensor rope_freqs.weight has shape {freqs.shape} or values that are "
+                              f"not Llama 3 RoPE factors (head_dim {head_dim})")
+    if np.all(freqs == 1):
+        return {}
+    factor = float(freqs.max())
+    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    wavelen = 2 * math.pi / inv.astype(np.float64)
+    orig_guess = _key(g, f"{g.metadata['general.architecture']}.rope.scaling.original_context_length", False)
+    for orig in ([orig_guess] if orig_guess else []) + [8192, 4096, 2048, 131072]:
+        for low, high in ((1.0, 4.0), (1.0, 2.0), (2.0, 4.0)):
+            smooth = (orig / wavelen - low) / (high - low)
+            want = np.where(wavelen < orig / high, 1.0,
+                            np.where(wavelen > orig / low, factor, 1 / ((1 - smooth) / factor + smooth)))
+            if np.allclose(freqs, want, rtol=1e-5, atol=0):
+                return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
+                        "original_max_position_embeddings": int(orig)}
+    raise ConversionError(f"{g.path}: tensor rope_freqs.weight holds RoPE factors that match no Llama 3 scaling "
+                          "(factor, low/high frequency factors, original context) this importer recognizes")
+
+
+def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
+    """The Hugging Face config.json equivalent of a GGUF file's hyper-parameters."""
+    arch = _key(g, "general.architecture", kind="str")
+    if arch not in ARCHITECTURES:
+        raise ConversionError(f"{g.path}: architecture {arch!r} is not supported "
+                              f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    p = arch + "."
+    if (_key(g, p + "expert_count", False) or 0) > 0:
+        raise ConversionError(f"{g.path}: mixture-of-experts models ({p}expert_count) are not supported")
+    dim = _key(g, p + "embedding_length")
+    n_heads = _key(g, p + "attention.head_count")
+    n_kv = _key(g, p + "attention.head_count_kv", False) or n_heads
+    for k, v in (("embedding_length", dim), ("attention.head_count", n_heads), ("attention.head_count_kv", n_kv)):
+        if not 0 < v <= (1 << 20):
+            raise ConversionError(f"{g.path}: metadata {p + k!r} is {v}")
+    head_dim = _key(g, p + "attention.key_length", False) or dim // n_heads
+    vdim = _key(g, p + "attention.value_length", False)
+    if vdim is not None and vdim != head_dim:
+        raise ConversionError(f"{g.path}: key length {head_dim} and value length {vdim} differ (not supported)")
+    rot = _key(g, p + "rope.dimension_count", False)
+    if rot is not None and rot != head_dim:
+        raise ConversionError(f"{g.path}: RoPE on {rot} of {head_dim} dimensions per head (partial rotary "
+                              "embeddings are not supported)")
+    if "token_embd.weight" not in g.tensors:
+        raise ConversionError(f"{g.path}: tensor 'token_embd.weight' is missing")
+    vocab = g.tensors["token_embd.weight"].shape[0]
+    declared = _key(g, p + "vocab_size", False)
+    if declared is not None and declared != vocab:
+        raise ConversionError(f"{g.path}: {p}vocab_size is {declared} but token_embd.weight has {vocab} rows")
+    theta = _key(g, p + "rope.freq_base", False, "float") or 10000.0
+    cfg: Dict[str, Any] = {
+        "architectures": [ARCHITECTURES[arch]],
+        "hidden_size": dim,
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": n_kv,
+        "head_dim": head_dim,
+        "num_hidden_layers": _key(g, p + "block_count"),
+        "intermediate_size": _key(g, p + "feed_forward_length"),
+        "max_position_embeddings": _key(g, p + "context_length"),
+        "rms_norm_eps": _key(g, p + "attention.layer_norm_rms_epsilon", kind="float"),
+        "rope_theta": theta,
+        "vocab_size": vocab,
+        "tie_word_embeddings": "output.weight" not in g.tensors,
+        "hidden_act": "silu",
+    }
+    if arch == "qwen2":
+        cfg["attention_bias"] = True
+    window = _key(g, p + "attention.sliding_window", False)
+    if window:
+        cfg["sliding_window"] = window
+    stype = _key(g, p + "rope.scaling.type", False, "str")
+    if stype in (None, "none"):
+        pass
+    elif stype == "linear":
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": _key(g, p + "rope.scaling.factor", kind="float")}
+    else:
+        raise ConversionError(f"{g.path}: RoPE scaling type {stype!r} is not supported (supported: none, linear, "
+                              "and Llama 3's, which llama.cpp writes as the rope_freqs tensor)")
+    if "rope_freqs.weight" in g.tensors:
+        if "rope_scaling" in cfg:
+            raise ConversionError(f"{g.path}: both {p}rope.scaling.type and a rope_freqs tensor")
+        scaling = _llama3_scaling(g, g.dequantize("rope_freqs.weight"), theta, head_dim)
+        if scaling:
+            cfg["rope_scaling"] = scaling
+    return cfg
+
+
+def map_gguf_name(name: str) -> Optional[str]:
+    """The .cism name of a GGUF tensor, None for tensors that are consumed elsewhere, or raises."""
+    if name in _TOP_NAMES:
+        return _TOP_NAMES[name]
+    if name == "rope_freqs.weight":
+        return None
+    m = _LAYER_RE.match(name)
+    if m and m.group(2) in _LAYER_NAMES:
+        return f"blk.{int(m.group(1))}.{_LAYER_NAMES[m.group(2)]}"
+    raise ConversionError(f"tensor {name!r} is not part of a supported model (unknown name)")
+
+
+# ---------------------------------------------------------------------------
+# tokenizer
+
+def _token_list(g: G.GGUFFile) -> Tuple[List[str], np.ndarray]:
+    tokens = g.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise ConversionError(f"{g.path}: tokenizer.ggml.tokens is missing or not an array of strings")
+    n = len(tokens)
+    types = g.metadata.get("tokenizer.ggml.token_type")
+    if types is None:
+        types = np.full(n, TT_NORMAL, dtype=np.int64)
+    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or types.shape != (n,):
+        raise ConversionError(f"{g.path}: tokenizer.ggml.token_type must be {n} integers (one per token)")
+    if len(set(tokens)) != n:
+        seen: Dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            if t in seen:
+                raise ConversionError(f"{g.path}: tokens {seen[t]} and {i} are the same string {t!r}")
+            seen[t] = i
+    return tokens, types.astype(np.int64)
+
+
+def _token_id(g: G.GGUFFile, key: str, n: int) -> Optional[int]:
+    v = _key(g, key, False)
+    if v is None:
+        return None
+    if not 0 <= v < n:
+        raise ConversionError(f"{g.path}: {key} is {v}, outside the vocabulary of {n} tokens")
+    return v
+
+
+def _added(tokens: List[str], types: np.ndarray, also: Tuple[int, ...] = ()) -> List[Dict[str, Any]]:
+    out = []
+    for i in np.nonzero(np.isin(types, (TT_CONTROL, TT_USER_DEFINED) + also))[0]:
+        special = bool(types[i] != TT_USER_DEFINED)
+        out.append({"id": int(i), "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
+                    "normalized": False, "special": special})
+    return out
+
+
+def _template(bos: Optional[int], eos: Optional[int], add_bos: bool, add_eos: bool, tokens: List[str]
+              ) -> Optional[Dict[str, Any]]:
+    pre = [bos] if add_bos and bos is not None else []
+    post = [eos] if add_eos and eos is not None else []
+    if not pre and not post:
+        return None
+    specials = {tokens[i]: {"id": tokens[i], "ids": [i], "tokens": [tokens[i]]} for i in pre + post}
+    single = ([{"SpecialToken": {"id": tokens[i], "type_id": 0}} for i in pre] + [{"Sequence": {"id": "A", "type_id": 0}}]
+              + [{"SpecialToken": {"id": tokens[i], "type_id": 0}} for i in post])
+    pair = single + ([{"SpecialToken": {"id": tokens[i], "type_id": 1}} for i in pre]
+                     + [{"Sequence": {"id": "B", "type_id": 1}}]
+                     + [{"SpecialToken": {"id": tokens[i], "type_id": 1}} for i in post])
+    return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
+
+
+def tokenizer_json_gguf(g: G.GGUFFile) -> Dict[str, Any]:
+    """The Hugging Face tokenizer.json equivalent to the GGUF's tokenizer.ggml.* keys."""
+    model = _key(g, "tokenizer.ggml.model", kind="str")
+    tokens, types = _token_list(g)
+    n = len(tokens)
+    bos = _token_id(g, "tokenizer.ggml.bos_token_id", n)
+    eos = _token_id(g, "tokenizer.ggml.eos_token_id", n)
+    unk = _token_id(g, "tokenizer.ggml.unknown_token_id", n)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    if model == "gpt2":
+        pre = _key(g, "tokenizer.ggml.pre", False, "str") or "gpt2"
+        if pre not in BPE_PRE:
+            raise ConversionError(f"{g.path}: BPE pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported "
+                                  f"(supported: {', '.join(sorted(BPE_PRE))}; llama.cpp's 'default' splits text "
+                                  "with its own rules, which no tokenizer.json reproduces)")
+        normalizer, pre_tok, ignore_merges = BPE_PRE[pre]
+        merges = g.metadata.get("tokenizer.ggml.merges")
+        if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
+            raise ConversionError(f"{g.path}: tokenizer.ggml.merges is missing or not an array of strings")
+        pairs = []
+        for k, m in enumerate(merges):
+            parts = m.split(" ")
+            if len(parts) != 2:
+                raise ConversionError(f"{g.path}: tokenizer.ggml.merges[{k}] {m!r} is not two tokens")
+            pairs.append(parts)
+        add_bos = bool(_key(g, "tokenizer.ggml.add_bos_token", False, "bool"))
+        add_eos = bool(_key(g, "tokenizer.ggml.add_eos_token", False, "bool"))
+        post = _template(bos, eos, add_bos, add_eos, tokens) or {
+            "type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+        return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": _added(tokens, types),
+                "normalizer": normalizer, "pre_tokenizer": pre_tok, "post_processor": post,
+                "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                          "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                          "ignore_merges": ignore_merges, "vocab": vocab, "merges": pairs}}
+    if model == "llama":
+        scores = g.metadata.get("tokenizer.ggml.scores")
+        if not isinstance(scores, np.ndarray) or scores.dtype.kind != "f" or scores.shape != (n,):
+            raise ConversionError(f"{g.path}: tokenizer.ggml.scores must be {n} floats (one per token)")
+        prefix = _key(g, "tokenizer.ggml.add_space_prefix", False, "bool")
+        prefix = True if prefix is None else prefix
+        add_bos = _key(g, "tokenizer.ggml.add_bos_token", False, "bool")
+        add_bos = True if add_bos is None else add_bos
+        add_eos = bool(_key(g, "tokenizer.ggml.add_eos_token", False, "bool"))
+        # sentencepiece merges the adjacent pair whose union has the highest score: as BPE merges,
+        # every split of a piece into two pieces, ranked by the piece's score (then id, split point)
+        mergeable = {t: i for t, i in vocab.items() if types[i] in (TT_NORMAL, TT_USER_DEFINED, TT_UNUSED)}
+        ranked = []
+        for t, i in mergeable.items():
+            for k in range(1, len(t)):
+                if t[:k] in mergeable and t[k:] in mergeable:
+                    ranked.append((-float(scores[i]), i, k))
+        ranked.sort()
+        merges = [[tokens[i][:k], tokens[i][k:]] for _, i, k in ranked]
+        byte_fallback = all(f"<0x{b:02X}>" in vocab for b in range(256))
+        normalizers = ([{"type": "Prepend", "prepend": "\u2581"}] if prefix else []) + [
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+        decoders: List[Dict[str, Any]] = [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}]
+        decoders += [{"type": "ByteFallback"}] if byte_fallback else []
+        decoders += [{"type": "Fuse"}] + ([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else [])
+        return {"version": "1.0", "truncation": None, "padding": None,
+                "added_tokens": _added(tokens, types, (TT_UNKNOWN,)),
+                "normalizer": {"type": "Sequence", "normalizers": normalizers}, "pre_tokenizer": None,
+                "post_processor": _template(bos, eos, add_bos, add_eos, tokens),
+                "decoder": {"type": "Sequence", "decoders": decoders},
+                "model": {"type": "BPE", "dropout": None, "unk_token": tokens[unk] if unk is not None else None,
+                          "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+                          "byte_fallback": byte_fallback, "ignore_merges": False, "vocab": vocab, "merges": merges}}
+    raise ConversionError(f"{g.path}: tokenizer model {model!r} (tokenizer.ggml.model) is not supported "
+                          "(supported: gpt2 (byte-level BPE), llama (sentencepiece))")
+
+
+def tokenizer_meta_gguf(g: G.GGUFFile) -> Dict[str, Any]:
+    """The tokenizer.* metadata convert_hf writes, from the GGUF's tokenizer.ggml.* keys and chat template."""
+    if "tokenizer.ggml.model" not in g.metadata:
+        return {}
+    tj = tokenizer_json_gguf(g)
+    n = len(g.metadata["tokenizer.ggml.tokens"])
+    meta: Dict[str, Any] = {}
+    bos = _token_id(g, "tokenizer.ggml.bos_token_id", n)
+    eos = _token_id(g, "tokenizer.ggml.eos_token_id", n)
+    if bos is not None:
+        meta["tokenizer.bos_id"] = bos
+    eos_ids = [eos] if eos is not None else []
+    for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        extra = _token_id(g, key, n)
+        if extra is not None and extra not in eos_ids:
+            eos_ids.append(extra)
+    if eos_ids:
+        meta["tokenizer.eos_id"] = eos_ids[0]
+        meta["tokenizer.eos_ids"] = np.asarray(eos_ids, dtype=np.int64)
+    pad = _token_id(g, "tokenizer.ggml.padding_token_id", n)
+    if pad is not None:
+        meta["tokenizer.pad_id"] = pad
+    raw = json.dumps(tj, ensure_ascii=False).encode("utf-8")
+    meta["tokenizer.hf_json"] = fmt.Bytes(raw)
+    meta.update(_c_tokenizer(tj, g.path))
+    post = tj["post_processor"] or {}
+    meta["tokenizer.add_bos"] = int(bos is not None and post.get("type") == "TemplateProcessing"
+                                    and post["single"][0].get("SpecialToken") is not None)
+    tmpl = g.metadata.get("tokenizer.chat_template")
+    if tmpl is not None:
+        if not isinstance(tmpl, str):
+            raise ConversionError(f"{g.path}: tokenizer.chat_template must be a string")
+        meta["tokenizer.chat_template"] = tmpl
+        meta.update(chat_format_meta(tmpl, meta, {}))
+    return meta
+
+
+# ---------------------------------------------------------------------------
+# tensors
+
+def _unpermute_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undoes llama.cpp's Q/K permutation (per head: rows interleaved in pairs ->
+    rotate-half order) on whole rows, of values or of packed blocks alike."""
+    r = rows.shape[0]
+    hd = r // n_heads
+    return rows.reshape(n_heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+
+def _q5_0_as_q8(b: np.ndarray) -> np.ndarray:
+    """Q5_0 blocks [n, 22] -> q8 blocks [n, 34] of the same values: the same fp16 scale,
+    int8 codes q - 16."""
+    n = b.shape[0]
+    codes = np.concatenate([b[:, 6:] & 15, b[:, 6:] >> 4], axis=1)
+    codes |= np.unpackbits(np.ascontiguousarray(b[:, 2:6]), axis=1, bitorder="little") << 4
+    out = np.empty((n, 34), dtype=np.uint8)
+    out[:, :2] = b[:, :2]
+    out[:, 2:] = (codes.astype(np.int16) - 16).astype(np.int8).view(np.uint8)
+    return out
+
+
+def q8_rows_to_x16(rows: np.ndarray, cols: int) -> np.ndarray:
+    """q8 rows [R, nb * 34] (R a multiple of 16) -> the q8x16 layout's bytes: per group of
+    16 rows, superblocks of codes then scales (docs/QUANTIZATION.md), the same bytes rearranged."""
+    from .quant import DTYPE_Q8X16 as X16, x16_group_offsets
+    R = rows.shape[0]
+    nb = cols // 32
+    blk = rows.reshape(R // 16, 16, nb, 34)
+    code_off, scale_off = x16_group_offsets(X16, cols)
+    out = np.empty((R // 16, 16 * nb * 34), dtype=np.uint8)
+    for b in range(nb):
+        # codes: 8 chunks of 64 bytes, chunk c = rows 0..15's code bytes 4c..4c+3
+        codes = blk[:, :, b, 2:].reshape(R // 16, 16, 8, 4).transpose(0, 2, 1, 3).reshape(R // 16, 512)
+        out[:, code_off[b]:code_off[b] + 512] = codes
+        out[:, scale_off[b]:scale_off[b] + 32] = blk[:, :, b, :2].reshape(R // 16, 32)
+    return out.reshape(R, nb * 34)
+
+
+LOSSLESS_NATIVE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8", "Q4_0": "q4", "Q5_0": "q8",
+                   "Q4_1": "q4a"}
+
+
+def convert_gguf(path: str, out: str, dtype: str = "auto", overwrite: bool = False,
+                 progress: Optional[ProgressFn] = None, quant: Optional[str] = None, layout: str = "auto",
+                 calibration: Any = None) -> Report:
+    """Converts a GGUF file to .cism. dtype "auto" keeps every tensor's values where a
+    libcism format holds them and requantizes the rest to q8; "f32"/"f16"/"bf16"
+    dequantizes every matrix to that type; `quant` applies a recipe to the dequantized values."""
+    from . import quant as q
+    if dtype != "auto" and dtype not in FLOAT_DTYPES:
+        raise ConversionError(f"unknown dtype {dtype!r} (f32, f16, bf16 or auto)")
+    try:
+        g = G.GGUFFile(path)
+    except G.GGUFError as e:
+        raise ConversionError(str(e)) from None
+    try:
+        return _convert(g, path, out, dtype, overwrite, progress, quant, layout, calibration, q)
+    finally:
+        g.close()
+
+
+def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, progress: Optional[ProgressFn],
+             quant: Optional[str], layout: str, calibration: Any, q: Any) -> Report:
+    cfg = config_from_gguf(g)
+    meta = hparams_from_config(cfg, f"{path} (GGUF metadata as config.json)")
+    arch = meta["general.architecture"]
+    expected = expected_tensors(meta)
+    mapping: Dict[str, str] = {}
+    for name in g.tensors:
+        cname = map_gguf_name(name)
+        if cname is not None:
+            mapping[cname] = name
+    extra = [mapping[n] for n in mapping if n not in expected]
+    if extra:
+        raise ConversionError(f"{path}: unexpected tensors for {arch}: {extra[:5]}"
+                              + (" (biases are not supported for this family)" if any(".bias" in e for e in extra)
+                                 else ""))
+    missing = [n for n in expected if n not in mapping]
+    if missing:
+        raise ConversionError(f"{path}: missing tensors: {[m + '.weight' for m in missing[:5]]}"
+                              f"{' ...' if len(missing) > 5 else ''}")
+    for name, shape in expected.items():
+        t = g.tensors[mapping[name]]
+        if t.shape != shape:
+            raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
+                                  f"hyper-parameters imply {shape}")
+        if t.type_name not in G.DEQUANTIZABLE:
+            raise ConversionError(f"{path}: tensor {t.name!r} has type {t.type_name}, which is not supported "
+                                  f"(supported: {', '.join(sorted(G.DEQUANTIZABLE))})")
+    meta.update(tokenizer_meta_gguf(g))
+    meta["general.name"] = _key(g, "general.name", False, "str") or os.path.splitext(os.path.basename(path))[0]
+    meta["general.source"] = "gguf:" + os.path.basename(path)
+    meta["general.converter"] = "cism.convert " + _version()
+    hd = meta["model.head_dim"]
+    permute = {}
+    if arch in PERMUTED:
+        for i in range(meta["model.n_layers"]):
+            permute[f"blk.{i}.attn_q"] = meta["model.n_heads"]
+            permute[f"blk.{i}.attn_k"] = meta["model.n_kv_heads"]
+
+    # the stored dtype of every matrix and how it gets there
+    plan: Dict[str, Tuple[int, str]] = {}  # name -> (cism dtype, "lossless" | "requantized")
+    for name, shape in expected.items():
+        src = g.tensors[mapping[name]].type_name
+        if len(shape) == 1:
+            plan[name] = (fmt.DTYPE_F32, "lossless")   # every supported type's values are float32 numbers
+            continue
+        if quant:
+            continue  # the recipe picks (write_model)
+        if dtype != "auto":
+            lossless = dtype == "f32" or src == dtype.upper()
+            plan[name] = (FLOAT_DTYPES[dtype], "lossless" if lossless else "requantized")
+            continue
+        base = LOSSLESS_NATIVE.get(src)
+        how = "lossless"
+        if base is None:
+            base, how = "q8", "requantized"
+        if base in FLOAT_DTYPES:
+            dt = FLOAT_DTYPES[base]
+        elif base == "q4a":
+            dt = DTYPE_Q4A
+        elif base == "q8":
+            dt = q.QUANT_DTYPES[q.stored_dtype(name, "q8", shape, hd, layout)]
+        else:
+            dt = q.QUANT_DTYPES[base]
+        plan[name] = (dt, how)
+
+    def load(name: str) -> np.ndarray:
+        gname = mapping[name]
+        arr = g.dequantize(gname)
+        if name in permute:
+            arr = _unpermute_rows(arr, permute[name])
+        return arr
+
+    def raw_for(name: str) -> Optional[np.ndarray]:
+        if name not in plan or plan[name][1] != "lossless" or len(expected[name]) != 2:
+            return None
+        dt = plan[name][0]
+        t = g.tensors[mapping[name]]
+        src = t.type_name
+        rows = g.blocks(mapping[name])
+        if name in permute:
+            rows = _unpermute_rows(rows, permute[name])
+        if dt in FLOAT_DTYPES.values():
+            if LOSSLESS_NATIVE.get(src) == fmt.DTYPE_NAMES[dt]:
+                return np.ascontiguousarray(rows)
+            return None  # converted from the dequantized values
+        if src == "Q5_0":
+            rows = _q5_0_as_q8(rows.reshape(-1, 22)).reshape(rows.shape[0], -1)
+        if dt == DTYPE_Q8X16:
+            return q8_rows_to_x16(np.ascontiguousarray(rows), t.shape[1])
+        return np.ascontiguousarray(rows)
+
+    def dtype_for(name: str) -> int:
+        return plan[name][0]
+
+    rep = write_model(out, meta, list(expected), load, dtype_for, overwrite, progress, raw_for, quant=quant,
+                      layout=layout, calibration=calibration)
+    # what happened to each tensor: source type -> stored type, lossless or requantized
+    rep.gguf_tensors = {}
+    for name in expected:
+        src = g.tensors[mapping[name]].type_name
+        stored = rep.tensors.get(name, "?")
+        how = plan[name][1] if name in plan else ("lossless" if src == "F32" and stored == "f32" else "requantized")
+        rep.gguf_tensors[name] = (src, stored, how)
+    counts: Dict[Tuple[str, str, str], List[str]] = {}
+    for name, key in rep.gguf_tensors.items():
+        counts.setdefault(key, []).append(name)
+    for (src, stored, how), names in sorted(counts.items()):
+        shown = sorted({re.sub(r"^blk\.\d+\.", "blk.*.", n) for n in names})
+        rep.notes.append(f"GGUF {src} -> {stored}, {how}: {len(names)} tensor{'s' * (len(names) != 1)}"
+                         + (f" ({', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''})" if how != "lossless" else ""))
+    return rep
