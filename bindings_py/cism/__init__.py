@@ -30,6 +30,7 @@ _EXPORTS = {
     "NotPermittedError": "errors",
     "set_log_level": "log",
     "ConversionError": "convert",
+    "ChatTemplateError": "chat",
 }
 
 __all__ = sorted(_EXPORTS) + ["convert_checkpoint", "library_version", "system_info", "build_info", "kernel_tiers",
@@ -101,3 +102,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tokenizer import Tokenizer, TokenizerError  # noqa: F401
     from .log import set_log_level  # noqa: F401
     from .convert import ConversionError  # noqa: F401
+    from .chat import ChatTemplateError  # noqa: F401

@@ -52,12 +52,14 @@ PARAM_CHECK_WEIGHTS = 6
 PARAM_ACT_QUANT = 7
 PARAM_KERNEL_TIER = 8
 PARAM_ACT_STATS = 9
+PARAM_ACT_OUTLIERS = 10
 # cism_kernel_tier
 TIER_AUTO, TIER_SCALAR, TIER_AVX2, TIER_AVX512, TIER_NEON, TIER_NEON_DOTPROD, TIER_NEON_I8MM = range(7)
 # cism_dtype
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7
 DTYPE_Q8X16, DTYPE_Q4SX16 = 8, 9
+DTYPE_Q4A = 10
 # cism_model_info
 INFO_VOCAB_SIZE = 0
 INFO_DIM = 1
@@ -97,6 +99,8 @@ SAMPLER_PENALTY_LAST_N = 7
 SAMPLER_SEED = 8
 # cism_generate flags
 GENERATE_IGNORE_EOS = 1
+# cism_stop_reason (cism_generate_v2)
+STOP_ERROR, STOP_EOS, STOP_MAX_TOKENS, STOP_CONTEXT_FULL, STOP_CALLBACK, STOP_CANCELLED = 0, 1, 2, 3, 4, 5
 # tokenizer flags
 TOKENIZE_ADD_SPECIAL = 1
 TOKENIZE_PARSE_SPECIAL = 2
@@ -366,6 +370,14 @@ _fn("cism_session_estimate_bytes", c_int32, cism_model_p, cism_params_p, POINTER
 _fn("cism_session_memory_bytes", c_int64, cism_session_p)
 # cism_status cism_session_trim(cism_session *session);
 _fn("cism_session_trim", c_int32, cism_session_p)
+
+# ---- generation with a stop reason ---------------------------------------------
+# cism_status cism_generate_v2(cism_session *session, cism_sampler *sampler,
+#                              const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+#                              uint32_t flags, cism_token_callback callback, void *user_data,
+#                              int32_t *n_generated, cism_stop_reason *stop_reason);
+_fn("cism_generate_v2", c_int32, cism_session_p, cism_sampler_p, POINTER(c_int32), c_int32, c_int32, c_uint32,
+    cism_token_callback, c_void_p, POINTER(c_int32), POINTER(c_int32))
 
 
 def _check_abi() -> None:

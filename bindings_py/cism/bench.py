@@ -158,7 +158,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "
                                                    "e.g. scalar, avx2, avx512, neon")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    v = p.add_argument_group("comparison with another engine (needs the compare extra: pip install 'cism[compare]')")
+    v = p.add_argument_group("comparison with another engine (needs the compare extra: pip install './bindings_py[compare]')")
     v.add_argument("--vs", metavar="ENGINE", help="run the same weights through ENGINE (llama.cpp) in the same process, "
                                                    "alternating the two rep by rep, and print the ratio")
     v.add_argument("--vs-type", metavar="TYPES", help="llama.cpp file types to compare with, one per --dtype entry "

@@ -73,15 +73,27 @@ def _probes() -> List[Tuple[List[Dict[str, str]], bool]]:
 
 
 def jinja_render(template: str, messages, add_generation_prompt: bool, bos: str, eos: str) -> str:
-    """Renders a chat template the way transformers does (trim_blocks, lstrip_blocks)."""
-    import jinja2  # optional dependency
+    """Renders a chat template the way transformers does (trim_blocks, lstrip_blocks,
+    raise_exception and strftime_now, a tojson that keeps non-ASCII text)."""
+    try:
+        import jinja2  # a runtime dependency of the package
+    except ImportError as e:
+        raise ImportError("rendering the model's chat template needs jinja2 (a dependency of cism: "
+                          "pip install jinja2)") from e
+    import json
+    from datetime import datetime
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(msg):
         raise jinja2.exceptions.TemplateError(msg)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.filters["tojson"] = tojson
     return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                             bos_token=bos, eos_token=eos)
 
@@ -166,7 +178,7 @@ def apply(model, messages: Sequence[Dict[str, str]], fmt: Optional[str] = None,
 
 def render_template(model, messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True) -> str:
     """The model's exact Jinja chat template (tokenizer.chat_template) rendered
-    with jinja2 (an optional dependency), as transformers does."""
+    with jinja2, as transformers does."""
     meta = model.metadata
     if "tokenizer.chat_template" not in meta:
         raise ValueError(f"{model.path}: the model file has no chat template")

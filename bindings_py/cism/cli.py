@@ -7,7 +7,7 @@
     cism info [-m MODEL.cism]
     cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
     cism bench --preset smollm2-135m --dtype f16,q8,4bit --vs llama.cpp [--threads-list 1,2] [-r 5]
-    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant | --float-act]
+    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant | --float-act] [--kld-base BASE.cism]
 
 Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
 """
@@ -22,20 +22,39 @@ from typing import List, Optional
 from . import __version__
 
 
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 0 (the message names the option)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} is negative: give 0 or more")
+    return v
+
+
+def _help_text(text: str) -> str:
+    """argparse %-formats help strings: a literal % must be doubled."""
+    return text.replace("%", "%%")
+
+
 def _add_session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", required=True, help="a .cism model file")
-    p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
-    p.add_argument("-c", "--ctx", type=int, default=0, help="context length (default: min(model, 4096))")
+    p.add_argument("-m", "--model", help="a .cism model file (default: SmolLM2-135M-Instruct, "
+                   "fetched and converted on first use, see `cism pull`)")
+    p.add_argument("-t", "--threads", type=_count, default=0, help="threads (default: the library's choice)")
+    p.add_argument("-c", "--ctx", type=_count, default=0, help="context length (default: min(model, 4096))")
     p.add_argument("--kv-type", default="f16", choices=["f16", "f32"], help="KV cache type (default f16)")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser, temperature: float) -> None:
+def _add_sampling_args(p: argparse.ArgumentParser, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                       min_p: float = 0.0) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", "--temp", type=float, default=temperature,
                    help=f"0 = greedy (default {temperature})")
-    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
-    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the best one (0 = off)")
+    g.add_argument("--top-k", type=int, default=top_k, help=f"keep the k most likely tokens (0 = off; default {top_k})")
+    g.add_argument("--top-p", type=float, default=top_p, help=f"nucleus sampling mass (1 = off; default {top_p})")
+    g.add_argument("--min-p", type=float, default=min_p,
+                   help=f"drop tokens below min-p x the best one (0 = off; default {min_p})")
     g.add_argument("--repeat-penalty", type=float, default=1.0, help="penalty for recent tokens (1 = off)")
     g.add_argument("--repeat-last-n", type=int, default=64, help="tokens the penalty looks back over (default 64)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -88,9 +107,17 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 # ---- ppl -----------------------------------------------------------------------
 def cmd_ppl(args: argparse.Namespace) -> int:
-    from .ppl import perplexity
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    from .ppl import kl_divergence, perplexity
+    from .cli_io import read_text
+    text = read_text(args.file, strict=True)
+    if args.kld_base:
+        k = kl_divergence(args.model, args.kld_base, text=text, ctx=args.ctx, method=args.method,
+                          n_threads=args.threads, act_quant=args.act_quant, max_windows=args.max_windows)
+        print(k.describe())
+        print(f"KLD {k.kld_mean:.6f}")
+        print(f"PPL {k.model.ppl:.4f}")
+        print(f"({k.model.seconds:.1f} s)", file=sys.stderr)
+        return 0
     r = perplexity(args.model, text=text, ctx=args.ctx, method=args.method, n_threads=args.threads,
                    act_quant=args.act_quant, max_windows=args.max_windows)
     print(r.describe())
@@ -104,30 +131,62 @@ def _progress():
     return progress_printer()
 
 
+def _model_or_default(args: argparse.Namespace) -> str:
+    """-m, or the default real model (downloaded and converted once into the cache)."""
+    if args.model:
+        return args.model
+    from . import pull
+    args.model = pull.model_path(log=lambda m: print(f"cism: {m}", file=sys.stderr))
+    return args.model
+
+
+# ---- pull ----------------------------------------------------------------------
+def cmd_pull(args: argparse.Namespace) -> int:
+    from . import pull
+    if args.list:
+        for name, src in sorted(pull.MODELS.items()):
+            print(f"{name}{' (default)' if name == pull.DEFAULT_MODEL else ''}: {src.description}")
+        return 0
+    path = pull.model_path(args.name, quant=args.quant, log=None if args.quiet else
+                           (lambda m: print(f"cism: {m}", file=sys.stderr)))
+    print(path)
+    return 0
+
+
 # ---- generate ------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
+    """Streams the continuation to stdout; timings (load, prompt and generation
+    tokens/s, stop reason) and prefill progress go to stderr. A prompt that
+    does not fit in the context is refused before anything is printed, or cut
+    from the left with --truncate-prompt."""
+    import time
+    from .cli_io import PrefillProgress, read_text, timings
     from .model import Model
     prompt = args.prompt
     if args.file:
-        with open(args.file, encoding="utf-8") as f:
-            prompt = f.read()
+        prompt = read_text(args.file)
     if prompt is None:
         prompt = ""
-    with Model(args.model) as model:
+    path = _model_or_default(args)
+    t0 = time.perf_counter()
+    with Model(path) as model:
         with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s:
-            gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, **_sampling(args))
+            load_seconds = time.perf_counter() - t0
+            gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, truncate_prompt=args.truncate_prompt,
+                             on_prefill=PrefillProgress(), **_sampling(args))
             out = sys.stdout
+            if gen.truncated:
+                print(f"cism: the prompt was {gen.truncated + len(gen.prompt_tokens)} tokens, more than the context "
+                      f"allows: its first {gen.truncated} tokens were dropped (--truncate-prompt)", file=sys.stderr)
             if not args.no_echo:
-                out.write(prompt)
+                out.write(model.tokenizer.decode(gen.prompt_tokens, skip_special=True) if gen.truncated else prompt)
                 out.flush()
             for piece in gen:
                 out.write(piece)
                 out.flush()
             out.write("\n")
             out.flush()
-            if args.verbose:
-                print(f"[{len(gen.prompt_tokens)} prompt tokens, {len(gen.tokens)} generated, "
-                      f"stop: {gen.stop_reason}]", file=sys.stderr)
+            print(timings(load_seconds, gen), file=sys.stderr)
     return 0
 
 
@@ -136,22 +195,19 @@ def _chat_renderer(model, args: argparse.Namespace):
     """messages -> prompt text, or None for the plain "User:/Assistant:" REPL.
     --format: a named chat format (C library), "jinja" (the model's own template
     through jinja2), "plain", or "auto": the model's named format, else its Jinja
-    template when jinja2 is installed, else plain."""
+    template (never dropped: a template that fails to render is an error), else plain."""
     from . import chat_format
     fmt = args.format
     if fmt == "auto":
         fmt = chat_format.model_format(model)
         if fmt is None and "tokenizer.chat_template" in model.metadata:
-            try:
-                import jinja2  # noqa: F401
-                fmt = "jinja"
-            except ImportError:
-                fmt = None
+            fmt = "jinja"
         fmt = fmt or "plain"
     if fmt == "plain":
         return None, fmt
     if fmt == "jinja":
-        return (lambda msgs: chat_format.render_template(model, msgs)), fmt
+        from .chat import render
+        return (lambda msgs: render(model, msgs, True, "jinja")), fmt   # ChatTemplateError when it fails
     return (lambda msgs: chat_format.apply(model, msgs, fmt)), fmt
 
 
@@ -161,8 +217,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     the rest; without one, turns are sent as "User: ...\nAssistant:"."""
     from .model import Model
     from .sampler import Sampler
-    interactive = sys.stdin.isatty()
-    with Model(args.model) as model:
+    interactive = sys.stdin.isatty() and args.prompt is None
+    with Model(_model_or_default(args)) as model:
         tok = model.tokenizer
         render, fmt = _chat_renderer(model, args)
         with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s, \
@@ -175,19 +231,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return _chat_formatted(args, tok, s, sampler, render, interactive)
 
 
+def _next_turn(args: argparse.Namespace, interactive: bool) -> str:
+    """The next user turn: -p's message once (then the end), else a line of input."""
+    if getattr(args, "prompt", None) is not None:
+        turn, args.prompt = args.prompt, ""
+        return turn
+    return _read_turn(interactive)
+
+
 def _read_turn(interactive: bool) -> str:
+    from .cli_io import read_line
     if interactive:
         sys.stderr.write("> ")
         sys.stderr.flush()
-    return sys.stdin.readline()
+    return read_line()
 
 
 def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
-    from .errors import ContextFullError
     messages = [{"role": "system", "content": args.system}] if args.system else []
     evaluated: list = []   # the prompt tokens the session holds
     while True:
-        line = _read_turn(interactive)
+        line = _next_turn(args, interactive)
         if not line or not line.strip():
             break
         messages.append({"role": "user", "content": line.strip()})
@@ -205,14 +269,14 @@ def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
             sampler.reset()
         s.rewind(keep)
         reply = []
-        try:
-            for piece in s.generate(ids[keep:], args.n_tokens, sampler=sampler):
-                if not reply:
-                    piece = piece.lstrip()
-                reply.append(piece)
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-        except ContextFullError:
+        gen = s.generate(ids[keep:], args.n_tokens, sampler=sampler, truncate_prompt=True)
+        for piece in gen:
+            if not reply:
+                piece = piece.lstrip()
+            reply.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        if gen.context_full:
             print("\n[context full]", file=sys.stderr)
         sys.stdout.write("\n")
         sys.stdout.flush()
@@ -222,10 +286,9 @@ def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
 
 
 def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
-    from .errors import ContextFullError
     first = True
     while True:
-        line = _read_turn(interactive)
+        line = _next_turn(args, interactive)
         if not line or not line.strip():
             break
         turn = ("" if first else "\n") + f"User: {line.strip()}\nAssistant:"
@@ -238,16 +301,15 @@ def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
             sampler.reset()
             ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
         first = False
-        try:
-            gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"])
-            started = False
-            for piece in gen:
-                if not started:  # the reply follows "Assistant:" with a space
-                    piece = piece.lstrip()
-                    started = bool(piece)
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-        except ContextFullError:
+        gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"], truncate_prompt=True)
+        started = False
+        for piece in gen:
+            if not started:  # the reply follows "Assistant:" with a space
+                piece = piece.lstrip()
+                started = bool(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        if gen.context_full:
             print("\n[context full: starting over]", file=sys.stderr)
             s.reset()
             sampler.reset()
@@ -291,14 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    c = sub.add_parser("convert", parents=[common], help="convert a Hugging Face folder or llama2.c .bin to .cism")
-    c.add_argument("src", help="a Hugging Face model folder (config.json + *.safetensors) or a llama2.c .bin file")
+    c = sub.add_parser("convert", parents=[common], help="convert a Hugging Face folder, a GGUF file or a llama2.c .bin to .cism")
+    c.add_argument("src", help="a Hugging Face model folder (config.json + *.safetensors), a GGUF file (llama.cpp) "
+                        "or a llama2.c .bin file")
     c.add_argument("-o", "--output", required=True, help="the .cism file to write (never overwritten without --force)")
     c.add_argument("--dtype", default="auto", choices=["auto", "f32", "f16", "bf16"],
                    help="weight type (default auto: the checkpoint's own; f32 for llama2.c)")
     from .quant import RECIPES
     c.add_argument("--quant", choices=list(RECIPES), metavar="RECIPE",
-                   help="quantize the weight matrices: " + "; ".join(f"{r.name}: {r.description}" for r in RECIPES.values()))
+                   help=_help_text("quantize the weight matrices: "
+                                   + "; ".join(f"{r.name}: {r.description}" for r in RECIPES.values())))
     c.add_argument("--layout", default="auto", choices=["auto", "rows"],
                    help="with --quant: auto (default) stores q8/q4s matrices 16 rows interleaved where the shape allows "
                         "(same values, faster kernels); rows keeps them row by row")
@@ -321,8 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", parents=[common], help="continue a prompt, streaming the text to stdout")
     _add_session_args(g)
     g.add_argument("-p", "--prompt", help="the prompt text (default: empty, i.e. just BOS)")
-    g.add_argument("-f", "--file", help="read the prompt from this file")
-    g.add_argument("-n", "--n-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    g.add_argument("-f", "--file", help="read the prompt from this file (- = standard input)")
+    g.add_argument("-n", "--n-tokens", type=_count, default=128, help="tokens to generate at most (default 128)")
+    g.add_argument("--truncate-prompt", action="store_true",
+                   help="cut a prompt longer than the context from the left (keeping BOS) instead of refusing it")
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     g.add_argument("--no-echo", action="store_true", help="print only the generated text, not the prompt")
     _add_sampling_args(g, temperature=0.0)
@@ -330,14 +396,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     ch = sub.add_parser("chat", parents=[common], help="interactive chat in the model's chat format")
     _add_session_args(ch)
-    ch.add_argument("-n", "--n-tokens", type=int, default=256, help="tokens per reply at most (default 256)")
+    ch.add_argument("-p", "--prompt", help="answer this one message and exit (no interactive session)")
+    ch.add_argument("-n", "--n-tokens", type=_count, default=256, help="tokens per reply at most (default 256)")
     ch.add_argument("--system", help="the system message (plain format: text put before the first turn)")
     ch.add_argument("--format", default="auto",
                     choices=["auto", "chatml", "llama3", "llama2", "mistral", "zephyr", "jinja", "plain"],
-                    help="chat format (default auto: the model's own, else its Jinja template when jinja2 is "
-                         "installed, else plain 'User:/Assistant:' turns)")
-    _add_sampling_args(ch, temperature=0.7)
+                    help="chat format (default auto: the model's own, else its Jinja template, "
+                         "else plain 'User:/Assistant:' turns)")
+    _add_sampling_args(ch, temperature=0.7, top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's defaults
     ch.set_defaults(func=cmd_chat)
+
+    pl = sub.add_parser("pull", parents=[common], help="download a real model (pinned, checked) and convert it once "
+                        "into the cache; prints the .cism path")
+    from .pull import DEFAULT_MODEL, MODELS
+    pl.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=sorted(MODELS),
+                    help=f"the model (default {DEFAULT_MODEL})")
+    pl.add_argument("--quant", choices=list(RECIPES), metavar="RECIPE",
+                    help="requantize with a cism recipe (default: keep the file's own types, lossless)")
+    pl.add_argument("--list", action="store_true", help="list the known models")
+    pl.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    pl.set_defaults(func=cmd_pull)
 
     i = sub.add_parser("info", parents=[common], help="library, CPU and (with -m) model information")
     i.add_argument("-m", "--model", help="a .cism model file")
@@ -351,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .ppl import METHODS
     pp = sub.add_parser("ppl", parents=[common], help="perplexity of a model on a text file (teacher-forced NLL)")
     pp.add_argument("-m", "--model", required=True, help="a .cism model file")
-    pp.add_argument("-f", "--file", required=True, help="a UTF-8 text file")
+    pp.add_argument("-f", "--file", required=True, help="a UTF-8 text file (- = standard input)")
     pp.add_argument("--ctx", type=int, default=0, help="window length in tokens (default: the model's context length)")
     pp.add_argument("--method", choices=sorted(METHODS), default="full",
                     help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
@@ -362,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     aq.add_argument("--float-act", dest="act_quant", action="store_const", const=False,
                     help="float activations for packed weights (decode each block to f32)")
     pp.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = the whole text)")
+    pp.add_argument("--kld-base", metavar="BASE.cism",
+                    help="also report KLD(base || model) of the next-token distributions against this base model "
+                         "(same tokenizer; e.g. the f32 model when -m is a quantized one): mean with its standard "
+                         "error, median, 90th/99th percentile, max, same-top-token share, and both PPLs")
     pp.set_defaults(func=cmd_ppl)
     return p
 
@@ -369,10 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.verbose = getattr(args, "verbose", False)
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="cism: %(message)s")
-        from .log import set_log_level
-        set_log_level(logging.INFO)
+    # the library's warnings (old format version, a bad CISM_ISA, ...) always reach stderr; -v adds the rest
+    level = logging.INFO if args.verbose else logging.WARNING
+    from .cli_io import log_to_stderr
+    log_to_stderr(level)
+    from .log import set_log_level
+    set_log_level(level)
     try:
         return args.func(args)
     except KeyboardInterrupt:

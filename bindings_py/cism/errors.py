@@ -100,3 +100,16 @@ def check(status: int) -> None:
     """Raises the exception for a non-zero status, with the thread's last error message."""
     if status != _lib.OK:
         raise error_for(status, _lib.last_error())
+
+
+def token_id(token, what: str = "token") -> int:
+    """token as a Python int that fits the C API's int32 (no silent wrap-around
+    modulo 2**32): TokenRangeError for negative ids or ids past int32, TypeError
+    for non-integers (the vocabulary bound is checked by the callee)."""
+    import numbers
+    if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+        raise TypeError(f"{what} ids must be integers (got {type(token).__name__})")
+    t = int(token)
+    if t < 0 or t >= 2 ** 31:
+        raise TokenRangeError(f"{what} {t} is outside the vocabulary (token ids are 0 .. vocab_size - 1)")
+    return t

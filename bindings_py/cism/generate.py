@@ -8,7 +8,8 @@ evaluate the token so the session can continue from it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Union
+import time
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Union
 
 from .errors import CancelledError, ContextFullError
 from .sampler import PARAMS as SAMPLER_PARAMS, Sampler
@@ -28,19 +29,31 @@ class Generation:
                    frequency_penalty, presence_penalty, penalty_last_n, seed)
       ignore_eos   keep going past end-of-generation tokens
       stop         strings that end generation (not included in the output)
+      stop_tokens  more ids that end generation like an end-of-generation id
+                   (e.g. a chat template's end-of-turn token), even with ignore_eos
       add_bos      prepend BOS to a text prompt (default: the tokenizer's rule,
                    and only when the session is empty)
+      truncate_prompt  a prompt longer than the room left in the context is
+                   cut from the left (BOS kept), leaving room for up to
+                   max_tokens (at most half the room); `truncated` counts the
+                   dropped tokens. Without it such a prompt raises
+                   ContextFullError here, before anything is evaluated.
+      on_prefill   callback(done, total) called as the prompt is evaluated in
+                   chunks of PREFILL_CHUNK tokens (progress display)
 
     After iteration: `tokens` (generated ids), `prompt_tokens`, `text` (the
-    text yielded so far) and `stop_reason`: "eos", "length", "stop",
-    "cancelled" or None while running. Running out of context raises
-    ContextFullError after the last piece.
+    text yielded so far) and `stop_reason`: "eos", "length" (max_tokens
+    reached, or the context full: then `context_full` is True), "stop",
+    "cancelled" or None while running. `prompt_seconds` and `gen_seconds`
+    time the prompt evaluation and the generation loop.
     """
 
     def __init__(self, session: "Session", prompt: Union[str, Sequence[int]], max_tokens: int = 128, *,
                  text: bool = True, sampler: Optional[Sampler] = None, ignore_eos: bool = False,
-                 stop: Optional[Sequence[str]] = None, add_bos: Optional[bool] = None,
-                 close_session: bool = False, **sampling):
+                 stop: Optional[Sequence[str]] = None, stop_tokens: Sequence[int] = (),
+                 add_bos: Optional[bool] = None,
+                 close_session: bool = False, truncate_prompt: bool = False,
+                 on_prefill: Optional[Callable[[int, int], None]] = None, **sampling):
         unknown = [k for k in sampling if k not in SAMPLER_PARAMS]
         if unknown:
             raise TypeError(f"unknown argument(s) {', '.join(unknown)}")
@@ -64,12 +77,28 @@ class Generation:
             ids = as_token_array(prompt).tolist()
         if not ids and session.n_past == 0:
             raise ValueError("empty prompt: give some text or token ids (the model adds no BOS here)")
-        self.prompt_tokens: List[int] = list(ids)
+        ids = list(ids)
+        self.truncated = 0
+        self.context_full = False
+        self.prompt_seconds = 0.0
+        self.gen_seconds = 0.0
+        self._on_prefill = on_prefill
+        room = session.n_ctx - session.n_past
+        if len(ids) > room:
+            if not truncate_prompt:
+                used = f", {session.n_past} already used" if session.n_past else ""
+                raise ContextFullError(
+                    f"the prompt is {len(ids)} tokens but the context has room for {room} ({session.n_ctx} "
+                    f"positions{used}): shorten the prompt, use a longer context (n_ctx, `-c`; this model allows "
+                    f"{session.model.context_length}), or truncate it from the left (truncate_prompt=True, "
+                    f"`--truncate-prompt`)")
+            ids, self.truncated = truncate_left(ids, room, self.max_tokens, self._tokenizer)
+        self.prompt_tokens: List[int] = ids
         self._own_sampler = sampler is None
         self.sampler = sampler if sampler is not None else Sampler(**sampling)
         if sampler is not None and sampling:
             sampler.set(**sampling)
-        self._eos = set() if ignore_eos else set(session.model.eos_ids)
+        self._eos = (set() if ignore_eos else set(session.model.eos_ids)) | {int(t) for t in stop_tokens}
         self._it = self._run()
 
     def __iter__(self) -> "Generation":
@@ -93,16 +122,19 @@ class Generation:
         s = self.session
         dec = None
         held = ""
+        t1 = None
         try:
+            t0 = time.perf_counter()
             with s._lock:
                 s._cancel.clear()
                 if self.prompt_tokens:
-                    s._eval_locked(as_token_array(self.prompt_tokens))
+                    self._eval_prompt()
                     for t in self.prompt_tokens:
                         self.sampler.accept(t)
+            t1 = time.perf_counter()
+            self.prompt_seconds = t1 - t0
             if self.text_mode:
                 dec = self._tokenizer.incremental_decoder(self.prompt_tokens)
-            pending_error: Optional[BaseException] = None
             while True:
                 if len(self.tokens) >= self.max_tokens:
                     self.stop_reason = "length"
@@ -112,15 +144,16 @@ class Generation:
                     break
                 with s._lock:
                     ptr, n = s._logits_ptr(-1)
-                    tok = self.sampler.sample_ptr(ptr, n)
+                    # text: never an id past the tokenizer (the embedding may have more rows)
+                    tok = self.sampler.sample_ptr(ptr, min(n, self._tokenizer.n_ids) if self.text_mode else n)
                     self.sampler.accept(tok)
                     self.tokens.append(tok)
                     if tok in self._eos:
                         self.stop_reason = "eos"
                         break
-                    if s.n_past >= s.n_ctx:
-                        pending_error = ContextFullError(
-                            f"context full after {len(self.tokens)} generated tokens ({s.n_ctx} positions)")
+                    if s.n_past >= s.n_ctx:  # a normal end, as max_tokens: the token is reported, not evaluated
+                        self.stop_reason = "length"
+                        self.context_full = True
                     else:
                         try:
                             s._eval_locked(as_token_array([tok]))
@@ -137,9 +170,7 @@ class Generation:
                     if hit:
                         self.stop_reason = "stop"
                         return
-                if pending_error is not None:
-                    break
-                if self.stop_reason == "cancelled":
+                if self.stop_reason is not None:
                     break
             if self.text_mode:
                 held += dec.flush()
@@ -149,13 +180,25 @@ class Generation:
                 if out:
                     self.text += out
                     yield out
-            if pending_error is not None:
-                raise pending_error
         finally:
+            if t1 is not None:
+                self.gen_seconds = time.perf_counter() - t1
             if self._own_sampler:
                 self.sampler.close()
             if self._close_session:
                 s.close()
+
+    def _eval_prompt(self) -> None:
+        """Evaluates the prompt (session lock held), in chunks with on_prefill."""
+        s, ids = self.session, self.prompt_tokens
+        if self._on_prefill is None or len(ids) <= PREFILL_CHUNK:
+            s._eval_locked(as_token_array(ids))
+            return
+        for done in range(0, len(ids), PREFILL_CHUNK):
+            if s._cancel.is_set():  # each eval clears the C request: look between chunks
+                raise CancelledError("prompt evaluation cancelled")
+            s._eval_locked(as_token_array(ids[done:done + PREFILL_CHUNK]))
+            self._on_prefill(min(done + PREFILL_CHUNK, len(ids)), len(ids))
 
     def _split_stop(self, buf: str, final: bool):
         """(text to emit, text to hold back, stop string found)."""
@@ -173,6 +216,19 @@ class Generation:
                     keep = k
                     break
         return buf[:len(buf) - keep], buf[len(buf) - keep:], False
+
+
+PREFILL_CHUNK = 256  # tokens per eval when prefill progress is shown (the library's default batch)
+
+
+def truncate_left(ids: List[int], room: int, max_tokens: int, tokenizer=None):
+    """(ids cut from the left to leave room for generation, tokens dropped).
+    Keeps a leading BOS; keeps room - min(max_tokens, room // 2) tokens, at least 1."""
+    keep = max(1, room - min(max(max_tokens, 1), room // 2))
+    bos = getattr(tokenizer, "bos_id", None) if tokenizer is not None else None
+    head = ids[:1] if bos is not None and ids and ids[0] == bos and keep > 1 else []
+    kept = head + ids[len(ids) - (keep - len(head)):]
+    return kept, len(ids) - len(kept)
 
 
 def run_in_session(session: "Session", prompt, max_tokens: int, **kwargs) -> Generation:

@@ -25,8 +25,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-INSTALL_HINT = ("pip install 'cism[compare]'  (llama-cpp-python, built from source with native flags: "
-                "CMAKE_ARGS='-DGGML_NATIVE=ON' pip install --no-binary llama-cpp-python 'cism[compare]')")
+# the README's command (run from the repository root); keep the two the same
+INSTALL_HINT = ("pip install './bindings_py[compare]'  (llama-cpp-python, built from source; with native flags: "
+                "CMAKE_ARGS='-DGGML_NATIVE=ON' pip install --no-binary llama-cpp-python './bindings_py[compare]')")
 
 # llama.cpp file types the comparison uses, and the libcism dtype/recipe each is set against
 FTYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL")
@@ -389,6 +390,32 @@ class Runner:
         self._decode(tokens)
         p = self.L.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(p, shape=(self.n_vocab,)).copy()
+
+    def all_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits [len(tokens), vocab] of every position after evaluating `tokens`
+        (at most n_batch of them) on an emptied context, as llama.cpp's
+        perplexity tool does (every position marked for output)."""
+        L = self.L
+        n = len(tokens)
+        self._clear()
+        batch = L.llama_batch_init(n, 0, 1)
+        try:
+            for i, t in enumerate(tokens):
+                batch.token[i] = int(t)
+                batch.pos[i] = i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1
+            batch.n_tokens = n
+            rc = L.llama_decode(self.ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed ({rc})")
+            out = np.empty((n, self.n_vocab), dtype=np.float32)
+            for i in range(n):
+                out[i] = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
+            return out
+        finally:
+            L.llama_batch_free(batch)
 
     def decode(self, first: int, n_gen: int) -> float:
         """Seconds for n_gen greedy steps after a one-token context (sampling included)."""

@@ -28,7 +28,24 @@ class Metadata(Mapping[str, Any]):
     of bytes for string arrays."""
 
     def __init__(self, model: "Model"):
-        self._model = model
+        # a weak reference: Model -> Metadata -> Model would be a cycle that
+        # keeps the file mapped after `del model` until the cyclic GC runs
+        self._model_ref = weakref.ref(model)
+
+    @property
+    def _model(self) -> "Model":
+        m = self._model_ref()
+        if m is None:
+            raise StateError("the model of this metadata is gone")
+        return m
+
+    @staticmethod
+    def _key(key: object) -> bytes:
+        """key as the C API's NUL-terminated ASCII; KeyError for anything no
+        metadata key can be (keys are ASCII, docs/FORMAT.md)."""
+        if not isinstance(key, str) or "\0" in key or not key.isascii():
+            raise KeyError(key)
+        return key.encode("ascii")
 
     def __len__(self) -> int:
         return int(_lib.lib.cism_model_meta_count(self._model._h()))
@@ -41,16 +58,20 @@ class Metadata(Mapping[str, Any]):
                 yield k.decode("ascii")
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.type(key) != _lib.META_NONE
+        try:
+            return self.type(key) != _lib.META_NONE  # type: ignore[arg-type]
+        except KeyError:
+            return False
 
     def type(self, key: str) -> int:
-        """The CISM_META_* type of `key` (META_NONE when absent)."""
-        return int(_lib.lib.cism_model_meta_type(self._model._h(), key.encode("ascii", "replace")))
+        """The CISM_META_* type of `key` (META_NONE when absent; KeyError for a
+        key that is not an ASCII str without NUL)."""
+        return int(_lib.lib.cism_model_meta_type(self._model._h(), self._key(key)))
 
     def __getitem__(self, key: str) -> Any:
+        k = self._key(key)
         h = self._model._h()
         t = self.type(key)
-        k = key.encode("ascii")
         if t == _lib.META_NONE:
             raise KeyError(key)
         if t == _lib.META_INT:
@@ -114,6 +135,9 @@ class Model:
 
     def __init__(self, path: PathLike, *, use_mmap: bool = True, check_weights: bool = False):
         self.path = os.fspath(path)
+        if ("\0" if isinstance(self.path, str) else b"\0") in self.path:
+            # the C API takes a NUL-terminated path: it would open another file
+            raise ValueError(f"model path {self.path!r} contains a NUL character")
         h = _lib.cism_model_p()
         with Params(use_mmap=int(use_mmap), check_weights=int(check_weights)) as p:
             check(_lib.lib.cism_model_load(os.fsencode(self.path), p.handle, ctypes.byref(h)))
@@ -230,4 +254,16 @@ class Model:
         except BaseException:
             session.close()
             raise
+
+    def create_chat_completion(self, messages, **kwargs):
+        """An OpenAI-style chat completion of `messages` ([{"role", "content"}])
+        in the model's own chat template, as llama-cpp-python's: a
+        "chat.completion" dict, or with stream=True an iterator of
+        "chat.completion.chunk" dicts. Keyword arguments (max_tokens,
+        temperature, top_p, top_k, min_p, repeat_penalty, seed, stop, ...):
+        see cism.chat.create_chat_completion."""
+        from .chat import create_chat_completion
+        return create_chat_completion(self, messages, **kwargs)
+
+    chat = create_chat_completion
 

@@ -18,8 +18,9 @@ from . import format as fmt
 
 DTYPE_Q8, DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S = 3, 4, 5, 6, 7  # cism.h's cism_dtype values
 DTYPE_Q8X16, DTYPE_Q4SX16 = 8, 9  # the same values as q8 / q4s, 16 rows interleaved
+DTYPE_Q4A = 10  # asymmetric 4-bit: fp16 scale + fp16 minimum per 32 (GGUF Q4_1's bytes)
 QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S,
-                "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16}
+                "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16, "q4a": DTYPE_Q4A}
 # the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
 # that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
 INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16"}
@@ -49,6 +50,18 @@ def x16_group_offsets(dtype: int, cols: int) -> Tuple[list, list]:
     return codes, scales
 
 
+def dtype_id(dtype) -> int:
+    """A dtype as cism.h's number: an int as it is, or a name ("q8", "q4a", "f16", ...)."""
+    if isinstance(dtype, str):
+        names = {**{v: k for k, v in fmt.DTYPE_NAMES.items()}, **QUANT_DTYPES}
+        if dtype not in names:
+            raise ValueError(f"unknown dtype {dtype!r} (one of: {', '.join(sorted(names, key=names.get))})")
+        return names[dtype]
+    if isinstance(dtype, (bool, np.bool_)) or not isinstance(dtype, (int, np.integer)):
+        raise TypeError(f"dtype must be a name or a cism dtype number, not {type(dtype).__name__}")
+    return int(dtype)
+
+
 def row_bytes(dtype: int, cols: int) -> int:
     if dtype == fmt.DTYPE_F32:
         return 4 * cols
@@ -68,16 +81,18 @@ def block_size(dtype: int) -> int:
     return int(_lib.lib.cism_dtype_block_size(dtype))
 
 
-def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = None, n_threads: int = 0,
+def quantize(arr: np.ndarray, dtype, importance: Optional[np.ndarray] = None, n_threads: int = 0,
              gram: Optional[np.ndarray] = None) -> np.ndarray:
     """Packed rows (uint8, shape [rows, row_bytes]) of a 2-D float array.
     importance: per-column weights of the scale search's squared error.
     gram: blocks along the diagonal of the inputs' second moments, shape
     [n_blocks, G, G] (Session.act_gram): error-compensating rounding
     (cism_quantize_gram; importance is then unused).
+    dtype: a name ("q8", "q4s", "q4a", ...) or cism.h's number.
     n_threads 0 = the machine's cores (at most 8); the bytes do not depend on it."""
     from . import _lib
     from .errors import check
+    dtype = dtype_id(dtype)
     a = np.ascontiguousarray(arr, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError("quantize: need a 2-D array")
@@ -107,9 +122,11 @@ def quantize(arr: np.ndarray, dtype: int, importance: Optional[np.ndarray] = Non
     return out
 
 
-def dequantize(packed: np.ndarray, dtype: int, cols: int) -> np.ndarray:
+def dequantize(packed: np.ndarray, dtype, cols: int) -> np.ndarray:
+    """f32 rows [rows, cols] of packed rows; dtype a name or cism.h's number, as for quantize."""
     from . import _lib
     from .errors import check
+    dtype = dtype_id(dtype)
     p = np.ascontiguousarray(packed, dtype=np.uint8)
     rows = p.size // row_bytes(dtype, cols)
     out = np.empty((rows, cols), dtype=np.float32)
@@ -168,6 +185,8 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("fp4", "every matrix fp4 (E2M1, blocks of 16, E4M3 scale)", lambda n: "fp4"),
     Recipe("nl4", "every matrix nl4 (16-level codebook, blocks of 32, fp16 scale)", lambda n: "nl4"),
     Recipe("q4s", "every matrix q4s (int4, blocks of 16, E4M3 scale)", lambda n: "q4s"),
+    Recipe("q4a", "every matrix q4a (int4, blocks of 32, fp16 scale + fp16 minimum; GGUF Q4_1's bytes)",
+           lambda n: "q4a"),
     Recipe("4bit", f"the default 4-bit recipe: embeddings/output head q8, every other matrix {BEST4}; "
                    f"calibrated: the embeddings/head q8 only when they hold at most {100 * EMBED_Q8_MAX_SHARE:g}% "
                    f"of the weights, else {BEST4} too",

@@ -9,7 +9,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from . import _lib
-from .errors import StateError, check
+from .errors import StateError, check, token_id
 
 FLOAT_PARAMS: Dict[str, int] = {
     "temperature": _lib.SAMPLER_TEMPERATURE,
@@ -89,7 +89,7 @@ class Sampler:
 
     def accept(self, token: int) -> None:
         """Adds a token to the penalty history."""
-        check(_lib.lib.cism_sampler_accept(self._h(), int(token)))
+        check(_lib.lib.cism_sampler_accept(self._h(), token_id(token)))
 
     def sample(self, logits) -> int:
         """Picks a token from a 1-D float array of logits (not modified). Does not

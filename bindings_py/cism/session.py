@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from .sampler import Sampler
 
 Tokens = Union[Sequence[int], np.ndarray, int]
+# cism_stop_reason -> the finish_reason words of Generation.stop_reason (OpenAI's "length" for both limits)
+STOP_REASONS = {_lib.STOP_EOS: "eos", _lib.STOP_MAX_TOKENS: "length", _lib.STOP_CONTEXT_FULL: "length",
+                _lib.STOP_CALLBACK: "callback", _lib.STOP_CANCELLED: "cancelled"}
 
 
 def _free_session(handle: int) -> None:
@@ -46,7 +49,11 @@ def as_token_array(tokens: Tokens) -> np.ndarray:
 
 
 class _LogitsBuffer:
-    """Exposes borrowed logits memory to numpy and keeps the session alive."""
+    """Exposes borrowed logits memory to numpy and keeps the session alive.
+    Every numpy view (and view of a view) holds it as its base, so while one
+    exists the session counts it (Session._n_views): it then refuses what would free
+    or move that memory (an eval needing more rows, trim) and close() defers
+    freeing the C session until the last view is gone."""
 
     def __init__(self, session: "Session", address: int, shape):
         self.session = session
@@ -63,6 +70,9 @@ class Session:
     set: every tier is tested against "scalar"),
     act_quant (None: the library default, int8 activations and integer dot
     products for packed weights; False: float activations; True: int8).
+    act_outliers (None: the library default, on: with int8 activations the
+    few channels above 8x their row's RMS are computed exactly in float;
+    False: off).
     act_stats (experimental, quantization calibration: 1 sums the squares of
     every matrix's inputs per column, read by act_stats(); G >= 2 also the
     G x G blocks along the diagonal of their Gram matrix, read by act_gram()).
@@ -73,13 +83,14 @@ class Session:
 
     def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  n_batch: Optional[int] = None, logits_all: bool = False, kernel_tier: Union[str, int] = "auto",
-                 act_quant: Optional[bool] = None, act_stats: int = 0):
+                 act_quant: Optional[bool] = None, act_stats: int = 0, act_outliers: Optional[bool] = None):
         self.model = model
         h = _lib.cism_session_p()
         with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
                     logits_all=int(logits_all), kernel_tier=kernel_tier,
                     act_quant=None if act_quant is None else int(act_quant),
-                    act_stats=int(act_stats) if act_stats else None) as p:
+                    act_stats=int(act_stats) if act_stats else None,
+                    act_outliers=None if act_outliers is None else int(act_outliers)) as p:
             check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_session, h.value)
@@ -89,6 +100,9 @@ class Session:
         self.n_rows = 0          # logits rows available from the last eval
         self._cancel = threading.Event()
         self._act_gram_block = int(act_stats)
+        self._n_views = 0        # live logits views (_LogitsBuffer objects)
+        self._logits_cap = 1     # rows of the C logits buffer (it grows with logits_all, trim shrinks it)
+        self.stop_reason: Optional[str] = None  # why the last generate_ids ended
 
     # ---- lifetime ----
     def _h(self) -> int:
@@ -101,9 +115,41 @@ class Session:
         return self._h()
 
     def close(self) -> None:
+        """Frees the session; while logits views of it are alive the memory they
+        show is kept until the last one is gone (the session is closed at once)."""
         with self._lock:
             self._handle = None
+            if not self._n_views:
+                self._finalizer()
+
+    def _new_view(self, address: int, shape) -> np.ndarray:
+        buf = _LogitsBuffer(self, address, shape)
+        self._n_views += 1
+        weakref.finalize(buf, self._view_gone)
+        return np.asarray(buf)
+
+    def _view_gone(self) -> None:
+        # the last view of a closed session frees it (close() left that to it)
+        self._n_views -= 1
+        if not self._n_views and not self._handle:
             self._finalizer()
+
+    def _guard_views(self, why: str) -> None:
+        """StateError if a logits view is alive: `why` would free or move its memory."""
+        n = self._n_views
+        if n:
+            raise StateError(f"{why}, which would free the memory that {n} logits view(s) of this session still "
+                             "show: copy them (np.array(view), or use logits()) or delete them first")
+
+    def trim(self) -> None:
+        """Frees the scratch buffers and every logits row but the last
+        (cism_session_trim); the conversation continues."""
+        with self._lock:
+            if self._logits_cap > 1:
+                self._guard_views("trim() shrinks the logits buffer")
+            check(_lib.lib.cism_session_trim(self._h()))
+            self._logits_cap = 1
+            self.n_rows = min(self.n_rows, 1)
 
     @property
     def closed(self) -> bool:
@@ -189,10 +235,29 @@ class Session:
             self._cancel.clear()
             self._eval_locked(a)
 
+    def _grows_logits(self, n_tokens: int) -> None:
+        """Before evaluating n_tokens: refuses if that moves the logits buffer under a live view."""
+        if self.logits_all and n_tokens > self._logits_cap:
+            self._guard_views(f"evaluating {n_tokens} tokens with logits_all needs a larger logits buffer")
+
+    def _grown_logits(self, n_tokens: int, status: int) -> None:
+        """After an eval call: the C buffer has grown unless the call was refused before that."""
+        if self.logits_all and status not in (_lib.ERR_INVALID_ARG, _lib.ERR_TOKEN_RANGE, _lib.ERR_CONTEXT_FULL,
+                                              _lib.ERR_OUT_OF_MEMORY):
+            self._logits_cap = max(self._logits_cap, n_tokens)
+
     def _eval_locked(self, a: np.ndarray) -> None:
+        h, n = self._h(), int(a.size)
+        self._grows_logits(n)
+        before, prev_rows = int(_lib.lib.cism_session_n_past(h)), self.n_rows
         self.n_rows = 0
-        check(_lib.lib.cism_session_eval(self._h(), a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(a.size)))
-        self.n_rows = int(a.size) if self.logits_all else 1
+        st = _lib.lib.cism_session_eval(h, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n)
+        self._grown_logits(n, st)
+        if st == _lib.ERR_CANCELLED:  # whole chunks were kept, with the logits of the last kept token
+            kept = int(_lib.lib.cism_session_n_past(h)) - before
+            self.n_rows = prev_rows if kept == 0 else (kept if self.logits_all else 1)
+        check(st)
+        self.n_rows = n if self.logits_all else 1
 
     def _logits_ptr(self, index: int):
         ptr = ctypes.POINTER(ctypes.c_float)()
@@ -206,13 +271,16 @@ class Session:
         return self.logits_view(index).copy()
 
     def logits_view(self, index: int = -1) -> np.ndarray:
-        """A read-only view of the logits without copying. It is valid only
-        until the next eval/reset/rewind/generate on this session (it then
-        shows other numbers); it keeps the session alive."""
+        """A read-only view of the logits without copying. Its numbers are
+        those of the last eval only until the next eval/reset/rewind/generate
+        on this session (it then shows other numbers); its memory stays valid:
+        while it is alive, close() keeps the memory until the view is gone, and
+        an eval that needs a larger logits buffer (logits_all) or trim() raise
+        StateError instead of freeing it."""
         with self._lock:
             ptr, n = self._logits_ptr(index)
             address = ctypes.cast(ptr, ctypes.c_void_p).value
-        return np.asarray(_LogitsBuffer(self, address, (n,)))
+            return self._new_view(address, (n,))
 
     def all_logits(self) -> np.ndarray:
         """A copy of every row of the last eval, shape [n_tokens, vocab]
@@ -225,6 +293,18 @@ class Session:
             ptr, n = self._logits_ptr(0)
             address = ctypes.cast(ptr, ctypes.c_void_p).value
             return np.asarray(_LogitsBuffer(self, address, (self.n_rows, n))).copy()
+
+    def all_logits_view(self) -> np.ndarray:
+        """Like all_logits, but a read-only view without copying, valid only
+        until the next eval/reset/rewind/generate on this session."""
+        if not self.logits_all:
+            raise StateError("all_logits_view() needs a session created with logits_all=True")
+        with self._lock:
+            if self.n_rows == 0:
+                raise StateError("no logits: nothing has been evaluated since the last reset")
+            ptr, n = self._logits_ptr(0)
+            address = ctypes.cast(ptr, ctypes.c_void_p).value
+            return self._new_view(address, (self.n_rows, n))
 
     # ---- generation ----
     def generate(self, prompt: Union[str, Tokens], max_tokens: int = 128, **kwargs):
@@ -241,10 +321,13 @@ class Session:
 
     def generate_ids(self, prompt: Tokens, max_tokens: int, sampler: "Sampler", *, ignore_eos: bool = False,
                      callback: Optional[Callable[[int], Optional[bool]]] = None) -> List[int]:
-        """Runs the whole loop in C (cism_generate) and returns the generated ids.
-        `callback(token)` is called for each; returning True stops. Raises
-        CancelledError / ContextFullError like the C function (the ids produced
-        so far are in the exception's `tokens` attribute)."""
+        """Runs the whole loop in C (cism_generate_v2) and returns the generated ids.
+        `callback(token)` is called for each; returning True stops. Afterwards
+        `self.stop_reason` says why it ended: "eos", "length" (max_tokens
+        reached or the context full, as OpenAI's finish_reason) or "callback".
+        A prompt that does not fit in the context raises ContextFullError
+        before anything is evaluated; cancel() raises CancelledError (the ids
+        produced so far are in the exception's `tokens` attribute)."""
         a = as_token_array(prompt)
         out: List[int] = []
         error: List[BaseException] = []
@@ -261,13 +344,18 @@ class Session:
 
         cb = _lib.cism_token_callback(on_token)
         n = ctypes.c_int32()
+        why = ctypes.c_int32()
         with self._lock:
+            self._grows_logits(int(a.size))
             self._cancel.clear()
             self.n_rows = 0
-            st = _lib.lib.cism_generate(self._h(), sampler.handle, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-                                        int(a.size), int(max_tokens), _lib.GENERATE_IGNORE_EOS if ignore_eos else 0,
-                                        cb, None, ctypes.byref(n))
+            st = _lib.lib.cism_generate_v2(self._h(), sampler.handle,
+                                           a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), int(a.size),
+                                           int(max_tokens), _lib.GENERATE_IGNORE_EOS if ignore_eos else 0,
+                                           cb, None, ctypes.byref(n), ctypes.byref(why))
+            self._grown_logits(int(a.size), st)
             self.n_rows = 1 if self.n_past > 0 else 0
+            self.stop_reason = STOP_REASONS.get(why.value)
         if error:
             raise error[0]
         try:

@@ -18,7 +18,7 @@ import weakref
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from . import _lib
-from .errors import check
+from .errors import TokenRangeError, check, token_id
 
 if TYPE_CHECKING:
     from .model import Model
@@ -45,6 +45,13 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         raise NotImplementedError
+
+    @property
+    def n_ids(self) -> int:
+        """1 + the largest id the tokenizer knows: text generation samples only
+        ids below it (a file's embedding may have more rows than the tokenizer
+        has tokens, docs/FORMAT.md)."""
+        return self.vocab_size
 
     def incremental_decoder(self, context: Sequence[int] = ()) -> "IncrementalDecoder":
         """A decoder for streaming: feed ids one at a time, get text that is
@@ -74,7 +81,7 @@ class IncrementalDecoder:
         self.read = len(ctx)     # ids before this index have been emitted
 
     def push(self, token: int) -> str:
-        self.ids.append(int(token))
+        self.ids.append(token_id(token))
         return self._emit(final=False)
 
     def flush(self) -> str:
@@ -139,11 +146,25 @@ class HFTokenizer(Tokenizer):
             ids = [self.bos_id] + ids
         return ids
 
+    @property
+    def n_ids(self) -> int:
+        if getattr(self, "_n_ids", None) is None:
+            vocab = self.hf.get_vocab(with_added_tokens=True)
+            self._n_ids = max(vocab.values()) + 1 if vocab else 0
+        return self._n_ids
+
+    def _id(self, token) -> int:
+        t = token_id(token)
+        n = self.n_ids
+        if t >= n:
+            raise TokenRangeError(f"token {t} is outside the tokenizer's vocabulary (0..{n - 1})")
+        return t
+
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+        return self.hf.decode([self._id(i) for i in ids], skip_special_tokens=skip_special)
 
     def token_text(self, token: int) -> Optional[str]:
-        return self.hf.id_to_token(int(token))
+        return self.hf.id_to_token(self._id(token))
 
 
 class CTokenizer(Tokenizer):
@@ -159,7 +180,9 @@ class CTokenizer(Tokenizer):
         check(_lib.lib.cism_detokenizer_create(model.handle, 0, ctypes.byref(keeper)))
         self._model_h = model.handle
         self._finalizer = weakref.finalize(self, _free_detok, keeper.value)
-        self._n_tokens = sum(1 for f in model.metadata["tokenizer.token_flags"] if f)
+        flags = model.metadata["tokenizer.token_flags"]
+        self._n_tokens = sum(1 for f in flags if f)
+        self._n_ids = len(flags)
         self.bos_id = model.bos_id
         self.eos_ids = model.eos_ids
         if add_bos is None:
@@ -181,6 +204,10 @@ class CTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self._n_tokens
 
+    @property
+    def n_ids(self) -> int:
+        return self._n_ids
+
     def encode(self, text: str, add_bos: Optional[bool] = None, parse_special: bool = True) -> List[int]:
         ids = self._encode(text, _lib.TOKENIZE_PARSE_SPECIAL if parse_special else 0) if text else []
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id >= 0:
@@ -188,7 +215,7 @@ class CTokenizer(Tokenizer):
         return ids
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        arr = (ctypes.c_int32 * max(len(ids), 1))(*[int(i) for i in ids])
+        arr = (ctypes.c_int32 * max(len(ids), 1))(*[token_id(i) for i in ids])
         n = ctypes.c_size_t()
         flags = _lib.DETOKENIZE_SKIP_SPECIAL if skip_special else 0
         st = _lib.lib.cism_detokenize(self._model_h, arr, len(ids), flags, None, 0, ctypes.byref(n))
@@ -200,7 +227,7 @@ class CTokenizer(Tokenizer):
 
     def token_text(self, token: int) -> Optional[str]:
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        if _lib.lib.cism_token_to_piece(self._model_h, int(token), ctypes.byref(p), ctypes.byref(n)) != _lib.OK:
+        if _lib.lib.cism_token_to_piece(self._model_h, token_id(token), ctypes.byref(p), ctypes.byref(n)) != _lib.OK:
             return None
         return ctypes.string_at(p, n.value).decode("utf-8")
 
@@ -234,7 +261,7 @@ class CIncrementalDecoder:
         return ctypes.string_at(p, n.value).decode("utf-8") if n.value else ""
 
     def push(self, token: int) -> str:
-        return self._push(token)
+        return self._push(token_id(token))
 
     def flush(self) -> str:
         p, n = ctypes.c_void_p(), ctypes.c_size_t()

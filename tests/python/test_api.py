@@ -209,10 +209,13 @@ def test_bad_eval_input_leaves_session_unchanged(model):
 def test_session_params_refused(model):
     with pytest.raises(cism.InvalidArgumentError, match="larger than the model's 256"):
         model.session(n_ctx=257)
-    with pytest.raises(cism.InvalidArgumentError, match="out of range"):
+    with pytest.raises(cism.InvalidArgumentError, match="KV cache type .kv_type. bf16 is not supported"):
         model.session(kv_type="bf16")
-    with pytest.raises(cism.InvalidArgumentError):
+    with pytest.raises(cism.InvalidArgumentError, match=r"thread count \(n_threads\) -1 is out of range"):
         model.session(n_threads=-1)
+    with pytest.raises(cism.InvalidArgumentError, match=r"context length \(n_ctx\) -3 is out of range") as ei:
+        model.session(n_ctx=-3)
+    assert "parameter" not in str(ei.value) and "cism_params_set_int" not in str(ei.value)
     with pytest.raises(TypeError):
         cism.params.Params(bogus=1)
 
@@ -280,9 +283,19 @@ def test_generate_ids_callback_stop_and_errors(model):
         with pytest.raises(KeyError):
             s.generate_ids([7], 5, cism.Sampler(), ignore_eos=True, callback=boom)
     with model.session(n_ctx=10) as s:
-        with pytest.raises(cism.ContextFullError) as ei:
-            s.generate_ids([1, 2, 3], 20, cism.Sampler(), ignore_eos=True)
-        assert len(ei.value.tokens) == 8  # 3 + 7 evaluated, the 8th did not fit
+        # a full context ends generation normally (cism_generate_v2), like max_tokens
+        out = s.generate_ids([1, 2, 3], 20, cism.Sampler(), ignore_eos=True)
+        assert len(out) == 8 and s.stop_reason == "length" and s.n_past == 10  # 3 + 7 evaluated, the 8th reported
+        assert s.generate_ids([], 3, cism.Sampler(), ignore_eos=True) and s.stop_reason == "length"
+        s.reset()
+        assert len(s.generate_ids([1], 2, cism.Sampler(), ignore_eos=True)) == 2 and s.stop_reason == "length"
+        assert len(s.generate_ids([], 9, cism.Sampler(), ignore_eos=True, callback=lambda t: True)) == 1
+        assert s.stop_reason == "callback"
+        s.reset()
+        # a prompt that does not fit is refused before anything is evaluated
+        with pytest.raises(cism.ContextFullError, match="prompt is 11 tokens") as ei:
+            s.generate_ids(list(range(1, 12)), 5, cism.Sampler(), ignore_eos=True)
+        assert ei.value.tokens == [] and s.n_past == 0
 
 
 # ---- text ----------------------------------------------------------------------------
@@ -348,18 +361,17 @@ def test_model_generate_closes_its_session(model):
     assert gen.session.closed
     with pytest.raises(ValueError, match="empty prompt"):
         model.generate([], 5)
-    with pytest.raises(cism.ContextFullError):
-        "".join(model.generate([1, 2], 300, n_ctx=64, ignore_eos=True))
+    gen = model.generate([1, 2], 300, n_ctx=64, ignore_eos=True)
+    "".join(gen)  # the context fills: a normal end
+    assert gen.stop_reason == "length" and gen.context_full and len(gen.tokens) == 63 and gen.session.closed
 
 
 def test_generation_context_full_after_yielding(model):
     with model.session(n_ctx=12) as s:
         gen = s.generate_tokens([1, 2, 3, 4], 50, ignore_eos=True)
-        got = []
-        with pytest.raises(cism.ContextFullError, match="context full"):
-            for t in gen:
-                got.append(t)
+        got = list(gen)  # no exception: the full context is a stop reason
         assert len(got) == 9 and s.n_past == 12
+        assert gen.stop_reason == "length" and gen.context_full
 
 
 # ---- cancellation -------------------------------------------------------------------

@@ -23,7 +23,7 @@ need_llama = pytest.mark.skipif(not HAVE, reason="llama-cpp-python / gguf (the c
 
 def test_missing_extra_is_explained(monkeypatch, run_cli, tmp_path):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)   # as if not installed
-    with pytest.raises(lc.MissingExtra, match=r"cism\[compare\]"):
+    with pytest.raises(lc.MissingExtra, match=r"bindings_py\[compare\]"):
         lc.require()
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -31,7 +31,7 @@ def test_missing_extra_is_explained(monkeypatch, run_cli, tmp_path):
     path = os.pathsep.join([str(fake)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     p = run_cli("bench", "--preset", "tiny", "--vs", "llama.cpp", "-p", "8", "-n", "2", "-r", "1",
                 env={"CISM_CACHE_DIR": str(tmp_path), "PYTHONPATH": path}, check=False)
-    assert p.returncode == 1 and "cism[compare]" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 1 and "pip install './bindings_py[compare]'" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 @need_llama

@@ -43,6 +43,8 @@ def test_installed_cli_runs(fresh_install):
     # the library comes from the new environment, not from this checkout
     p = _run([str(venv / "bin" / "python"), "-c", "import cism._lib as l; print(l.lib._name)"], cwd=str(tmp), env=env)
     assert p.stdout.strip().startswith(str(venv)), p.stdout
+    # jinja2 comes with the package: a model's chat template can always be rendered
+    _run([str(venv / "bin" / "python"), "-c", "import jinja2, cism.chat"], cwd=str(tmp), env=env)
     p = _run([cism, "bench", "--preset", "tiny", "-p", "16", "-n", "4", "-r", "1"], cwd=str(tmp), env=env)
     assert "prefill" in p.stdout and "decode" in p.stdout
     p = _run([str(venv / "bin" / "python"), "-m", "cism", "--version"], cwd=str(tmp), env=env)

@@ -131,9 +131,10 @@ public actor Session {
 
     /// Evaluates `prompt` (may be empty to continue) and streams up to
     /// `maxTokens` sampled token ids. The stream finishes at an
-    /// end-of-generation token (reported, not evaluated) or after maxTokens;
+    /// end-of-generation token (reported, not evaluated), after maxTokens or
+    /// when the context is full (a normal end, as in cism_generate_v2);
     /// it throws `CancellationError` when cancelled and `CismError` on
-    /// failure (`.contextFull` when the context has no room left).
+    /// failure (`.contextFull` when the prompt does not fit in the room left).
     public nonisolated func generate(prompt: [Int32], maxTokens: Int, sampler: Sampler,
                                      ignoreEndOfText: Bool = false) -> AsyncThrowingStream<Int32, Error> {
         let native = self.native
@@ -252,7 +253,7 @@ final class NativeSession: @unchecked Sendable {
         if history.count > position { history.removeSubrange(position...) }
     }
 
-    /// Runs cism_generate; returns nil on success or the error that ends the stream.
+    /// Runs cism_generate_v2; returns nil on success or the error that ends the stream.
     func generate(prompt: [Int32], maxTokens: Int, sampler: Sampler, ignoreEndOfText: Bool,
                   onToken: @escaping (Int32) -> Bool) -> Error? {
         sampler.lock.lock()
@@ -262,8 +263,8 @@ final class NativeSession: @unchecked Sendable {
         let flags: UInt32 = ignoreEndOfText ? UInt32(CISM_GENERATE_IGNORE_EOS) : 0
         let status = withExtendedLifetime(sink) {
             prompt.withUnsafeBufferPointer { p in
-                cism_generate(pointer, sampler.handle, p.baseAddress, Int32(p.count), Int32(clamping: maxTokens), flags,
-                              tokenTrampoline, Unmanaged.passUnretained(sink).toOpaque(), &produced)
+                cism_generate_v2(pointer, sampler.handle, p.baseAddress, Int32(p.count), Int32(clamping: maxTokens), flags,
+                                 tokenTrampoline, Unmanaged.passUnretained(sink).toOpaque(), &produced, nil)
             }
         }
         var error: Error?
