@@ -663,3 +663,43 @@ def test_real_model_tokenizer_equals_hf(real_imported, shared_models):
             n_tokens += len(want)
         assert n_tokens > 20000
         assert ctok.decode(hf.encode("Hello, world! 123").ids) == "Hello, world! 123"
+
+
+# ---------------------------------------------------------------------------
+# files llama.cpp's own quantizer wrote (needs the compare extra: llama-cpp-python
+# built from source; a heavy peer, so not installed in every CI run: run with
+# `pip install './bindings_py[compare]'`, docs/GGUF.md records the last run)
+
+LLAMA_FTYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K"]
+LOSSLESS_SRC = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0"}
+
+
+@pytest.mark.parametrize("ftype", LLAMA_FTYPES)
+@pytest.mark.parametrize("model", MODELS)
+def test_llama_model_quantize_files(gp, hf_to_gguf, tmp_path, model, ftype):
+    pytest.importorskip("llama_cpp")
+    from cism.llamacpp import quantize_gguf
+    src = str(tmp_path / f"{ftype}.gguf")
+    quantize_gguf(hf_to_gguf(model, "f32"), src, ftype)
+    out = str(tmp_path / "m.cism")
+    rep = convert(src, out, progress=None)
+    r = gp.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    n_heads = int(r.fields[f"{arch}.attention.head_count"].contents())
+    n_kv = int(r.fields[f"{arch}.attention.head_count_kv"].contents())
+    cf = fmt.CismFile(out)
+    types = {}
+    for t in r.tensors:
+        name = t.name[:-len(".weight")]
+        src_t, stored, how = rep.gguf_tensors[name]
+        types[src_t] = types.get(src_t, 0) + 1
+        assert src_t == t.tensor_type.name
+        ref = hf_rows_of(gp, t, arch, n_heads, n_kv)
+        got = stored_values(cf, name).reshape(ref.shape)
+        if src_t in LOSSLESS_SRC:
+            assert how == "lossless" and np.array_equal(ref.view(np.uint32), got.view(np.uint32)), (name, src_t, stored)
+        else:
+            assert how == "requantized", (name, src_t, how)
+            tol = np.abs(ref).reshape(ref.shape[0], -1, 32).max(axis=2, keepdims=True) / 127 * 0.5 * 1.001
+            assert np.all(np.abs(ref - got).reshape(tol.shape[0], -1, 32) <= tol + 1e-12), name
+    print(f"\n{model} {ftype}: llama.cpp wrote {types}; stored {sorted(set(rep.tensors.values()))}")
