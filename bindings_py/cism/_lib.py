@@ -380,6 +380,14 @@ _fn("cism_generate_v2", c_int32, cism_session_p, cism_sampler_p, POINTER(c_int32
     cism_token_callback, c_void_p, POINTER(c_int32), POINTER(c_int32))
 
 
+# ---- session state -------------------------------------------------------------
+# cism_status cism_session_save(const cism_session *session, const cism_sampler *sampler, const char *path);
+_fn("cism_session_save", c_int32, cism_session_p, cism_sampler_p, c_char_p)
+# cism_status cism_session_load(cism_session *session, cism_sampler *sampler, const char *path);
+_fn("cism_session_load", c_int32, cism_session_p, cism_sampler_p, c_char_p)
+# cism_status cism_session_tokens(const cism_session *session, int32_t *tokens, int32_t capacity, int32_t *n_tokens);
+_fn("cism_session_tokens", c_int32, cism_session_p, POINTER(c_int32), c_int32, POINTER(c_int32))
+
 def _check_abi() -> None:
     abi = lib.cism_abi_version()
     if abi != ABI_VERSION:

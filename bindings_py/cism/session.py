@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Union
@@ -46,6 +47,13 @@ def as_token_array(tokens: Tokens) -> np.ndarray:
             bad = lo if lo < -2 ** 31 else hi
             raise TokenRangeError(f"token {bad} is outside the vocabulary (it does not even fit in int32)")
     return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _state_path(path) -> bytes:
+    p = os.fspath(path)
+    if (isinstance(p, str) and "\0" in p) or (isinstance(p, bytes) and b"\0" in p):
+        raise ValueError(f"state path {p!r} contains a NUL character")
+    return os.fsencode(p)
 
 
 class _LogitsBuffer:
@@ -188,6 +196,57 @@ class Session:
         with self._lock:
             check(_lib.lib.cism_session_rewind(self._h(), int(n_keep)))
             self.n_rows = 0
+
+    def save(self, path, sampler: Optional["Sampler"] = None) -> None:
+        """Saves the conversation (KV cache rows in use, position and tokens, the last
+        eval's logits and, when given, the sampler's parameters, random
+        generator and penalty history) to `path` (cism_session_save,
+        docs/SESSION_STATE.md). Atomic: a temporary file in the same folder is
+        written, flushed and renamed over `path`; on failure (CismIOError)
+        whatever was at `path` is untouched."""
+        with self._lock:
+            check(_lib.lib.cism_session_save(self._h(), sampler.handle if sampler is not None else None,
+                                             _state_path(path)))
+
+    def load(self, path, sampler: Optional["Sampler"] = None) -> None:
+        """Restores a state written by save() (into `sampler` too when given);
+        the session then continues bit for bit as the saved one would have.
+        Refused, with the session and sampler unchanged: another model
+        (InvalidArgumentError), another KV type (InvalidArgumentError), more
+        positions than n_ctx (ContextFullError), another layout version
+        (UnsupportedError), a truncated or corrupted file (FormatError)."""
+        p = _state_path(path)
+        with self._lock:
+            if self.logits_all:  # the restored rows may need a larger logits buffer
+                self._guard_views("load() may replace the logits buffer")
+            check(_lib.lib.cism_session_load(self._h(), sampler.handle if sampler is not None else None, p))
+            self.n_rows = self._restored_rows()
+            if self.logits_all:
+                self._logits_cap = max(self._logits_cap, self.n_rows)
+
+    def tokens(self) -> List[int]:
+        """The token ids in the context, oldest first (n_past of them; restored
+        by load(), so a resumed conversation knows what it holds)."""
+        with self._lock:
+            n = int(_lib.lib.cism_session_n_past(self._h()))
+            out = np.zeros(max(n, 1), dtype=np.int32)
+            got = ctypes.c_int32()
+            check(_lib.lib.cism_session_tokens(self._h(), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n,
+                                               ctypes.byref(got)))
+            return out[: got.value].tolist()
+
+    def _restored_rows(self) -> int:
+        """Logits rows available after a load: 0 when the state had none, else
+        all of the last eval's (logits_all) or 1."""
+        ptr, n = ctypes.POINTER(ctypes.c_float)(), ctypes.c_int32()
+        if _lib.lib.cism_session_logits(self._h(), -1, ctypes.byref(ptr), ctypes.byref(n)) != _lib.OK:
+            return 0
+        if not self.logits_all:
+            return 1
+        rows = 1
+        while _lib.lib.cism_session_logits(self._h(), rows, ctypes.byref(ptr), ctypes.byref(n)) == _lib.OK:
+            rows += 1
+        return rows
 
     def cancel(self) -> None:
         """Stops a running eval (CancelledError) or generation (ends it) soon.

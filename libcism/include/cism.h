@@ -538,6 +538,46 @@ CISM_API cism_status cism_generate_v2(cism_session *session, cism_sampler *sampl
                                       uint32_t flags, cism_token_callback callback, void *user_data,
                                       int32_t *n_generated, cism_stop_reason *stop_reason);
 
+/* ---- session state that survives the app ----------------------------------
+ * Saves a conversation to a file and restores it into a new session (after the
+ * app was killed, say), which then continues bit for bit as the original would
+ * have (same model file, KV type, kernel tier and ACT_QUANT / ACT_OUTLIERS
+ * settings). The file (docs/SESSION_STATE.md: a versioned little-endian layout
+ * with a CRC-32 over every byte) holds the KV cache rows in use (every layer
+ * and KV head, in the session's KV type), n_past and the token ids at those
+ * positions, the logits rows of the last
+ * eval (every row with CISM_PARAM_LOGITS_ALL, else the last) and, when a
+ * sampler is given, the sampler's whole state: its parameters, random
+ * generator and penalty history. The sampler is saved in the same file, not
+ * through a separate call, so the two cannot get out of step; sampler may be
+ * NULL for a session alone. The whole state is built in memory first (as large
+ * as the KV rows used plus the logits), then written to a new temporary file
+ * in path's folder, flushed to disk and renamed over path: on any failure
+ * whatever was at path is left untouched. */
+CISM_API cism_status cism_session_save(const cism_session *session, const cism_sampler *sampler, const char *path);
+/* Restores a state saved by cism_session_save into session (and, when
+   sampler is not NULL, into sampler; a NULL sampler ignores the file's sampler
+   part). Everything is checked before anything changes: on failure session and
+   sampler are unchanged and the status says why:
+     CISM_ERR_FORMAT       not a state file, truncated, or corrupted (checksum)
+     CISM_ERR_UNSUPPORTED  a state layout version this library does not read
+     CISM_ERR_INVALID_ARG  saved from another model (its fingerprint: header,
+                           metadata, tensor directory and samples of every
+                           tensor's bytes), with another KV type than the
+                           session's, or a sampler was given but the file has
+                           none
+     CISM_ERR_CONTEXT_FULL the state holds more positions than session's n_ctx
+   The session's n_ctx may differ from the saver's as long as n_past fits.
+   With CISM_PARAM_LOGITS_ALL off, only the last saved logits row is restored
+   (as cism_session_trim). Pending cancel requests are not part of the state. */
+CISM_API cism_status cism_session_load(cism_session *session, cism_sampler *sampler, const char *path);
+/* The token ids in the session's context, oldest first (cism_session_n_past of
+   them; saved and restored with the state, so an app that resumes a
+   conversation knows what it holds and can rewind to the prefix its next
+   prompt shares). *n_tokens receives the count; with capacity too small
+   (0 and tokens NULL to ask) the call fails with CISM_ERR_BUFFER_SMALL. */
+CISM_API cism_status cism_session_tokens(const cism_session *session, int32_t *tokens, int32_t capacity, int32_t *n_tokens);
+
 #ifdef __cplusplus
 }
 #endif

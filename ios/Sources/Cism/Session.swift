@@ -124,6 +124,26 @@ public actor Session {
         try await onQueue { try check(cism_session_trim($0.pointer)) }
     }
 
+    /// Saves the conversation to `path` (cism_session_save, docs/SESSION_STATE.md):
+    /// the KV cache rows in use, the position and tokens, the last logits and,
+    /// with a sampler, its parameters, random generator and penalty history.
+    /// Written to a temporary file in the same folder, flushed and renamed over
+    /// `path`: on failure the file at `path` is untouched. Call it when the app
+    /// moves to the background.
+    public func save(to path: String, sampler: Sampler? = nil) async throws {
+        try await onQueue { try $0.save(to: path, sampler: sampler) }
+    }
+
+    /// Restores a state written by `save` (into `sampler` too when given); the
+    /// session then continues bit for bit as the saved one would have, and
+    /// `tokens()` returns the restored context. A state from another model, of
+    /// another layout version or KV type, with more positions than this
+    /// context, or a truncated or corrupted file throws, with the session and
+    /// sampler unchanged.
+    public func load(from path: String, sampler: Sampler? = nil) async throws {
+        try await onQueue { try $0.load(from: path, sampler: sampler) }
+    }
+
     /// Stops a running evaluation or generation soon. Callable from anywhere.
     public nonisolated func cancel() {
         native.cancel()
@@ -243,6 +263,38 @@ final class NativeSession: @unchecked Sendable {
     func rewind(to count: Int, reset: Bool) throws {
         try check(reset ? cism_session_reset(pointer) : cism_session_rewind(pointer, Int32(count)))
         history.removeSubrange(min(count, history.count)...)
+    }
+
+    func save(to path: String, sampler: Sampler?) throws {
+        try refuseNul(path)
+        guard let sampler = sampler else { return try check(cism_session_save(pointer, nil, path)) }
+        sampler.lock.lock()
+        defer { sampler.lock.unlock() }
+        try check(cism_session_save(pointer, sampler.handle, path))
+    }
+
+    func load(from path: String, sampler: Sampler?) throws {
+        try refuseNul(path)
+        if let sampler = sampler {
+            sampler.lock.lock()
+            defer { sampler.lock.unlock() }
+            try check(cism_session_load(pointer, sampler.handle, path))
+        } else {
+            try check(cism_session_load(pointer, nil, path))
+        }
+        let n = Int(cism_session_n_past(pointer))
+        var ids = [Int32](repeating: 0, count: max(n, 1))
+        var got: Int32 = 0
+        let status = ids.withUnsafeMutableBufferPointer { cism_session_tokens(pointer, $0.baseAddress, Int32(n), &got) }
+        try check(status)
+        history = Array(ids.prefix(Int(got)))
+    }
+
+    /// A path with a NUL would name another file in C.
+    private func refuseNul(_ path: String) throws {
+        if path.utf8.contains(0) {
+            throw CismError(code: 1 /* CISM_ERR_INVALID_ARG */, message: "state path contains a NUL character")
+        }
     }
 
     /// Appends what was fed and generated, then trims to what the context holds.

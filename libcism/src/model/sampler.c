@@ -6,6 +6,7 @@
  * temperature <= 0 the choice is the argmax of the penalized logits. */
 #include "cism.h"
 #include "../core/error.h"
+#include "state.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -341,5 +342,86 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
     }
     if (i >= n) i = n - 1;
     *token = ids[i];
+    return CISM_OK;
+}
+
+/* ---- state (state.h; layout in docs/SESSION_STATE.md) ---------------------- */
+#define SAMPLER_STATE_FIXED 88u
+
+static void put_f64(uint8_t *p, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    cism__put_u64(p, u);
+}
+static double get_f64(const uint8_t *p) {
+    uint64_t u = cism__get_u64(p);
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+uint64_t cism__sampler_state_size(const cism_sampler *s) { return SAMPLER_STATE_FIXED + 4u * (uint64_t)s->hist_len; }
+
+void cism__sampler_state_write(const cism_sampler *s, uint8_t *d) {
+    int64_t i, start = s->hist_len < s->last_n ? 0 : s->hist_pos; /* oldest entry of the ring */
+    put_f64(d + 0, s->temperature);
+    put_f64(d + 8, s->top_p);
+    put_f64(d + 16, s->min_p);
+    put_f64(d + 24, s->repeat_penalty);
+    put_f64(d + 32, s->frequency_penalty);
+    put_f64(d + 40, s->presence_penalty);
+    cism__put_u64(d + 48, (uint64_t)s->top_k);
+    cism__put_u64(d + 56, (uint64_t)s->last_n);
+    cism__put_u64(d + 64, s->seed);
+    cism__put_u64(d + 72, s->rng);
+    cism__put_u64(d + 80, (uint64_t)s->hist_len);
+    for (i = 0; i < s->hist_len; i++)
+        cism__put_u32(d + SAMPLER_STATE_FIXED + 4 * i, (uint32_t)s->history[(start + i) % s->last_n]);
+}
+
+cism_status cism__sampler_state_read(cism_sampler *s, const uint8_t *d, uint64_t size, const char *label) {
+    double f[6];
+    int64_t top_k, last_n, hist_len, i;
+    int32_t *h, *hs;
+    if (size < SAMPLER_STATE_FIXED) return cism__fail(CISM_ERR_FORMAT, "%s: the sampler section is too short", label);
+    for (i = 0; i < 6; i++) f[i] = get_f64(d + 8 * i);
+    top_k = (int64_t)cism__get_u64(d + 48);
+    last_n = (int64_t)cism__get_u64(d + 56);
+    hist_len = (int64_t)cism__get_u64(d + 80);
+    for (i = 0; i < 6; i++)
+        if (!isfinite(f[i])) return cism__fail(CISM_ERR_FORMAT, "%s: the sampler section holds a non-finite parameter", label);
+    if (f[0] < 0 || !(f[1] > 0 && f[1] <= 1) || !(f[2] >= 0 && f[2] < 1) || !(f[3] > 0) || top_k < 0 || last_n < 0 ||
+        last_n > 1048576 || hist_len < 0 || hist_len > last_n)
+        return cism__fail(CISM_ERR_FORMAT, "%s: the sampler section holds out-of-range parameters", label);
+    if (size != SAMPLER_STATE_FIXED + 4u * (uint64_t)hist_len)
+        return cism__fail(CISM_ERR_FORMAT, "%s: the sampler section has %llu bytes, its history needs %llu", label,
+                          (unsigned long long)size, (unsigned long long)(SAMPLER_STATE_FIXED + 4u * (uint64_t)hist_len));
+    for (i = 0; i < hist_len; i++)
+        if ((int32_t)cism__get_u32(d + SAMPLER_STATE_FIXED + 4 * i) < 0)
+            return cism__fail(CISM_ERR_FORMAT, "%s: the sampler's history holds a negative token id", label);
+    h = (int32_t *)calloc((size_t)(last_n ? last_n : 1), sizeof(int32_t));
+    hs = (int32_t *)calloc((size_t)(last_n ? last_n : 1), sizeof(int32_t));
+    if (!h || !hs) {
+        free(h);
+        free(hs);
+        return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory for the sampler's history", label);
+    }
+    for (i = 0; i < hist_len; i++) h[i] = (int32_t)cism__get_u32(d + SAMPLER_STATE_FIXED + 4 * i);
+    free(s->history);
+    free(s->hsort);
+    s->history = h;
+    s->hsort = hs;
+    s->temperature = f[0];
+    s->top_p = f[1];
+    s->min_p = f[2];
+    s->repeat_penalty = f[3];
+    s->frequency_penalty = f[4];
+    s->presence_penalty = f[5];
+    s->top_k = top_k;
+    s->last_n = last_n;
+    s->seed = cism__get_u64(d + 64);
+    s->rng = cism__get_u64(d + 72);
+    s->hist_len = hist_len;
+    s->hist_pos = last_n ? hist_len % last_n : 0;
     return CISM_OK;
 }

@@ -93,6 +93,7 @@ void cism_session_free(cism_session *s) {
     free(s->v_cache);
     scratch_free(s);
     free(s->logits);
+    free(s->tokens);
     cism__act_stats_free(s);
     cism__model_release(s->model);
     free(s);
@@ -140,7 +141,7 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
-    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4;
+    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4;
     if (with_scratch) b += scratch_floats(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant) * 4;
     return b;
 }
@@ -236,6 +237,8 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     }
     s->logits = (float *)alloc_floats(hp->vocab, &failed);
     s->logits_cap = 1;
+    s->tokens = (int32_t *)calloc((size_t)sh.n_ctx, sizeof(int32_t));
+    if (!s->tokens) failed = 1;
     if (params->act_stats && cism__act_stats_init(s, params->act_stats)) failed = 1;
     if (failed) {
         cism_session_free(s);
@@ -358,6 +361,7 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0);
         if (st == CISM_ERR_CANCELLED) return keep_completed(s, tokens, n_tokens, done, prev_rows, prev_last);
         if (st != CISM_OK) return st;
+        memcpy(s->tokens + s->n_past, tokens + done, (size_t)nt * sizeof(int32_t));
         s->n_past += (int32_t)nt;
         if (s->chunk_hook) s->chunk_hook(s, done + nt, s->chunk_hook_data);
     }
@@ -398,6 +402,17 @@ cism_status cism_session_logits(cism_session *s, int32_t index, const float **lo
 }
 
 int32_t cism_session_n_past(const cism_session *s) { return s ? s->n_past : 0; }
+
+cism_status cism_session_tokens(const cism_session *s, int32_t *tokens, int32_t capacity, int32_t *n_tokens) {
+    cism__clear_error();
+    if (!s || !n_tokens) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_tokens: NULL argument");
+    *n_tokens = s->n_past;
+    if (capacity < s->n_past || (!tokens && s->n_past > 0))
+        return cism__fail(CISM_ERR_BUFFER_SMALL, "the session holds %d tokens; the buffer has room for %d", (int)s->n_past,
+                          (int)(capacity > 0 ? capacity : 0));
+    if (s->n_past > 0) memcpy(tokens, s->tokens, (size_t)s->n_past * sizeof(int32_t));
+    return CISM_OK;
+}
 int32_t cism_session_n_ctx(const cism_session *s) { return s ? (int32_t)s->n_ctx : 0; }
 
 void cism_session_cancel(cism_session *s) {

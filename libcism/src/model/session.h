@@ -45,6 +45,8 @@ struct cism_session {
     int64_t *act_rows, *act_off;
     int64_t act_gram_block;
 
+    int32_t *tokens; /* [n_ctx] the ids at positions 0..n_past-1 (cism_session_tokens, state.c) */
+
     float *logits;   /* [logit_rows][vocab] */
     int64_t logits_cap;   /* rows allocated */
     int32_t logit_rows;   /* rows valid after the last eval */

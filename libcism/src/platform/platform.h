@@ -26,6 +26,13 @@ void cism__file_view_settle(cism__file_view *view);
 /* 1 if a regular file exists at path. */
 int  cism__file_exists(const char *path);
 
+/* Writes size bytes to path atomically: a new uniquely named temporary file in
+   path's folder is written, flushed to disk (fsync / FlushFileBuffers) and
+   renamed over path (then the folder is synced where the OS allows). On
+   failure the temporary file is removed, whatever was at path is untouched,
+   -1 is returned and errbuf holds the OS reason; 0 on success. */
+int  cism__file_write_atomic(const char *path, const void *data, uint64_t size, char *errbuf, size_t errlen);
+
 /* ---- residency of a memory range (weights) --------------------------------- *
  * The range may start and end anywhere; the calls work on the pages it touches.
  * They return CISM__MEM_OK or another code with the OS reason in errbuf. */

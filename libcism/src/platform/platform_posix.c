@@ -319,6 +319,74 @@ int cism__file_exists(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* ---- atomic file write ------------------------------------------------------ */
+int cism__file_write_atomic(const char *path, const void *data, uint64_t size, char *errbuf, size_t errlen) {
+    size_t plen = strlen(path), dlen = plen;
+    char *tmp, *dir;
+    const uint8_t *p = (const uint8_t *)data;
+    uint64_t done = 0;
+    int fd, dfd;
+    while (dlen > 0 && path[dlen - 1] != '/') dlen--;
+    tmp = (char *)malloc(plen + 16);
+    dir = (char *)malloc(dlen + 2);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp-XXXXXX", 12);  /* unique (mkstemp), in the same folder: rename stays atomic */
+    fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(errbuf, errlen, "cannot create a temporary file next to '%s': %s", path, strerror(errno));
+        free(tmp);
+        free(dir);
+        return -1;
+    }
+    while (done < size) {
+        size_t chunk = size - done > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)(size - done);
+        ssize_t n = write(fd, p + done, chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            snprintf(errbuf, errlen, "cannot write '%s': %s", tmp, n < 0 ? strerror(errno) : "no progress");
+            goto fail;
+        }
+        done += (uint64_t)n;
+    }
+    if (fsync(fd) != 0) {
+        snprintf(errbuf, errlen, "cannot flush '%s' to disk: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        snprintf(errbuf, errlen, "cannot close '%s': %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        snprintf(errbuf, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    /* the rename itself reaches the disk once the folder is synced (best effort) */
+    if (dlen == 0) memcpy(dir, ".", 2);
+    else { memcpy(dir, path, dlen); dir[dlen] = 0; }
+    dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    free(tmp);
+    free(dir);
+    return 0;
+fail:
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    free(tmp);
+    free(dir);
+    return -1;
+}
+
 /* ---- threads --------------------------------------------------------------- */
 struct cism__thread { pthread_t tid; cism__thread_fn fn; void *arg; };
 

@@ -120,6 +120,53 @@ int cism__file_exists(const char *path) {
     return a != INVALID_FILE_ATTRIBUTES && !(a & FILE_ATTRIBUTE_DIRECTORY);
 }
 
+/* ---- atomic file write ------------------------------------------------------ */
+int cism__file_write_atomic(const char *path, const void *data, uint64_t size, char *errbuf, size_t errlen) {
+    static volatile LONG counter = 0;
+    size_t plen = strlen(path);
+    char *tmp = (char *)malloc(plen + 48);
+    wchar_t *wtmp = NULL, *wpath = NULL;
+    HANDLE file = INVALID_HANDLE_VALUE;
+    const uint8_t *p = (const uint8_t *)data;
+    uint64_t done = 0;
+    int ok = 0, attempt;
+    if (!tmp) { snprintf(errbuf, errlen, "out of memory"); return -1; }
+    wpath = utf8_to_wide(path);
+    if (!wpath) { snprintf(errbuf, errlen, "invalid path '%s' (not UTF-8)", path); free(tmp); return -1; }
+    for (attempt = 0; attempt < 100 && file == INVALID_HANDLE_VALUE; attempt++) {
+        snprintf(tmp, plen + 48, "%s.tmp-%lu-%ld", path, (unsigned long)GetCurrentProcessId(),
+                 (long)InterlockedIncrement(&counter));
+        free(wtmp);
+        wtmp = utf8_to_wide(tmp);
+        if (!wtmp) break;
+        file = CreateFileW(wtmp, GENERIC_WRITE, 0, NULL, CREATE_NEW, FILE_ATTRIBUTE_NORMAL, NULL);
+        if (file == INVALID_HANDLE_VALUE && GetLastError() != ERROR_FILE_EXISTS) break;
+    }
+    if (file == INVALID_HANDLE_VALUE) {
+        win_error(errbuf, errlen, "cannot create a temporary file next to", path);
+        free(wtmp); free(wpath); free(tmp);
+        return -1;
+    }
+    while (done < size) {
+        DWORD chunk = size - done > ((uint64_t)1 << 30) ? (DWORD)1 << 30 : (DWORD)(size - done), n = 0;
+        if (!WriteFile(file, p + done, chunk, &n, NULL) || n == 0) { win_error(errbuf, errlen, "cannot write", tmp); goto out; }
+        done += n;
+    }
+    if (!FlushFileBuffers(file)) { win_error(errbuf, errlen, "cannot flush to disk", tmp); goto out; }
+    CloseHandle(file);
+    file = INVALID_HANDLE_VALUE;
+    if (!MoveFileExW(wtmp, wpath, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH)) {
+        win_error(errbuf, errlen, "cannot rename the temporary file to", path);
+        goto out;
+    }
+    ok = 1;
+out:
+    if (file != INVALID_HANDLE_VALUE) CloseHandle(file);
+    if (!ok) DeleteFileW(wtmp);
+    free(wtmp); free(wpath); free(tmp);
+    return ok ? 0 : -1;
+}
+
 /* ---- residency ------------------------------------------------------------- */
 static uintptr_t page_size(void) {
     SYSTEM_INFO si;

@@ -413,6 +413,58 @@ JNIEXPORT void JNICALL Java_org_libcism_Session_nativeTrim(JNIEnv *env, jclass c
     if (st != CISM_OK) throw_status(env, st);
 }
 
+/* Session state (cism_session_save / _load); sampler 0 = none. */
+JNIEXPORT void JNICALL Java_org_libcism_Session_nativeSave(JNIEnv *env, jclass cls, jlong session, jlong sampler,
+                                                           jbyteArray path_utf8) {
+    char *path = utf8_arg(env, path_utf8, "path");
+    cism_status st;
+    (void)cls;
+    if (!path) return;
+    st = cism_session_save(FROM_HANDLE(cism_session, session), FROM_HANDLE(cism_sampler, sampler), path);
+    if (st != CISM_OK) throw_status(env, st);
+    free(path);
+}
+
+JNIEXPORT void JNICALL Java_org_libcism_Session_nativeLoad(JNIEnv *env, jclass cls, jlong session, jlong sampler,
+                                                           jbyteArray path_utf8) {
+    char *path = utf8_arg(env, path_utf8, "path");
+    cism_status st;
+    (void)cls;
+    if (!path) return;
+    st = cism_session_load(FROM_HANDLE(cism_session, session), FROM_HANDLE(cism_sampler, sampler), path);
+    if (st != CISM_OK) throw_status(env, st);
+    free(path);
+}
+
+/* The token ids in the context (cism_session_tokens). */
+JNIEXPORT jintArray JNICALL Java_org_libcism_Session_nativeTokens(JNIEnv *env, jclass cls, jlong session) {
+    cism_session *s = FROM_HANDLE(cism_session, session);
+    int32_t n = cism_session_n_past(s), got = 0, i;
+    int32_t *ids = (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    jint *tmp = (jint *)malloc(((size_t)n + 1) * sizeof(jint));
+    jintArray out;
+    cism_status st;
+    (void)cls;
+    if (!ids || !tmp) {
+        free(ids);
+        free(tmp);
+        throw_java(env, "java/lang/OutOfMemoryError", "libcism: out of memory");
+        return NULL;
+    }
+    if ((st = cism_session_tokens(s, ids, n, &got)) != CISM_OK) {
+        throw_status(env, st);
+        free(ids);
+        free(tmp);
+        return NULL;
+    }
+    for (i = 0; i < got; i++) tmp[i] = (jint)ids[i];
+    out = (*env)->NewIntArray(env, (jsize)got);
+    if (out) (*env)->SetIntArrayRegion(env, out, 0, (jsize)got, tmp);
+    free(ids);
+    free(tmp);
+    return out;
+}
+
 typedef struct token_sink {
     JNIEnv *env;
     jobject callback;

@@ -404,6 +404,47 @@ public class HostJvmTest {
         }
     }
 
+    /** A saved conversation restored into a new session and sampler continues identically (cism_session_save / _load). */
+    @Test
+    public void savedSessionResumesIdentically() throws IOException {
+        Path dir = Files.createTempDirectory("cism-state");
+        String path = dir.resolve("conv.state").toString();
+        int[] prompt = {1, 403, 407, 100, 29, 7};
+        try (Model model = Model.load(modelPath)) {
+            Session.Options options = new Session.Options().contextLength(128).threads(2);
+            List<Integer> ref = new ArrayList<>(), got = new ArrayList<>();
+            try (Session a = new Session(model, options);
+                 Sampler sa = new Sampler.Builder().temperature(0.9).topK(40).repeatPenalty(1.2).seed(5).build()) {
+                a.generate(prompt, 4, sa, true, t -> true);
+                a.save(path, sa);
+                a.generate(new int[0], 16, sa, true, t -> ref.add(t));
+            }
+            try (Session b = new Session(model, options); Sampler sb = Sampler.greedy()) {
+                b.load(path, sb);
+                assertEquals(10, b.position());
+                assertArrayEquals(prompt, slice(b.tokens(), 0, prompt.length));
+                b.generate(new int[0], 16, sb, true, t -> got.add(t));
+            }
+            assertEquals(ref, got);
+            try (Session small = new Session(model, new Session.Options().contextLength(8))) {
+                small.load(path, null);
+                fail("a state of 10 positions loaded into a context of 8");
+            } catch (CismException e) {
+                assertEquals(CismException.CONTEXT_FULL, e.getStatus());
+            }
+            Files.write(Paths.get(path), Arrays.copyOf(Files.readAllBytes(Paths.get(path)), 100));
+            try (Session c = new Session(model, options)) {
+                c.load(path, null);
+                fail("a truncated state loaded");
+            } catch (CismException e) {
+                assertEquals(CismException.FORMAT, e.getStatus());
+            }
+        } finally {
+            Files.deleteIfExists(Paths.get(path));
+            Files.deleteIfExists(dir);
+        }
+    }
+
     /** Text in and out crosses JNI as UTF-8: emoji and other non-BMP characters survive. */
     @Test
     public void tokenizeMatchesHuggingFaceAndRoundTrips() throws IOException {

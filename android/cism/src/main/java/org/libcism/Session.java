@@ -152,6 +152,37 @@ public final class Session implements AutoCloseable {
         historyLength = nKeep;
     }
 
+    /**
+     * Saves the conversation to path (cism_session_save, docs/SESSION_STATE.md):
+     * the KV cache rows in use, the position and tokens, the last logits and,
+     * when sampler is not null, the sampler's parameters, random generator and
+     * penalty history. Written to a temporary file in the same folder, flushed
+     * and renamed over path: on failure (CismException) the file at path is
+     * untouched. Call it when the app goes to the background.
+     */
+    public synchronized void save(String path, Sampler sampler) {
+        if (path == null) throw new NullPointerException("path");
+        nativeSave(handle(), sampler == null ? 0 : sampler.handle(), path.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /**
+     * Restores a state written by {@link #save} (into sampler too when not
+     * null) into this session, which then continues bit for bit as the saved
+     * one would have; {@link #tokens} returns the restored context. A state
+     * from another model, of another layout version or KV type, with more
+     * positions than this context, or a truncated or corrupted file is refused
+     * with a CismException and this session (and sampler) unchanged.
+     */
+    public synchronized void load(String path, Sampler sampler) {
+        if (path == null) throw new NullPointerException("path");
+        long h = handle();
+        nativeLoad(h, sampler == null ? 0 : sampler.handle(), path.getBytes(StandardCharsets.UTF_8));
+        int[] restored = nativeTokens(h);
+        if (restored.length > history.length) history = new int[restored.length];
+        System.arraycopy(restored, 0, history, 0, restored.length);
+        historyLength = restored.length;
+    }
+
     public GenerationResult generate(int[] prompt, int maxTokens, Sampler sampler, TokenCallback callback) {
         return generate(prompt, maxTokens, sampler, false, callback);
     }
@@ -322,6 +353,9 @@ public final class Session implements AutoCloseable {
     private static native void nativeCancel(long session);
     private static native long nativeMemoryBytes(long session);
     private static native void nativeTrim(long session);
+    private static native void nativeSave(long session, long sampler, byte[] pathUtf8);
+    private static native void nativeLoad(long session, long sampler, byte[] pathUtf8);
+    private static native int[] nativeTokens(long session);
     /**
      * out[0] = status (0, CANCELLED or CONTEXT_FULL; other errors throw), out[1] = tokens generated,
      * out[2] = 1 when the callback asked to stop, out[3] = the last token.
