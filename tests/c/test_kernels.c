@@ -605,6 +605,10 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
     memcpy(&x[145], &nan_bits, 4);                    /* NaN: ignored by the max */
     memcpy(&x[170], &nan_bits, 4);
     x[180] = 3.0e-3f; x[181] = 1.5e-3f; x[182] = 4.5e-3f; x[183] = 3.81e-1f;
+    /* a block whose max is tiny (normal 1e-37 .. subnormal): 127 / max overflows
+       to inf, so every code is 0 (not x * inf, which tiers turned into -128 or
+       INT_MIN sums; fuzz_loader found it) */
+    for (i = 64; i < 96; i++) x[i] = (float)((i % 5) - 2) * (i < 80 ? 5e-38f : 1e-39f);
     for (c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
         int64_t bytes = cism__act8_row_bytes(ns[c]);
         memset(a, 0x5a, sizeof(a)); memset(b, 0x5a, sizeof(b));
@@ -621,6 +625,10 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
                 for (i = 0; i < 16; i++) { s0 += blk[j].q[i]; s1 += blk[j].q[16 + i]; }
                 CHECK_MSG(hs[2 * j] == s0 && hs[2 * j + 1] == s1 && blk[j].sum == s0 + s1,
                           "%s quantize_act n %lld: sums of block %lld", k->name, (long long)ns[c], (long long)j);
+                for (i = 0; i < 32; i++)
+                    CHECK_MSG(blk[j].q[i] >= -127 && blk[j].q[i] <= 127 && (j != 2 || blk[j].q[i] == 0),
+                              "%s quantize_act n %lld: code %d of block %lld", k->name, (long long)ns[c],
+                              (int)blk[j].q[i], (long long)j);
             }
         }
     }

@@ -628,7 +628,7 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
             amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         }
-        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        inv = cism__act8_inv(amax);
         a->d = amax / 127.0f;
         for (i = 0; i < 4; i++) {
             __m256 p = _mm256_mul_ps(v[i], _mm256_set1_ps(inv)), ap = _mm256_and_ps(p, absmask);

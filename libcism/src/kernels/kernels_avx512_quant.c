@@ -618,7 +618,7 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         __m512 a0 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0, absmask);
         __m512 a1 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1, absmask);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float inv = cism__act8_inv(amax);
         __m512 vi = _mm512_set1_ps(inv);
         __m512i q0, q1;
         int h;

@@ -49,7 +49,7 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         }
         amax = vmaxnmvq_f32(m);
         a->d = amax / 127.0f;
-        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        inv = cism__act8_inv(amax);
         h0 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[0], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[1], inv))));
         h1 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[2], inv))), vqmovn_s32(vcvtaq_s32_f32(vmulq_n_f32(v[3], inv))));
         q0 = vmaxq_s8(vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1)), vdupq_n_s8(-127));

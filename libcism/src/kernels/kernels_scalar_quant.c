@@ -136,7 +136,7 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
         for (i = 0; i < m; i++)
             if (fabsf(x[c0 + i]) > amax) amax = fabsf(x[c0 + i]);
         a->d = amax / 127.0f;
-        inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        inv = cism__act8_inv(amax);
         for (i = 0; i < CISM__A8_BLOCK; i++) {
             float v = i < m ? x[c0 + i] * inv : 0.0f, av = fabsf(v);
             long q = av == av ? (long)av : 0; /* round half away from zero; NaN (a NaN input, or inf * 0) -> 0 */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "dtype.h"
 
+#include <float.h>
 #include <string.h>
 
 /* q8: 32 int8 (-127..127) after an fp16 scale: 34 bytes per 32 weights. */
@@ -77,6 +78,16 @@ static inline int64_t cism__act8_row_bytes(int64_t cols) {
 }
 static inline int32_t *cism__act8_half_sums(void *row, int64_t cols) {
     return (int32_t *)(void *)((uint8_t *)row + (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)sizeof(cism__act8));
+}
+
+/* The factor a block of activations with max |x| = amax is quantized by (q =
+   round(x * inv)), the same on every tier: 127 / amax, or 0 (every code 0) for
+   an all-zero block and for one whose max is so small (below 127 / FLT_MAX,
+   about 3.7e-37) that the inverse overflows: x * inf would be +-inf or NaN,
+   which no tier converts to an int8 code the same way (found by fuzz_loader). */
+static inline float cism__act8_inv(float amax) {
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    return inv <= FLT_MAX ? inv : 0.0f;
 }
 
 /* f32 rows of any row-layout dtype (quant.c). */
