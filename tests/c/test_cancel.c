@@ -25,16 +25,7 @@
 static int32_t g_tokens[N_TOK];
 
 static cism_session *new_session(cism_model *m, int threads, int kv_type, int logits_all) {
-    cism_params *p = NULL;
-    cism_session *s = NULL;
-    CHECK_OK(cism_params_create(&p));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, threads));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE, kv_type));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_LOGITS_ALL, logits_all));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_BATCH, BATCH));
-    CHECK_OK(cism_session_create(m, p, &s));
-    cism_params_free(p);
-    return s;
+    return test_session(m, threads, kv_type, logits_all, BATCH);
 }
 
 /* ref[k] = the last logits of a fresh session that evaluated tokens[0..k), for

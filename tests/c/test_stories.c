@@ -23,15 +23,7 @@ static void load_ref(reference *r, int L) {
 }
 
 static cism_session *new_session(cism_model *m, int threads, int kv_type, int logits_all) {
-    cism_params *p = NULL;
-    cism_session *s = NULL;
-    CHECK_OK(cism_params_create(&p));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, threads));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE, kv_type));
-    CHECK_OK(cism_params_set_int(p, CISM_PARAM_LOGITS_ALL, logits_all));
-    CHECK_OK(cism_session_create(m, p, &s));
-    cism_params_free(p);
-    return s;
+    return test_session(m, threads, kv_type, logits_all, 0);
 }
 
 /* max |logit error| of every row of one prefill against the reference */

@@ -71,3 +71,16 @@ int test_finish(const char *name) {
     printf("%s: OK\n", name);
     return 0;
 }
+
+cism_session *test_session(cism_model *m, int threads, int kv_type, int logits_all, int n_batch) {
+    cism_params *p = NULL;
+    cism_session *s = NULL;
+    CHECK_OK(cism_params_create(&p));
+    CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, threads));
+    CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE, kv_type));
+    CHECK_OK(cism_params_set_int(p, CISM_PARAM_LOGITS_ALL, logits_all));
+    if (n_batch > 0) CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_BATCH, n_batch));
+    CHECK_OK(cism_session_create(m, p, &s));
+    cism_params_free(p);
+    return s;
+}

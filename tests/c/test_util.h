@@ -2,6 +2,8 @@
 #ifndef CISM_TEST_UTIL_H
 #define CISM_TEST_UTIL_H
 
+#include "cism.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,5 +29,8 @@ unsigned char *read_file(const char *path, size_t *size);
 /* Writes bytes to path; returns 0 on success. */
 int write_file(const char *path, const void *data, size_t size);
 int test_finish(const char *name);
+/* A session with these parameters (n_batch 0: the library's default); the
+   failures are counted like CHECK_OK's. */
+cism_session *test_session(cism_model *m, int threads, int kv_type, int logits_all, int n_batch);
 
 #endif
