@@ -10,7 +10,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${CISM_BUILD_DIR:-$ROOT/build}
 JOBS=${CISM_JOBS:-2}
 VENV=${CISM_TEST_VENV:-$BUILD/venv}
-TESTS="test_cancel test_threadpool test_memory"
+TESTS="test_cancel test_threadpool test_memory test_batch"
 
 echo "== concurrency tests under ThreadSanitizer ($TESTS)"
 cmake -S "$ROOT" -B "$BUILD/tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCISM_SANITIZE=thread \

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Model": "model", "Metadata": "model",
     "Session": "session",
+    "Batch": "batch",
     "Sampler": "sampler",
     "Generation": "generate",
     "Tokenizer": "tokenizer", "TokenizerError": "tokenizer",

@@ -114,6 +114,7 @@ cism_params_p = c_void_p
 cism_model_p = c_void_p
 cism_session_p = c_void_p
 cism_sampler_p = c_void_p
+cism_batch_p = c_void_p
 cism_detokenizer_p = c_void_p
 # typedef void (*cism_log_callback)(void *user_data, int32_t level, const char *message);
 cism_log_callback = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
@@ -287,6 +288,22 @@ _fn("cism_session_act_stats", c_int32, cism_session_p, c_char_p, POINTER(c_doubl
 #                                   int64_t capacity, int64_t *n_values, int64_t *n_rows);
 _fn("cism_session_act_gram", c_int32, cism_session_p, c_char_p, POINTER(c_double), c_int64, POINTER(c_int64),
     POINTER(c_int64))
+
+# ---- batches -------------------------------------------------------------------
+# cism_status cism_batch_create(cism_model *model, const cism_params *params, cism_batch **out);
+_fn("cism_batch_create", c_int32, cism_model_p, cism_params_p, POINTER(cism_batch_p))
+# void cism_batch_free(cism_batch *batch);
+_fn("cism_batch_free", None, cism_batch_p)
+# cism_status cism_batch_add(cism_batch *batch, cism_session *session, const int32_t *tokens, int32_t n_tokens);
+_fn("cism_batch_add", c_int32, cism_batch_p, cism_session_p, POINTER(c_int32), c_int32)
+# cism_status cism_batch_clear(cism_batch *batch);
+_fn("cism_batch_clear", c_int32, cism_batch_p)
+# int32_t cism_batch_size(const cism_batch *batch);
+_fn("cism_batch_size", c_int32, cism_batch_p)
+# cism_status cism_batch_eval(cism_batch *batch);
+_fn("cism_batch_eval", c_int32, cism_batch_p)
+# cism_status cism_batch_member_status(const cism_batch *batch, int32_t index);
+_fn("cism_batch_member_status", c_int32, cism_batch_p, c_int32)
 
 # ---- sampling ------------------------------------------------------------------
 # cism_status cism_sampler_create(cism_sampler **out);

@@ -158,6 +158,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "
                                                    "e.g. scalar, avx2, avx512, neon")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--parallel", metavar="N,M", help="decode N, M, ... sequences at once through one batch "
+                                                       "(aggregate tokens/s, ms per step; -p prompt and -n generated "
+                                                       "tokens per sequence), e.g. 1,2,4,8")
     v = p.add_argument_group("comparison with another engine (needs the compare extra: pip install './bindings_py[compare]')")
     v.add_argument("--vs", metavar="ENGINE", help="run the same weights through ENGINE (llama.cpp) in the same process, "
                                                    "alternating the two rep by rep, and print the ratio")
@@ -182,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         path = args.model
         label = args.model
+    if args.parallel:
+        return _run_parallel(args, path, label)
     with Model(path) as model:
         results = bench_model(model, args.prompt_tokens, args.gen_tokens, args.threads, args.reps, args.kv_type,
                               args.batch, args.seed, args.tier)
@@ -192,4 +197,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"system:  {system_info()}")
         print(format_table(report))
+    return 0
+
+
+def _run_parallel(args: argparse.Namespace, path: str, label: str) -> int:
+    from . import system_info
+    from .bench_parallel import bench_parallel, format_parallel
+    from .model import Model
+    try:
+        counts = [int(x) for x in args.parallel.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--parallel: expected counts like 1,2,4,8, got {args.parallel!r}") from None
+    with Model(path) as model:
+        res = bench_parallel(model, counts, args.prompt_tokens, args.gen_tokens, args.threads, args.reps,
+                             args.kv_type, args.tier, args.seed)
+        desc = describe(model, label)
+    if args.json:
+        res["model"] = path
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"system:  {system_info()}")
+        print(format_parallel(res, desc))
     return 0

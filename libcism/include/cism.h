@@ -25,7 +25,8 @@
  *   - cism_model: immutable after load and safe to share between threads.
  *     It is reference counted: sessions keep their model alive, so
  *     cism_model_free may be called while sessions still exist.
- *   - cism_session, cism_sampler, cism_params: one thread at a time per handle.
+ *   - cism_session, cism_sampler, cism_params, cism_batch: one thread at a time
+ *     per handle; a batch being evaluated also holds its member sessions.
  *     The only exception is cism_session_cancel, callable from any thread.
  *   - cism_set_log_callback: not thread-safe; call it before other calls.
  */
@@ -335,6 +336,52 @@ CISM_API cism_status cism_session_act_stats(const cism_session *session, const c
    otherwise as cism_session_act_stats (CISM_ERR_STATE when G < 2). */
 CISM_API cism_status cism_session_act_gram(const cism_session *session, const char *tensor, double *blocks,
                                            int64_t capacity, int64_t *n_values, int64_t *n_rows);
+
+/* ---- batches (several sessions' tokens in one forward pass) ------------- */
+/* A batch evaluates tokens of several sessions of one model together: every
+   weight matrix is read once for all of their rows (decode of N sessions costs
+   about one pass over the weights, not N), attention runs per session over its
+   own KV cache. Each session ends exactly as if cism_session_eval had been
+   called on it with its tokens: same KV cache, position and logits bits.
+   Rules:
+   - members share the batch's model and every parameter that changes numbers:
+     kernel tier, CISM_PARAM_ACT_QUANT, CISM_PARAM_ACT_OUTLIERS, KV type (the
+     batch's params, resolved like a session's); cism_batch_add refuses others,
+     sessions created with CISM_PARAM_ACT_STATS, and a session added twice;
+   - a batch is one handle: one thread at a time; its own worker pool
+     (CISM_PARAM_N_THREADS of its params) runs every eval, the members' pools
+     stay idle (cism_session_trim on a member is fine: the batch does not use
+     a member's scratch);
+   - while cism_batch_eval runs, members must not be used by other threads
+     except cism_session_cancel, which ends that member only: its tokens are not
+     kept (its position and logits stay as before), the others complete;
+   - a member freed before cism_batch_eval is a use after free: clear the
+     batch or evaluate it first. */
+typedef struct cism_batch cism_batch;
+/* Reads N_THREADS, N_BATCH (the most tokens one eval takes in all, default
+   256), N_CTX (a hint: the attention scratch grows to the largest member's
+   context), KERNEL_TIER, ACT_QUANT, ACT_OUTLIERS, KV_TYPE. params may be NULL. */
+CISM_API cism_status cism_batch_create(cism_model *model, const cism_params *params, cism_batch **out);
+CISM_API void        cism_batch_free(cism_batch *batch);
+/* Adds n_tokens tokens (copied) to evaluate after session's evaluated ones.
+   The first add after an eval starts a new set of members. Refuses (and adds
+   nothing) what cism_session_eval would refuse, a mismatched session, and
+   tokens beyond the batch's N_BATCH in all. Clears the session's pending cancel
+   request, as cism_session_eval does. */
+CISM_API cism_status cism_batch_add(cism_batch *batch, cism_session *session, const int32_t *tokens, int32_t n_tokens);
+/* Forgets the members added since the last eval. */
+CISM_API cism_status cism_batch_clear(cism_batch *batch);
+/* Members added since the last eval. */
+CISM_API int32_t     cism_batch_size(const cism_batch *batch);
+/* Evaluates every member. CISM_OK when each succeeded; otherwise the status of
+   the first member that did not (the message says which), and each member's
+   own status is read with cism_batch_member_status. A failed member is left as
+   a failed cism_session_eval leaves a session (CISM_ERR_CANCELLED: nothing of
+   this eval kept). CISM_ERR_STATE when the batch has no members. */
+CISM_API cism_status cism_batch_eval(cism_batch *batch);
+/* The status of member `index` (in the order of cism_batch_add) of the last
+   eval; CISM_ERR_INVALID_ARG for an index outside it. */
+CISM_API cism_status cism_batch_member_status(const cism_batch *batch, int32_t index);
 
 /* ---- sampling ------------------------------------------------------------ */
 typedef struct cism_sampler cism_sampler;

@@ -17,81 +17,11 @@ static void *alloc_floats(int64_t n, int *failed) {
     return p;
 }
 
-/* Attention scratch of one thread (forward.c works on CISM__ATT_TOKENS tokens
-   times the query heads of one KV head at a time). */
-static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
-    return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
-}
-
-static int64_t widest_input(const cism__hparams *hp) {
-    int64_t q_rows = hp->n_heads * hp->head_dim, widest = hp->dim > q_rows ? hp->dim : q_rows;
-    return hp->ffn_dim > widest ? hp->ffn_dim : widest;
-}
-
-/* Bytes of one int8 activation row (CISM_PARAM_ACT_QUANT): the widest matmul
-   input, then its outlier table (act_outliers.c), in whole 64-byte lines. */
-static int64_t xq_row_bytes(const cism__hparams *hp) {
-    return (cism__act8_row_bytes(widest_input(hp)) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
-}
-
-/* Floats of scratch a session needs (everything cism_session_trim frees). */
-static int64_t scratch_floats(const cism__hparams *hp, int64_t n_batch, int64_t n_ctx, int nth, int act_quant) {
-    int64_t q_rows = hp->n_heads * hp->head_dim;
-    return n_batch * hp->dim * 3 + n_batch * q_rows * 2 + n_batch * hp->ffn_dim * 2 +
-           (int64_t)nth * n_batch * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
-           n_batch * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_batch + 3) / 4 + widest_input(hp) : 0);
-}
-
-static void scratch_free(cism_session *s) {
-    free(s->x); free(s->xb); free(s->q); free(s->att); free(s->ob); free(s->hb); free(s->hb2);
-    free(s->tmp); free(s->scores); free(s->rope_cos); free(s->rope_sin); free(s->xq);
-    s->x = s->xb = s->q = s->att = s->ob = s->hb = s->hb2 = s->tmp = s->scores = s->rope_cos = s->rope_sin = NULL;
-    s->xq = NULL;
-}
-
-/* Allocates the scratch buffers and starts the worker threads if they are
-   missing (after cism_session_trim). */
-static cism_status scratch_ensure(cism_session *s) {
-    const cism__hparams *hp = &s->model->hp;
-    int64_t q_rows = hp->n_heads * hp->head_dim;
-    int failed = 0;
-    if (!s->x) {
-        s->x = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-        s->xb = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-        s->q = (float *)alloc_floats(s->n_batch * q_rows, &failed);
-        s->att = (float *)alloc_floats(s->n_batch * q_rows, &failed);
-        s->ob = (float *)alloc_floats(s->n_batch * hp->dim, &failed);
-        s->hb = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
-        s->hb2 = (float *)alloc_floats(s->n_batch * hp->ffn_dim, &failed);
-        s->tmp = (float *)alloc_floats((int64_t)s->nth * s->n_batch * hp->head_dim, &failed);
-        s->scores_per_thread = scores_per_thread(hp, s->n_ctx);
-        s->scores = (float *)alloc_floats((int64_t)s->nth * s->scores_per_thread, &failed);
-        s->rope_cos = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
-        s->rope_sin = (float *)alloc_floats(s->n_batch * hp->head_dim / 2, &failed);
-        if (s->act_quant) { /* one quantized row per token, for the widest matmul input */
-            s->xq_row_bytes = xq_row_bytes(hp);
-            s->xq = (uint8_t *)alloc_floats((s->xq_row_bytes * s->n_batch + 3) / 4 + widest_input(hp), &failed);
-            s->xo_tmp = s->xq ? (float *)(void *)(s->xq + s->xq_row_bytes * s->n_batch) : NULL;
-        }
-        if (failed) {
-            scratch_free(s);
-            return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the session's scratch buffers (%.1f MiB)",
-                              (double)scratch_floats(hp, s->n_batch, s->n_ctx, s->nth, s->act_quant) * 4.0 / 1048576.0);
-        }
-    }
-    if (!s->pool) {
-        s->pool = cism__pool_create(s->nth);
-        if (!s->pool) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot start %d threads", s->nth);
-    }
-    return CISM_OK;
-}
-
 void cism_session_free(cism_session *s) {
     if (!s) return;
-    cism__pool_free(s->pool);
+    cism__work_free(&s->w);
     free(s->k_cache);
     free(s->v_cache);
-    scratch_free(s);
     free(s->logits);
     free(s->tokens);
     cism__act_stats_free(s);
@@ -101,7 +31,7 @@ void cism_session_free(cism_session *s) {
 
 static int is_packed(const cism__weight *w) { return w->dtype >= CISM_DTYPE_Q8; }
 
-static int model_has_packed(const cism_model *m) {
+int cism__model_has_packed(const cism_model *m) {
     int64_t l;
     if (is_packed(&m->tok_embd) || is_packed(&m->output)) return 1;
     for (l = 0; l < m->hp.n_layers; l++) {
@@ -135,14 +65,14 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     sh->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
     sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;
-    sh->act_quant = params->act_quant != 0 && model_has_packed(model); /* float weights never use it */
+    sh->act_quant = params->act_quant != 0 && cism__model_has_packed(model); /* float weights never use it */
     sh->kv_elems = sh->n_ctx * hp->head_dim * hp->n_kv_heads * hp->n_layers;
     return CISM_OK;
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
     int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4;
-    if (with_scratch) b += scratch_floats(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant) * 4;
+    if (with_scratch) b += cism__work_bytes(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant);
     return b;
 }
 
@@ -165,16 +95,14 @@ int64_t cism_session_memory_bytes(const cism_session *s) {
     sh.kv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh.kv_elems = (int64_t)s->kv_layer_stride * s->model->hp.n_layers;
     sh.act_quant = s->act_quant;
-    return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->x != NULL);
+    return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->w.x != NULL);
 }
 
 cism_status cism_session_trim(cism_session *s) {
     int64_t vocab;
     cism__clear_error();
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_trim: session is NULL");
-    scratch_free(s);
-    cism__pool_free(s->pool);
-    s->pool = NULL;
+    cism__work_free(&s->w);
     vocab = s->model->hp.vocab;
     if (s->logits_cap > 1) {
         float *p;
@@ -220,6 +148,10 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->logits_all = (int)params->logits_all;
     s->act_quant = sh.act_quant;
     s->act_outliers = (int)params->act_outliers;
+    s->w.k = s->k;
+    s->w.nth = s->nth;
+    s->w.act_quant = s->act_quant;
+    s->w.act_outliers = s->act_outliers;
 
     s->kv_head_stride = (uint64_t)sh.n_ctx * (uint64_t)hp->head_dim;
     s->kv_layer_stride = s->kv_head_stride * (uint64_t)hp->n_kv_heads;
@@ -244,7 +176,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_session_create: out of memory for logits");
     }
-    if ((st = scratch_ensure(s)) != CISM_OK) {
+    if ((st = cism__work_ensure(&s->w, hp, s->n_batch, s->n_ctx)) != CISM_OK) {
         cism_session_free(s);
         return st;
     }
@@ -279,7 +211,7 @@ cism_status cism_session_eval(cism_session *s, const int32_t *tokens, int32_t n_
 
 /* 1 if the n floats at v are all finite (the logits check after each eval: a
    pass over vocab floats per row, small next to the output head that wrote them). */
-static int all_finite(const float *v, int64_t n) {
+int cism__all_finite(const float *v, int64_t n) {
     int64_t i;
     uint32_t bad = 0;
     for (i = 0; i < n; i++) { /* exponent all ones: NaN or infinity (integer ops: vectorizes) */
@@ -310,7 +242,8 @@ static cism_status keep_completed(cism_session *s, const int32_t *tokens, int32_
         cism_status st;
         s->n_past -= 1;
         s->replay = 1;
-        st = cism__forward(s, tokens + done - 1, 1, 1, 0);
+        int nonfinite = 0;
+        st = cism__forward(s, tokens + done - 1, 1, 1, 0, &nonfinite);
         s->replay = 0;
         s->n_past += 1;
         if (st != CISM_OK) { /* cannot happen (replay is not cancellable); never leave stale logits */
@@ -324,55 +257,66 @@ static cism_status keep_completed(cism_session *s, const int32_t *tokens, int32_
                       (long long)done, (int)n_tokens, (int)s->n_past);
 }
 
-cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens) {
-    const cism__hparams *hp;
-    int64_t i, done;
-    int32_t prev_rows, prev_last, n_past0;
-    cism_status st;
-    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: session is NULL");
+cism_status cism__session_check_tokens(const cism_session *s, const int32_t *tokens, int32_t n_tokens) {
+    int64_t i, vocab = s->model->hp.vocab;
     if (n_tokens <= 0 || !tokens)
         return cism__fail(CISM_ERR_INVALID_ARG, "nothing to evaluate: give at least one token (got %d%s)", (int)n_tokens,
                           tokens ? "" : ", tokens is NULL");
-    hp = &s->model->hp;
     for (i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->vocab)
+        if (tokens[i] < 0 || tokens[i] >= vocab)
             return cism__fail(CISM_ERR_TOKEN_RANGE, "token %d at index %lld is outside the vocabulary (0..%lld)",
-                              (int)tokens[i], (long long)i, (long long)(hp->vocab - 1));
+                              (int)tokens[i], (long long)i, (long long)(vocab - 1));
     if ((int64_t)n_tokens > s->n_ctx - s->n_past)
         return cism__fail(CISM_ERR_CONTEXT_FULL, "context full: %d tokens evaluated, %d more do not fit in %lld positions; "
                           "use a longer context (n_ctx), fewer tokens, or rewind/reset the session",
                           (int)s->n_past, (int)n_tokens, (long long)s->n_ctx);
-    if (s->logits_all && n_tokens > s->logits_cap) {
-        float *p = (float *)realloc(s->logits, (size_t)n_tokens * (size_t)hp->vocab * sizeof(float));
-        if (!p) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for %d rows of logits", (int)n_tokens);
-        s->logits = p;
-        s->logits_cap = n_tokens;
-    }
-    if ((st = scratch_ensure(s)) != CISM_OK) return st;
+    return CISM_OK;
+}
+
+cism_status cism__session_logits_reserve(cism_session *s, int64_t n) {
+    float *p;
+    if (n <= s->logits_cap) return CISM_OK;
+    p = (float *)realloc(s->logits, (size_t)n * (size_t)s->model->hp.vocab * sizeof(float));
+    if (!p) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for %lld rows of logits", (long long)n);
+    s->logits = p;
+    s->logits_cap = n;
+    return CISM_OK;
+}
+
+cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens) {
+    const cism__hparams *hp;
+    int64_t done;
+    int32_t prev_rows, prev_last, n_past0;
+    int nonfinite = 0;
+    cism_status st;
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_eval: session is NULL");
+    if ((st = cism__session_check_tokens(s, tokens, n_tokens)) != CISM_OK) return st;
+    hp = &s->model->hp;
+    if (s->logits_all && (st = cism__session_logits_reserve(s, n_tokens)) != CISM_OK) return st;
+    if ((st = cism__work_ensure(&s->w, hp, s->n_batch, s->n_ctx)) != CISM_OK) return st;
     prev_rows = s->logit_rows;
     prev_last = s->last_n;
     n_past0 = s->n_past;
-    s->nonfinite = 0;
     s->logit_rows = 0;
     for (done = 0; done < n_tokens; done += s->n_batch) {
         int64_t nt = n_tokens - done < s->n_batch ? n_tokens - done : s->n_batch;
         int last = done + nt == n_tokens;
         int rows_out = s->logits_all ? (int)nt : (last ? 1 : 0);
-        st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0);
+        st = cism__forward(s, tokens + done, nt, rows_out, s->logits_all ? done : 0, &nonfinite);
         if (st == CISM_ERR_CANCELLED) return keep_completed(s, tokens, n_tokens, done, prev_rows, prev_last);
         if (st != CISM_OK) return st;
         memcpy(s->tokens + s->n_past, tokens + done, (size_t)nt * sizeof(int32_t));
         s->n_past += (int32_t)nt;
         if (s->chunk_hook) s->chunk_hook(s, done + nt, s->chunk_hook_data);
     }
-    if (s->nonfinite || !all_finite(s->logits, (int64_t)(s->logits_all ? n_tokens : 1) * hp->vocab)) {
+    if (nonfinite || !cism__all_finite(s->logits, (int64_t)(s->logits_all ? n_tokens : 1) * hp->vocab)) {
         s->n_past = n_past0; /* as every failed eval: the session stays where it was (its old logits are overwritten) */
         s->last_n = 0;
         return cism__fail(CISM_ERR_FORMAT,
                           "the model produced NaN or infinite %s: its weights are probably corrupt or overflowing; load it "
                           "with check_weights=1 (CISM_PARAM_CHECK_WEIGHTS) to find the tensor, or convert the checkpoint "
                           "again (e.g. with --dtype f32); the tokens were not kept",
-                          s->nonfinite ? "activations" : "logits");
+                          nonfinite ? "activations" : "logits");
     }
     s->logit_rows = s->logits_all ? n_tokens : 1;
     s->last_n = n_tokens;

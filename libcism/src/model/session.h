@@ -7,10 +7,46 @@
 #include "../core/threadpool.h"
 #include "../kernels/kernels.h"
 
+/* Scratch of a forward pass over up to n_rows token rows (forward.c): one
+   session's (its own evals) or a batch's (the rows of several sessions), with
+   the worker pool that runs it. */
+typedef struct cism__work {
+    const cism__kernels *k;
+    cism__pool *pool;
+    int nth;
+    int act_quant, act_outliers;
+    int64_t n_rows;  /* rows the buffers hold */
+    int64_t n_ctx;   /* positions the attention scratch covers */
+    float *x;        /* [n_rows][dim] residual stream */
+    float *xb;       /* [n_rows][dim] normalized copy of x (the input of Q/K/V, gate/up, the output head) */
+    float *q;        /* [n_rows][n_heads*head_dim] */
+    float *att;      /* [n_rows][n_heads*head_dim] */
+    float *ob;       /* [n_rows][dim] projection outputs before the residual add */
+    float *hb, *hb2; /* [n_rows][ffn_dim] */
+    float *tmp;      /* [nth][n_rows*head_dim] k/v head rows before they enter the cache */
+    float *scores;   /* [nth][scores_per_thread] attention scratch */
+    int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
+    float *rope_cos, *rope_sin; /* [n_rows][head_dim/2] */
+    uint8_t *xq;     /* act_quant: [n_rows] quantized rows of the current stage's matmul input,
+                        each ending in its cism__act8_out table; then xo_tmp */
+    int64_t xq_row_bytes;
+    float *xo_tmp;   /* act_quant: a row of the widest matmul input (act_outliers.c) */
+    uint8_t *bad;    /* [n_rows] set by forward.c when a matmul input row held NaN/Inf (int8 activations hide them) */
+} cism__work;
+
+/* Allocates w's buffers for n_rows rows and n_ctx positions (w->k, nth,
+   act_quant set) and starts its pool if missing; CISM_OK or OUT_OF_MEMORY
+   with a message (w's buffers are then freed). */
+cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_rows, int64_t n_ctx);
+/* Frees the buffers (keeps the pool) / the pool too. */
+void cism__work_free_buffers(cism__work *w);
+void cism__work_free(cism__work *w);
+/* Bytes of w's buffers for n_rows rows and n_ctx positions. */
+int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant);
+
 struct cism_session {
     cism_model *model;
     const cism__kernels *k;
-    cism__pool *pool;
     int nth;
     int64_t n_ctx, n_batch;
     int32_t kv_type;
@@ -24,21 +60,8 @@ struct cism_session {
     void *k_cache, *v_cache;
     uint64_t kv_head_stride, kv_layer_stride;   /* elements */
 
-    /* scratch, sized for n_batch tokens */
-    float *x;        /* [n_batch][dim] residual stream */
-    float *xb;       /* [n_batch][dim] normalized copy of x (the input of Q/K/V, gate/up, the output head) */
-    float *q;        /* [n_batch][n_heads*head_dim] */
-    float *att;      /* [n_batch][n_heads*head_dim] */
-    float *ob;       /* [n_batch][dim] projection outputs before the residual add */
-    float *hb, *hb2; /* [n_batch][ffn_dim] */
-    float *tmp;      /* [nth][n_batch*head_dim] k/v head rows before they enter the cache */
-    float *scores;   /* [nth][scores_per_thread] attention scratch */
-    int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
-    float *rope_cos, *rope_sin; /* [n_batch][head_dim/2] */
-    uint8_t *xq;     /* act_quant: [n_batch] quantized rows of the current stage's matmul input,
-                        each ending in its cism__act8_out table; then xo_tmp */
-    int64_t xq_row_bytes;
-    float *xo_tmp;   /* act_quant: a row of the widest matmul input (act_outliers.c) */
+    cism__work w;    /* scratch for n_batch tokens, freed by cism_session_trim */
+
     /* CISM_PARAM_ACT_STATS (act_stats.c): per matmul input, per-column sums of
        squares, Gram blocks along the diagonal (act_gram_block > 1), rows summed */
     double *act_sums, *act_gram, *act_row;  /* act_row: one input row in double */
@@ -53,7 +76,6 @@ struct cism_session {
     int32_t last_n;       /* tokens of the last eval (its rows are 0..last_n-1) */
 
     int replay;           /* set while a cancelled eval recomputes its last kept token: not cancellable */
-    int nonfinite;        /* set by forward.c when a matmul input held NaN/Inf (int8 activations hide them) */
     /* Internal observer (tests): called after each completed chunk of an eval
        with the number of the eval's tokens done so far; NULL = none. */
     void (*chunk_hook)(cism_session *s, int64_t n_done, void *data);
@@ -66,12 +88,42 @@ struct cism_session {
 /* cism_session_eval without clearing a pending cancel request. */
 cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens);
 
-/* Runs the transformer over tokens[0..nt) at positions n_past.. (nt <= n_batch).
-   Writes logits for the last row (rows_out = 1) or every row (rows_out = nt)
-   at logits + out_row0 * vocab, or none (rows_out = 0). Returns CISM_OK or
-   CISM_ERR_CANCELLED (KV entries past n_past are then meaningless; never while
-   s->replay is set). */
-cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, int rows_out, int64_t out_row0);
+/* One session's tokens in a forward pass: rows [row0, row0 + nt) of the
+   work, at positions s->n_past.. of s's KV cache; logits of its last rows_out
+   rows go to rows [out0, out0 + rows_out) of the pass's output. */
+typedef struct cism__seq {
+    cism_session *s;
+    const int32_t *tokens;
+    int64_t nt, row0;
+    int64_t rows_out, out0;
+    int64_t att_u0;  /* forward.c: its first attention unit */
+    int stop;        /* set when its cancel request was seen: its rows are meaningless */
+} cism__seq;
+
+/* Runs the transformer over the seqs' rows (n_seqs >= 1, their rows packed in
+   order from row 0, in all <= w->n_rows) in w's pool, writing logits rows to
+   out (rows of vocab floats). Every row gives the same bits as in any other
+   pass (forward.c). Each seq's cancel flag is checked before every layer
+   but the first unless `replay`; returns CISM_ERR_CANCELLED when every seq
+   stopped, else CISM_OK (check each seq's stop and w->bad for its rows). KV
+   entries past a seq's n_past are written either way. Does not move n_past. */
+cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, float *out, int replay);
+
+/* cism__forward_seqs for one session's tokens[0..nt) (nt <= n_batch) with its
+   own work: logits for the last row (rows_out = 1), every row (rows_out = nt)
+   or none, at s->logits + out_row0 * vocab. Sets *nonfinite. */
+cism_status cism__forward(cism_session *s, const int32_t *tokens, int64_t nt, int rows_out, int64_t out_row0,
+                          int *nonfinite);
+
+/* The checks cism_session_eval makes of tokens for s (vocabulary, context);
+   CISM_OK or a failure with a message. */
+cism_status cism__session_check_tokens(const cism_session *s, const int32_t *tokens, int32_t n_tokens);
+/* Grows s's logits to hold n rows; CISM_OK or OUT_OF_MEMORY. */
+cism_status cism__session_logits_reserve(cism_session *s, int64_t n);
+/* 1 if the model has a packed (q8, q4, ...) matrix: int8 activations apply. */
+int cism__model_has_packed(const cism_model *m);
+/* 1 if the n floats at v are all finite. */
+int cism__all_finite(const float *v, int64_t n);
 
 /* Activation statistics (act_stats.c). The inputs of a layer's matmuls, in the
    order of the forward pass's stages: */

@@ -1,0 +1,98 @@
+/* work.c - the scratch of a forward pass (cism__work, session.h): a session's
+ * for its own evals, a batch's for the rows of several sessions. */
+#include "session.h"
+#include "../core/error.h"
+#include "../kernels/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Attention scratch of one thread (forward.c works on CISM__ATT_TOKENS tokens
+   times the query heads of one KV head at a time). */
+static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
+    return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
+}
+
+static int64_t widest_input(const cism__hparams *hp) {
+    int64_t q_rows = hp->n_heads * hp->head_dim, widest = hp->dim > q_rows ? hp->dim : q_rows;
+    return hp->ffn_dim > widest ? hp->ffn_dim : widest;
+}
+
+/* Bytes of one int8 activation row (act_quant): the widest matmul input, then
+   its outlier table (act_outliers.c), in whole 64-byte lines. */
+static int64_t xq_row_bytes(const cism__hparams *hp) {
+    return (cism__act8_row_bytes(widest_input(hp)) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
+}
+
+static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
+    int64_t q_rows = hp->n_heads * hp->head_dim;
+    return n_rows * hp->dim * 3 + n_rows * q_rows * 2 + n_rows * hp->ffn_dim * 2 +
+           (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
+           n_rows * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + widest_input(hp) : 0);
+}
+
+int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
+    return work_floats(hp, n_rows, n_ctx, nth, act_quant) * 4 + n_rows;
+}
+
+static void *alloc_floats(int64_t n, int *failed) {
+    void *p;
+    if (n <= 0) n = 1;
+    p = calloc((size_t)n, sizeof(float));
+    if (!p) *failed = 1;
+    return p;
+}
+
+void cism__work_free_buffers(cism__work *w) {
+    free(w->x); free(w->xb); free(w->q); free(w->att); free(w->ob); free(w->hb); free(w->hb2);
+    free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->bad);
+    w->x = w->xb = w->q = w->att = w->ob = w->hb = w->hb2 = w->tmp = w->scores = w->rope_cos = w->rope_sin = NULL;
+    w->xq = w->bad = NULL;
+    w->xo_tmp = NULL;
+    w->n_rows = w->n_ctx = 0;
+}
+
+void cism__work_free(cism__work *w) {
+    cism__work_free_buffers(w);
+    cism__pool_free(w->pool);
+    w->pool = NULL;
+}
+
+cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_rows, int64_t n_ctx) {
+    int64_t q_rows = hp->n_heads * hp->head_dim;
+    int failed = 0;
+    if (w->x && (w->n_rows < n_rows || w->n_ctx < n_ctx)) cism__work_free_buffers(w);
+    if (!w->x) {
+        w->x = (float *)alloc_floats(n_rows * hp->dim, &failed);
+        w->xb = (float *)alloc_floats(n_rows * hp->dim, &failed);
+        w->q = (float *)alloc_floats(n_rows * q_rows, &failed);
+        w->att = (float *)alloc_floats(n_rows * q_rows, &failed);
+        w->ob = (float *)alloc_floats(n_rows * hp->dim, &failed);
+        w->hb = (float *)alloc_floats(n_rows * hp->ffn_dim, &failed);
+        w->hb2 = (float *)alloc_floats(n_rows * hp->ffn_dim, &failed);
+        w->tmp = (float *)alloc_floats((int64_t)w->nth * n_rows * hp->head_dim, &failed);
+        w->scores_per_thread = scores_per_thread(hp, n_ctx);
+        w->scores = (float *)alloc_floats((int64_t)w->nth * w->scores_per_thread, &failed);
+        w->rope_cos = (float *)alloc_floats(n_rows * hp->head_dim / 2, &failed);
+        w->rope_sin = (float *)alloc_floats(n_rows * hp->head_dim / 2, &failed);
+        w->bad = (uint8_t *)calloc((size_t)n_rows, 1);
+        if (!w->bad) failed = 1;
+        if (w->act_quant) { /* one quantized row per token, for the widest matmul input */
+            w->xq_row_bytes = xq_row_bytes(hp);
+            w->xq = (uint8_t *)alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + widest_input(hp), &failed);
+            w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
+        }
+        if (failed) {
+            cism__work_free_buffers(w);
+            return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the scratch buffers (%.1f MiB)",
+                              (double)cism__work_bytes(hp, n_rows, n_ctx, w->nth, w->act_quant) / 1048576.0);
+        }
+        w->n_rows = n_rows;
+        w->n_ctx = n_ctx;
+    }
+    if (!w->pool) {
+        w->pool = cism__pool_create(w->nth);
+        if (!w->pool) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot start %d threads", w->nth);
+    }
+    return CISM_OK;
+}
