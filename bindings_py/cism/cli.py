@@ -98,10 +98,29 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     from .upgrade import upgrade
     n = upgrade(args.src, args.output, overwrite=args.force)
     from .model import Model
-    with Model(args.output):  # the C loader checks what was written
+    with Model(args.output, verify_checksums=True):  # the C loader checks what was written
         pass
     from .format import VERSION
-    print(f"wrote {args.output}: format version {VERSION}, {n} interleaved tensors rearranged", file=sys.stderr)
+    print(f"wrote {args.output}: format version {VERSION} (with checksums), {n} interleaved tensors rearranged",
+          file=sys.stderr)
+    return 0
+
+
+# ---- verify ----------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Every check the C loader has, the whole data included (docs/FORMAT.md, "Integrity")."""
+    from .format import VERSION, CismFile
+    from .model import Model
+    with Model(args.model, check_weights=True, verify_checksums=True):
+        f = CismFile(args.model)
+    n, version = len(f.tensors), f.header["version"]
+    if version >= 3:
+        print(f"{args.model}: OK: format version {version}; header, metadata, tensor directory and the data of all "
+              f"{n} tensors match their checksums; every weight is finite")
+    else:
+        print(f"{args.model}: OK as far as it can be checked: format version {version} has no checksums, so only its "
+              f"structure and weight values were checked (a damaged byte of a weight may pass); `cism upgrade` "
+              f"rewrites it as version {VERSION}, with checksums")
     return 0
 
 
@@ -381,6 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("-o", "--output", required=True, help="the .cism file to write (never overwritten without --force)")
     u.add_argument("--force", action="store_true", help="replace an existing output file")
     u.set_defaults(func=cmd_upgrade)
+
+    vf = sub.add_parser("verify", parents=[common],
+                        help="check a .cism file completely: structure, checksums of header and data, weight values")
+    vf.add_argument("model", help="the .cism file")
+    vf.set_defaults(func=cmd_verify)
 
     g = sub.add_parser("generate", parents=[common], help="continue a prompt, streaming the text to stdout")
     _add_session_args(g)

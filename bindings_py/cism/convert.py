@@ -384,12 +384,12 @@ def _refuse_nonfinite(name: str, a: np.ndarray, dtype: int, overflow: bool = Fal
 
 def _loader_check(out: str) -> Callable[[str], None]:
     """Loads a finished temporary file with every check of the C loader (weights
-    scanned too) before it may replace `out`."""
+    scanned, every checksum verified) before it may replace `out`."""
     def check(tmp: str) -> None:
         from .errors import CismError
         from .model import Model
         try:
-            with Model(tmp, check_weights=True):
+            with Model(tmp, check_weights=True, verify_checksums=True):
                 pass
         except CismError as e:
             msg = str(e).replace(tmp, "the converted file")

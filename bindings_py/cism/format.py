@@ -12,15 +12,31 @@ import secrets
 import socket
 import struct
 import sys
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 MAGIC = b"CISM\r\n\x1a\n"
-VERSION = 2  # 2: the interleaved dtypes store scales per superblock (docs/FORMAT.md); 1 is still read
+VERSION = 3  # 3: checksums; 2: the interleaved dtypes store scales per superblock (docs/FORMAT.md); 1, 2 still read
 ALIGN = 64
-HEADER_SIZE = 64
+HEADER_SIZE = 128        # version 3
+LEGACY_HEADER_SIZE = 64  # versions 1 and 2
+HEADER_CRC_AT = 64       # version 3: u32 CRC-32 of [0, tensors_offset + tensors_size), this field as 0
+
+
+def header_size(version: int) -> int:
+    return HEADER_SIZE if version >= 3 else LEGACY_HEADER_SIZE
+
+
+def header_crc(prefix) -> int:
+    """The version 3 header checksum of `prefix` = the file's bytes [0, tensors_offset
+    + tensors_size): CRC-32 (zlib's) with the 4 bytes of the checksum field as zero."""
+    b = memoryview(prefix)
+    c = zlib.crc32(b[:HEADER_CRC_AT])
+    c = zlib.crc32(b"\0\0\0\0", c)
+    return zlib.crc32(b[HEADER_CRC_AT + 4:], c)
 
 META_INT, META_FLOAT, META_STRING, META_BYTES = 1, 2, 3, 4
 META_INT_ARRAY, META_FLOAT_ARRAY, META_STRING_ARRAY = 5, 6, 7
@@ -169,6 +185,8 @@ class TensorSpec:
     shape: Tuple[int, ...]
     nbytes: int
     offset: int = 0
+    crc: int = 0          # CRC-32 of the data, known once written
+    crc_at: int = 0       # where the crc field lies in the directory
 
 
 class Writer:
@@ -215,10 +233,13 @@ class Writer:
             off += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
         data_size = self.tensors[-1].offset + self.tensors[-1].nbytes if self.tensors else 0
         parts = [struct.pack("<I", len(self.tensors))]
+        pos = 4
         for t in self.tensors:
             nb = t.name.encode("ascii")
             parts.append(struct.pack("<I", len(nb)) + nb + struct.pack("<II", t.dtype, len(t.shape)))
-            parts.append(struct.pack(f"<{len(t.shape)}Q", *t.shape) + struct.pack("<QQ", t.offset, t.nbytes))
+            parts.append(struct.pack(f"<{len(t.shape)}Q", *t.shape) + struct.pack("<QQI", t.offset, t.nbytes, 0))
+            pos += len(parts[-2]) + len(parts[-1])
+            t.crc_at = pos - 4  # the checksum, filled in once the data is written
         return meta, b"".join(parts), data_size
 
     def open(self, path: str, overwrite: bool = False,
@@ -271,14 +292,18 @@ class _AlignedFile:
             self.flushed += whole
         self.pending += buf[whole:]
 
-    def close(self, sync: bool = False) -> None:
-        """Writes what is pending and closes; `sync` first makes the data durable
+    def close(self, sync: bool = False, head: Optional[bytes] = None) -> None:
+        """Writes what is pending and closes; `head` then overwrites the start of the
+        file (a header completed at the end); `sync` first makes the data durable
         (before a rename makes it the output)."""
         try:
             if self.pending:
                 self._put(self.pending)
                 self.flushed += len(self.pending)
                 self.pending = bytearray()
+            if head:
+                self.f.seek(0)
+                self._put(head)
             if sync:
                 os.fsync(self.f.fileno())
         finally:
@@ -297,7 +322,10 @@ class _OpenWriter:
         tens_off = meta_off + len(meta)
         data_off = (tens_off + len(tdir) + ALIGN - 1) // ALIGN * ALIGN
         header = MAGIC + struct.pack("<II6Q", VERSION, 0, meta_off, len(meta), tens_off, len(tdir), data_off, data_size)
+        header += b"\0" * (HEADER_SIZE - len(header))  # the checksum (set at the end) and reserved bytes
         assert len(header) == HEADER_SIZE
+        self.head = bytearray(header + meta + tdir)  # rewritten with the checksums when complete
+        self.tens_off = tens_off
         fd, self.tmp = temp_file(path)
         try:
             self.f = _AlignedFile(self.tmp, fd)
@@ -306,7 +334,7 @@ class _OpenWriter:
             os.unlink(self.tmp)
             raise
         try:
-            self.f.write(header + meta + tdir)
+            self.f.write(self.head)
             self.f.write(b"\0" * (data_off - self.f.tell()))
         except BaseException:
             self.__exit__(*sys.exc_info())
@@ -330,6 +358,7 @@ class _OpenWriter:
         if self.f.tell() < pos:
             self.f.write(b"\0" * (pos - self.f.tell()))
         self.f.write(buf)
+        spec.crc = zlib.crc32(buf)
         self.next += 1
 
     def write_tensor_parts(self, name: str, parts: Iterable[Any]) -> None:
@@ -342,6 +371,7 @@ class _OpenWriter:
         if self.f.tell() < pos:
             self.f.write(b"\0" * (pos - self.f.tell()))
         written = 0
+        crc = 0
         for part in parts:
             if isinstance(part, np.ndarray):
                 part = np.ascontiguousarray(part)
@@ -352,8 +382,10 @@ class _OpenWriter:
             if written > spec.nbytes:
                 raise ValueError(f"tensor {name!r}: more than the {spec.nbytes} declared bytes given")
             self.f.write(buf)
+            crc = zlib.crc32(buf, crc)
         if written != spec.nbytes:
             raise ValueError(f"tensor {name!r}: {written} bytes given, {spec.nbytes} declared")
+        spec.crc = crc
         self.next += 1
 
     def __enter__(self) -> "_OpenWriter":
@@ -365,9 +397,14 @@ class _OpenWriter:
                 self.f.pending = bytearray()  # nothing more to write: the file goes
                 self.f.close()
                 return
-            self.f.close(sync=True)
             if self.next != len(self.w.tensors):
+                self.f.pending = bytearray()
+                self.f.close()
                 raise ValueError(f"only {self.next} of {len(self.w.tensors)} tensors were written")
+            for t in self.w.tensors:  # the checksums: every tensor's, then the header's over them
+                struct.pack_into("<I", self.head, self.tens_off + t.crc_at, t.crc)
+            struct.pack_into("<I", self.head, HEADER_CRC_AT, header_crc(self.head))
+            self.f.close(sync=True, head=bytes(self.head))
             if self.validate is not None:
                 self.validate(self.tmp)
             self._publish()
@@ -405,6 +442,8 @@ class TensorInfo:
     shape: Tuple[int, ...]
     offset: int  # absolute
     nbytes: int
+    crc: Optional[int] = None  # version 3: CRC-32 of the data
+    entry_at: int = 0          # absolute position of its directory entry
 
 
 class CismFile:
@@ -414,15 +453,19 @@ class CismFile:
         self.path = path
         with open(path, "rb") as f:
             head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE or head[:8] != MAGIC:
+            if len(head) < LEGACY_HEADER_SIZE or head[:8] != MAGIC:
                 raise FormatError(f"{path}: not a .cism file")
             version, flags, meta_off, meta_size, tens_off, tens_size, data_off, data_size = struct.unpack(
-                "<II6Q", head[8:])
+                "<II6Q", head[8:LEGACY_HEADER_SIZE])
             if not 1 <= version <= VERSION:
                 raise FormatError(f"{path}: version {version} is not supported")
+            if len(head) < header_size(version):
+                raise FormatError(f"{path}: file too short for a version {version} header")
             self.header = dict(version=version, flags=flags, meta_offset=meta_off, meta_size=meta_size,
                                tensors_offset=tens_off, tensors_size=tens_size, data_offset=data_off,
                                data_size=data_size)
+            if version >= 3:
+                (self.header["header_crc"],) = struct.unpack_from("<I", head, HEADER_CRC_AT)
             f.seek(meta_off)
             meta = f.read(meta_size)
             f.seek(tens_off)
@@ -432,6 +475,7 @@ class CismFile:
         (n,) = struct.unpack_from("<I", tdir, 0)
         p = 4
         for _ in range(n):
+            at = tens_off + p
             (ln,) = struct.unpack_from("<I", tdir, p)
             p += 4
             name = tdir[p:p + ln].decode("ascii")
@@ -442,7 +486,33 @@ class CismFile:
             p += 8 * nd
             off, nb = struct.unpack_from("<QQ", tdir, p)
             p += 16
-            self.tensors[name] = TensorInfo(name, dtype, tuple(shape), data_off + off, nb)
+            crc = None
+            if version >= 3:
+                (crc,) = struct.unpack_from("<I", tdir, p)
+                p += 4
+            self.tensors[name] = TensorInfo(name, dtype, tuple(shape), data_off + off, nb, crc, at)
+
+    def checksum_errors(self) -> List[str]:
+        """What does not match its checksum (version 3): [] when all is well; the
+        C library's `cism verify` is the reference, this is for tools and tests."""
+        if self.header["version"] < 3:
+            return []
+        errors = []
+        with open(self.path, "rb") as f:
+            prefix = f.read(self.header["tensors_offset"] + self.header["tensors_size"])
+            if header_crc(prefix) != self.header["header_crc"]:
+                errors.append("header")
+            for t in self.tensors.values():
+                f.seek(t.offset)
+                crc, left = 0, t.nbytes
+                while left:
+                    b = f.read(min(left, 64 << 20))
+                    if not b:
+                        break
+                    crc, left = zlib.crc32(b, crc), left - len(b)
+                if left or crc != t.crc:
+                    errors.append(t.name)
+        return errors
 
     def raw(self, name: str) -> bytes:
         t = self.tensors[name]
@@ -500,3 +570,53 @@ def _parse_meta(buf: bytes) -> Dict[str, Any]:
             raise FormatError(f"metadata {key!r}: unknown type {typ}")
         out[key] = v
     return out
+
+
+# ---------------------------------------------------------------------------
+# tests and tools that edit files on purpose
+
+def reseal(path: str) -> None:
+    """Recomputes, in place, every checksum of a version 3 file: for tests and the
+    fuzz corpus, which edit a file on purpose and want the loader to look past
+    the checksums at the edit. Never for a file that came out wrong."""
+    f = CismFile(path)
+    if f.header["version"] < 3:
+        raise FormatError(f"{path}: format version {f.header['version']} has no checksums")
+    with open(path, "r+b") as out:
+        for t in f.tensors.values():
+            out.seek(t.offset)
+            crc = zlib.crc32(out.read(t.nbytes))
+            out.seek(t.entry_at + 4 + len(t.name) + 8 + 8 * len(t.shape) + 16)
+            out.write(struct.pack("<I", crc))
+        out.seek(0)
+        prefix = bytearray(out.read(f.header["tensors_offset"] + f.header["tensors_size"]))
+        out.seek(HEADER_CRC_AT)
+        out.write(struct.pack("<I", header_crc(prefix)))
+
+
+def legacy_bytes(blob: bytes, version: int = 2) -> bytes:
+    """A version 3 file image in the layout of version 1 or 2 (64-byte header, no
+    checksums; tensor bytes unchanged, so for version 1 the interleaved tensors are
+    still in version 2's order): how a file written before version 3 looks, for
+    tests of the old versions."""
+    assert version in (1, 2)
+    (v, flags, meta_off, meta_size, tens_off, tens_size, data_off, data_size) = struct.unpack_from("<II6Q", blob, 8)
+    if v != 3:
+        raise FormatError(f"not a version 3 image (version {v})")
+    meta = blob[meta_off:meta_off + meta_size]
+    tdir = bytearray()
+    (n,) = struct.unpack_from("<I", blob, tens_off)
+    tdir += struct.pack("<I", n)
+    p = tens_off + 4
+    for _ in range(n):
+        (ln,) = struct.unpack_from("<I", blob, p)
+        (nd,) = struct.unpack_from("<I", blob, p + 4 + ln + 4)
+        size = 4 + ln + 8 + 8 * nd + 16
+        tdir += blob[p:p + size]
+        p += size + 4  # drop the crc
+    new_tens = LEGACY_HEADER_SIZE + meta_size
+    new_data = (new_tens + len(tdir) + ALIGN - 1) // ALIGN * ALIGN
+    head = MAGIC + struct.pack("<II6Q", version, flags, LEGACY_HEADER_SIZE, meta_size, new_tens, len(tdir),
+                               new_data, data_size)
+    out = head + meta + bytes(tdir)
+    return out + b"\0" * (new_data - len(out)) + bytes(blob[data_off:])

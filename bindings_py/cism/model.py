@@ -133,13 +133,19 @@ class Model:
     model while sessions exist is safe.
     """
 
-    def __init__(self, path: PathLike, *, use_mmap: bool = True, check_weights: bool = False):
+    def __init__(self, path: PathLike, *, use_mmap: bool = True, check_weights: bool = False,
+                 verify_checksums: bool = False):
+        """check_weights: scan every weight for NaN/Inf. verify_checksums: compare every
+        tensor with its checksum (format version 3; reads the whole file; files of older
+        versions have none and load as without it). The header, metadata and tensor
+        directory of a version 3 file are checked on every load."""
         self.path = os.fspath(path)
         if ("\0" if isinstance(self.path, str) else b"\0") in self.path:
             # the C API takes a NUL-terminated path: it would open another file
             raise ValueError(f"model path {self.path!r} contains a NUL character")
         h = _lib.cism_model_p()
-        with Params(use_mmap=int(use_mmap), check_weights=int(check_weights)) as p:
+        with Params(use_mmap=int(use_mmap), check_weights=int(check_weights),
+                    verify_checksums=int(verify_checksums)) as p:
             check(_lib.lib.cism_model_load(os.fsencode(self.path), p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_model, h.value)

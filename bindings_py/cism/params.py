@@ -19,6 +19,7 @@ KEYS: Dict[str, int] = {
     "kernel_tier": _lib.PARAM_KERNEL_TIER,
     "act_stats": _lib.PARAM_ACT_STATS,
     "act_outliers": _lib.PARAM_ACT_OUTLIERS,
+    "verify_checksums": _lib.PARAM_VERIFY_CHECKSUMS,
 }
 TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,
                          "avx512": _lib.TIER_AVX512, "neon": _lib.TIER_NEON, "neon_dotprod": _lib.TIER_NEON_DOTPROD,

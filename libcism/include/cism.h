@@ -126,9 +126,14 @@ enum {
                                    1 = the session sums the squares of every weight matrix's inputs
                                    per column (cism_session_act_stats); G >= 2 = also the G x G
                                    blocks along the diagonal of their Gram matrix (cism_session_act_gram) */
-    CISM_PARAM_ACT_OUTLIERS = 10 /* int bool, default 1: with int8 activations, the few channels of a
+    CISM_PARAM_ACT_OUTLIERS = 10, /* int bool, default 1: with int8 activations, the few channels of a
                                    row larger than 8x its RMS are left out of the int8 blocks and
                                    their products computed exactly in float (docs/QUANTIZATION.md) */
+    CISM_PARAM_VERIFY_CHECKSUMS = 11 /* int bool, default 0: at load, compare every tensor's data with
+                                   its checksum (format version 3; a read of the whole file). The
+                                   header, metadata and tensor directory are checked on every load.
+                                   Files of versions 1 and 2 have no checksums: they load (a warning
+                                   is logged) as without it. docs/FORMAT.md, "Integrity" */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
@@ -231,7 +236,9 @@ typedef struct cism_model cism_model;
 
 /* Loads and validates a .cism file. params may be NULL (defaults). The file is
    memory-mapped read-only unless CISM_PARAM_USE_MMAP is 0; weights are used in
-   place, never copied. */
+   place, never copied. Reads CISM_PARAM_USE_MMAP, CISM_PARAM_CHECK_WEIGHTS and
+   CISM_PARAM_VERIFY_CHECKSUMS. A damaged or edited header, metadata or tensor
+   directory of a version 3 file is refused (CISM_ERR_FORMAT) on every load. */
 CISM_API cism_status cism_model_load(const char *path, const cism_params *params, cism_model **out);
 /* Releases the caller's reference; the model is destroyed once no session uses it. */
 CISM_API void        cism_model_free(cism_model *model);

@@ -231,8 +231,10 @@ int main(void) {
     CHECK(try_load(copy, n) == CISM_ERR_FORMAT && strstr(cism_last_error(), "magic"));
     memcpy(copy, img, n); memcpy(copy, "GGUF", 4);
     CHECK(try_load(copy, n) == CISM_ERR_FORMAT && strstr(cism_last_error(), "GGUF"));
-    memcpy(copy, img, n); copy[8] = 3;
+    memcpy(copy, img, n); copy[8] = 4;
     CHECK(try_load(copy, n) == CISM_ERR_UNSUPPORTED && strstr(cism_last_error(), "version"));
+    memcpy(copy, img, n); copy[8] = 3;  /* a version 2 file relabelled 3: no valid header checksum (test_checksum.c) */
+    CHECK(try_load(copy, n) == CISM_ERR_FORMAT && strstr(cism_last_error(), "header checksum"));
     memcpy(copy, img, n); copy[8] = 0;
     CHECK(try_load(copy, n) == CISM_ERR_UNSUPPORTED && strstr(cism_last_error(), "version"));
     memcpy(copy, img, n); set_u64(copy + 24, (uint64_t)-1);        /* meta_size huge */

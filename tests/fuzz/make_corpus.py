@@ -4,7 +4,8 @@ libFuzzer from:
 
   corpus_loader/     tiny synthetic .cism models (random weights, our own
                      tokenizers), one per weight format and option the loader
-                     branches on; fuzz_loader also uses them as they are
+                     branches on, and one of format version 2 (no checksums);
+                     fuzz_loader also uses them as they are
   corpus_tokenizer/  texts: ASCII, multi-byte UTF-8, invalid UTF-8, special
                      tokens written out, long runs, digits, whitespace
   corpus_chat/       inputs in fuzz_chat.c's layout (a control byte, then
@@ -68,6 +69,10 @@ def loader_corpus():
     data[t.offset:t.offset + t.nbytes] = np.full(t.shape, 1e-39, "<f4").tobytes()
     with open(dst, "wb") as f:
         f.write(bytes(data))
+    fmt.reseal(dst)  # the edit is the point: checksums that match it (fuzz_loader verifies them for some inputs)
+    # a file of format version 2, as written before checksums (no header checksum to stop a mutation)
+    with open(os.path.join(d, "legacy-v2-q8.cism"), "wb") as f:
+        f.write(fmt.legacy_bytes(open(src, "rb").read(), 2))
 
 
 TEXTS = {

@@ -218,6 +218,13 @@ def _variant(tmp_path, good, name, edit):
     return p
 
 
+def _sealed(d):
+    """d with its version 3 header checksum recomputed (an edit the loader should
+    see past the checksum)."""
+    end = struct.unpack_from("<Q", d, 32)[0] + struct.unpack_from("<Q", d, 40)[0]
+    return d[:fmt.HEADER_CRC_AT] + struct.pack("<I", fmt.header_crc(d[:end])) + d[fmt.HEADER_CRC_AT + 4:]
+
+
 def test_corrupt_cism_files(tmp_path, good_cism):
     size = os.path.getsize(good_cism)
     cases = [
@@ -225,7 +232,9 @@ def test_corrupt_cism_files(tmp_path, good_cism):
         ("magic", lambda d: b"XISM" + d[4:], cism.FormatError, "magic"),
         ("gguf", lambda d: b"GGUF" + d[4:], cism.FormatError, "GGUF"),
         ("version", lambda d: d[:8] + struct.pack("<I", 7) + d[12:], cism.UnsupportedError, "version 7"),
-        ("data past end", lambda d: d[:56] + struct.pack("<Q", 2 * size) + d[64:], cism.FormatError, "truncated"),
+        # (resealed: the header checksum would refuse the edit first)
+        ("data past end", lambda d: _sealed(d[:56] + struct.pack("<Q", 2 * size) + d[64:]), cism.FormatError, "truncated"),
+        ("edited header", lambda d: d[:56] + struct.pack("<Q", 2 * size) + d[64:], cism.FormatError, "header checksum"),
         ("meta past end", lambda d: d[:24] + struct.pack("<Q", 2 ** 62) + d[32:], cism.FormatError, ""),
         ("half", lambda d: d[: size // 2], cism.FormatError, ""),
         ("header only", lambda d: d[:64], cism.FormatError, ""),

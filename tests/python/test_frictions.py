@@ -156,8 +156,8 @@ def test_old_format_version_warns_by_default(tmp_path):
     from helpers import tiny_preset
     path = tmp_path / "q8.cism"
     write_synthetic(tiny_preset(), str(path), "q8", 0)
-    blob = bytearray(path.read_bytes())
-    blob[8:12] = (1).to_bytes(4, "little")  # the version field: an old file (content rearranged at load)
+    from cism import format as fmt
+    blob = bytearray(fmt.legacy_bytes(path.read_bytes(), 1))  # an old file (content rearranged at load)
     old = tmp_path / "q8.v1.cism"
     old.write_bytes(bytes(blob))
     rc, _, err = _cli("info", "-m", str(old))

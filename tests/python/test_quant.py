@@ -270,9 +270,15 @@ def test_format_version_1_interleaved_files_still_load(tmp_path, shared_models):
     for recipe in ("q8", "4bit"):
         v2 = str(tmp_path / f"{recipe}.cism")
         convert(src, v2, quant=recipe, progress=None)
+        assert fmt.CismFile(v2).header["version"] == 3
+        with open(v2, "rb") as fh:  # the same file as version 2 wrote it (no checksums)
+            v3bytes = fh.read()
+            legacy = fmt.legacy_bytes(v3bytes, 2)
+        with open(v2, "wb") as fh:
+            fh.write(legacy)
         f = fmt.CismFile(v2)
         assert f.header["version"] == 2
-        blob = bytearray(open(v2, "rb").read())
+        blob = bytearray(legacy)
         blob[8:12] = (1).to_bytes(4, "little")
         n_x16 = 0
         for t in f.tensors.values():
@@ -301,17 +307,20 @@ def test_format_version_1_interleaved_files_still_load(tmp_path, shared_models):
                 out.append(s.all_logits())
         assert np.array_equal(out[0], out[1]) and np.array_equal(out[0], out[2]), recipe
         assert v1path.read_bytes() == bytes(blob)
-        # `cism upgrade` gives back the version 2 file byte for byte, and refuses what it should
+        # `cism upgrade` gives back the converted (version 3) file byte for byte, from
+        # version 1 and from version 2, and refuses what it should
         up = tmp_path / f"{recipe}.up.cism"
         assert upgrade(str(v1path), str(up)) == n_x16
-        assert up.read_bytes() == open(v2, "rb").read()
+        assert up.read_bytes() == v3bytes
+        assert upgrade(v2, str(tmp_path / f"{recipe}.up2.cism")) == 0
+        assert (tmp_path / f"{recipe}.up2.cism").read_bytes() == v3bytes
         assert v1path.read_bytes() == bytes(blob)
         with pytest.raises(FileExistsError):
             upgrade(str(v1path), str(up))
         with pytest.raises(FileExistsError, match="input file"):
             upgrade(str(v1path), str(v1path), overwrite=True)
-        with pytest.raises(fmt.FormatError, match="already format version 2"):
-            upgrade(v2, str(tmp_path / "again.cism"))
+        with pytest.raises(fmt.FormatError, match="already format version 3"):
+            upgrade(str(up), str(tmp_path / "again.cism"))
         (tmp_path / "cut.cism").write_bytes(bytes(blob[:len(blob) * 3 // 4]))
         with pytest.raises(fmt.FormatError):
             upgrade(str(tmp_path / "cut.cism"), str(tmp_path / "cut.up.cism"))

@@ -20,6 +20,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->act_quant = 1;
     p->act_stats = 0;
     p->act_outliers = 1;
+    p->verify_checksums = 0;
 }
 
 int cism__default_threads(void) {
@@ -57,6 +58,7 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_ACT_QUANT: return &p->act_quant;
     case CISM_PARAM_ACT_STATS: return &p->act_stats;
     case CISM_PARAM_ACT_OUTLIERS: return &p->act_outliers;
+    case CISM_PARAM_VERIFY_CHECKSUMS: return &p->verify_checksums;
     default: return NULL;
     }
 }
@@ -91,6 +93,7 @@ static cism_status range_error(cism_param key, int64_t value) {
     case CISM_PARAM_CHECK_WEIGHTS: return cism__fail(CISM_ERR_INVALID_ARG, "check_weights %lld must be 0 or 1", v);
     case CISM_PARAM_ACT_QUANT: return cism__fail(CISM_ERR_INVALID_ARG, "act_quant %lld must be 0 or 1", v);
     case CISM_PARAM_ACT_OUTLIERS: return cism__fail(CISM_ERR_INVALID_ARG, "act_outliers %lld must be 0 or 1", v);
+    case CISM_PARAM_VERIFY_CHECKSUMS: return cism__fail(CISM_ERR_INVALID_ARG, "verify_checksums %lld must be 0 or 1", v);
     default: return cism__fail(CISM_ERR_INVALID_ARG, "value %lld is out of range for parameter %d", v, (int)key);
     }
 }

@@ -16,6 +16,7 @@ struct cism_params {
     int64_t act_quant;
     int64_t act_outliers;
     int64_t act_stats;
+    int64_t verify_checksums;
 };
 
 /* Fills p with the defaults; used when the caller passes NULL. */

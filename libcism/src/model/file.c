@@ -1,5 +1,6 @@
 /* file.c - parsing and structural validation of .cism files. */
 #include "file.h"
+#include "../core/crc32.h"
 #include "../core/error.h"
 #include "../kernels/dtype.h"
 #include "../kernels/quant.h"
@@ -141,13 +142,47 @@ static int cmp_tensor_name(const void *a, const void *b) {
 
 #define BAD(...) do { st = cism__fail(CISM_ERR_FORMAT, __VA_ARGS__); goto fail; } while (0)
 
+/* Version 3: the CRC-32 of [0, end) with the checksum field taken as zero. */
+static uint32_t header_crc(const uint8_t *d, uint64_t end) {
+    static const uint8_t zero[4] = {0, 0, 0, 0};
+    uint32_t c = cism__crc32(0, d, CISM__HEADER_CRC_AT);
+    c = cism__crc32(c, zero, 4);
+    return cism__crc32(c, d + CISM__HEADER_CRC_AT + 4, (size_t)(end - CISM__HEADER_CRC_AT - 4));
+}
+
+cism_status cism__file_verify_data(const cism__file *f, const char *label) {
+    uint32_t i;
+    if (!f->has_checksums) {
+        cism__log(CISM_LOG_WARN, "%s: format version %u has no checksums: its data cannot be verified "
+                                 "(`cism upgrade` rewrites it as version %u, with checksums)", label, f->version, CISM__FILE_VERSION);
+        return CISM_OK;
+    }
+    for (i = 0; i < f->n_tensors; i++) {
+        const cism__tensor_entry *t = &f->tensors[i];
+        const uint8_t *p = t->data;
+        uint64_t left = t->size;
+        uint32_t c = 0;
+        while (left > 0) { /* pieces: a size_t may be 32 bits */
+            size_t n = left > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)left;
+            c = cism__crc32(c, p, n);
+            p += n;
+            left -= n;
+        }
+        if (c != t->crc)
+            return cism__fail(CISM_ERR_FORMAT, "%s: the data of tensor '%s' does not match its checksum: the file is corrupt "
+                              "(damaged on disk or in transfer, or edited); download or convert it again", label, t->name);
+    }
+    return CISM_OK;
+}
+
 cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *label) {
     cism_status st;
     const uint8_t *d = view->data;
     uint64_t size = view->size;
     uint64_t meta_off, meta_size, tens_off, tens_size, data_off, data_size;
     uint64_t names_total = 0, names_used = 0;
-    uint32_t flags, i;
+    uint32_t flags, i, hdr_size;
+    int crc_checked = 0;
     reader r;
     cism__tensor_entry **order = NULL;
 
@@ -166,6 +201,25 @@ cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *l
                         label, f->version, CISM__FILE_VERSION);
         goto fail;
     }
+    hdr_size = f->version >= 3 ? CISM__HEADER_SIZE_V3 : CISM__HEADER_SIZE;
+    if (size < hdr_size)
+        BAD("%s: file too short (%llu bytes) for a version %u .cism header (%u bytes)", label, (unsigned long long)size,
+            f->version, hdr_size);
+    f->has_checksums = f->version >= 3;
+    /* Version 3: the checksum of header, metadata and directory comes first, so
+       an edited or damaged byte anywhere in them is reported as what it is.
+       (When the directory's end is not inside the file, the structural checks
+       below refuse the file, and the checksum is checked after them otherwise.) */
+    tens_off = rd_u64_at(d + 32);
+    tens_size = rd_u64_at(d + 40);
+    if (f->has_checksums && tens_off >= hdr_size && tens_off <= size && tens_size <= size - tens_off) {
+        uint32_t want = rd_u32_at(d + CISM__HEADER_CRC_AT), got = header_crc(d, tens_off + tens_size);
+        if (want != got)
+            BAD("%s: the header checksum does not match (stored %08x, computed %08x): the header, metadata or tensor "
+                "directory changed after the file was written; the file is corrupt or was edited; convert it again",
+                label, want, got);
+        crc_checked = 1;
+    }
     flags = rd_u32_at(d + 12);
     if (flags != 0) BAD("%s: header flags 0x%x are not defined in version %u", label, flags, f->version);
     meta_off = rd_u64_at(d + 16);
@@ -174,7 +228,13 @@ cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *l
     tens_size = rd_u64_at(d + 40);
     data_off = rd_u64_at(d + 48);
     data_size = rd_u64_at(d + 56);
-    if (meta_off != CISM__HEADER_SIZE) BAD("%s: metadata offset %llu must be %u", label, (unsigned long long)meta_off, CISM__HEADER_SIZE);
+    if (meta_off != hdr_size) {
+        if (f->version < 3 && meta_off == CISM__HEADER_SIZE_V3)
+            BAD("%s: metadata offset %llu must be %u in format version %u: this looks like a version 3 file whose version "
+                "field was changed; the file is corrupt or was edited; convert it again", label,
+                (unsigned long long)meta_off, hdr_size, f->version);
+        BAD("%s: metadata offset %llu must be %u", label, (unsigned long long)meta_off, hdr_size);
+    }
     if (meta_size > size - meta_off) BAD("%s: metadata section (%llu bytes) runs past the end of the file (truncated?)", label, (unsigned long long)meta_size);
     if (tens_off != meta_off + meta_size) BAD("%s: tensor directory must follow the metadata", label);
     if (tens_size > size - tens_off) BAD("%s: tensor directory runs past the end of the file (truncated?)", label);
@@ -184,6 +244,12 @@ cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *l
         BAD("%s: data section (%llu bytes at %llu) runs past the end of the file (%llu bytes; truncated?)", label,
             (unsigned long long)data_size, (unsigned long long)data_off, (unsigned long long)size);
     f->data_size = data_size;
+    if (f->has_checksums) {
+        if (!crc_checked && rd_u32_at(d + CISM__HEADER_CRC_AT) != header_crc(d, tens_off + tens_size))
+            BAD("%s: the header checksum does not match: the file is corrupt or was edited; convert it again", label);
+        for (i = CISM__HEADER_CRC_AT + 4; i < CISM__HEADER_SIZE_V3; i++)
+            if (d[i] != 0) BAD("%s: header byte %u is reserved in format version %u and must be 0", label, i, f->version);
+    }
 
     /* ---- metadata ---- */
     r.base = d; r.pos = meta_off; r.end = meta_off + meta_size; r.failed = 0;
@@ -288,6 +354,7 @@ cism_status cism__file_parse(cism__file *f, cism__file_view *view, const char *l
         }
         t->offset = rd_u64(&r);
         t->size = rd_u64(&r);
+        if (f->version >= 3) t->crc = rd_u32(&r);
         if (r.failed) BAD("%s: tensor '%s' entry is truncated", label, t->name);
         for (k = 0; k + 1 < nd; k++) {
             if ((uint64_t)t->dims[k] > UINT64_MAX / rows) BAD("%s: tensor '%s' shape overflows", label, t->name);

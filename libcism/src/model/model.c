@@ -411,6 +411,7 @@ cism_status cism_model_load(const char *path, const cism_params *params, cism_mo
     if (!m) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_model_load: out of memory");
     m->refs = 1;
     st = cism__file_open(&m->file, path, (int)params->use_mmap);
+    if (!st && params->verify_checksums) st = cism__file_verify_data(&m->file, path);
     if (st) { model_destroy(m); return st; }
     c.label = path;
     c.f = &m->file;

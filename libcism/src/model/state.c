@@ -2,6 +2,7 @@
  * KV cache rows in use, position, last logits, optionally the sampler. */
 #include "state.h"
 #include "session.h"
+#include "../core/crc32.h"
 #include "../core/error.h"
 #include "../platform/platform.h"
 
@@ -24,25 +25,6 @@ uint32_t cism__get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 uint64_t cism__get_u64(const uint8_t *p) { return (uint64_t)cism__get_u32(p) | ((uint64_t)cism__get_u32(p + 4) << 32); }
-
-/* CRC-32 (IEEE 802.3, reflected, as zlib's crc32), a table built once. */
-static uint32_t g_crc_table[256];
-static cism__once g_crc_once = CISM__ONCE_INIT;
-static void crc_init(void) {
-    uint32_t i, k;
-    for (i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (k = 0; k < 8; k++) c = (c & 1u) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        g_crc_table[i] = c;
-    }
-}
-static uint32_t crc32_of(const uint8_t *p, uint64_t n) {
-    uint32_t c = 0xffffffffu;
-    uint64_t i;
-    cism__call_once(&g_crc_once, crc_init);
-    for (i = 0; i < n; i++) c = g_crc_table[(c ^ p[i]) & 0xffu] ^ (c >> 8);
-    return c ^ 0xffffffffu;
-}
 
 /* FNV-1a, 64 bits: the model fingerprint. */
 static uint64_t fnv(uint64_t h, const uint8_t *p, uint64_t n) {
@@ -127,7 +109,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     off += logit_bytes;
     if (sampler) cism__sampler_state_write(sampler, buf + off);
     off += samp_bytes;
-    cism__put_u32(buf + off, crc32_of(buf, off));
+    cism__put_u32(buf + off, cism__crc32(0, buf, off));
     rc = cism__file_write_atomic(path, buf, total, err, sizeof(err));
     free(buf);
     if (rc != 0) return cism__fail(CISM_ERR_IO, "cannot save the session state: %s (nothing was overwritten)", err);
@@ -153,7 +135,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     if (cism__get_u64(d + 88) != size)
         return cism__fail(CISM_ERR_FORMAT, "%s: session state has %llu bytes but its header says %llu (truncated or extended)",
                           path, (unsigned long long)size, (unsigned long long)cism__get_u64(d + 88));
-    if (crc32_of(d, size - 4) != cism__get_u32(d + size - 4))
+    if (cism__crc32(0, d, size - 4) != cism__get_u32(d + size - 4))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state is corrupted (checksum mismatch)", path);
     flags = cism__get_u32(d + 12);
     fp = cism__get_u64(d + 16);
