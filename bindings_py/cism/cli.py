@@ -8,6 +8,7 @@
     cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
     cism bench --preset smollm2-135m --dtype f16,q8,4bit --vs llama.cpp [--threads-list 1,2] [-r 5]
     cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant | --float-act] [--kld-base BASE.cism]
+    cism serve [-m MODEL.cism] [--port 8000] [--slots 4] [--api-key KEY]
 
 Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
 """
@@ -338,6 +339,19 @@ def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
     return 0
 
 
+# ---- serve -----------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    """An OpenAI-compatible HTTP server (the `server` extra: FastAPI + Uvicorn; docs/SERVER.md)."""
+    from .server import require, serve
+    require()   # before the model is fetched: a missing extra is said at once
+    api_key = args.api_key if args.api_key is not None else os.environ.get("CISM_API_KEY") or None
+    serve(_model_or_default(args), host=args.host, port=args.port, n_slots=args.slots, n_ctx=args.ctx,
+          n_threads=args.threads, kv_type=args.kv_type, api_key=api_key, max_queue=args.max_queue,
+          max_tokens=args.max_tokens, max_body_bytes=args.max_body_bytes, prefill_chunk=args.prefill_chunk,
+          model_id=args.model_name)
+    return 0
+
+
 # ---- info ------------------------------------------------------------------------
 def cmd_info(args: argparse.Namespace) -> int:
     from . import build_info, library_version, system_info
@@ -440,6 +454,24 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--list", action="store_true", help="list the known models")
     pl.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     pl.set_defaults(func=cmd_pull)
+
+    sv = sub.add_parser("serve", parents=[common], help="an OpenAI-compatible HTTP server (needs the server extra: "
+                        "pip install './bindings_py[server]')")
+    _add_session_args(sv)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=_count, default=8000, help="TCP port (default 8000; 0 = a free one, printed)")
+    sv.add_argument("--slots", type=_count, default=4, help="requests served at once, one session each (default 4)")
+    sv.add_argument("--max-queue", type=_count, default=64,
+                    help="requests that may wait for a slot; past that: 429 with Retry-After (default 64)")
+    sv.add_argument("--max-tokens", type=_count, default=4096, help="the most tokens one request may ask for "
+                    "(default 4096)")
+    sv.add_argument("--max-body-bytes", type=_count, default=1 << 20, help="request body size limit (default 1 MiB)")
+    sv.add_argument("--prefill-chunk", type=_count, default=64,
+                    help="prompt tokens evaluated per step while other requests generate (default 64)")
+    sv.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 and /metrics (default: the "
+                    "environment variable CISM_API_KEY; none = open)")
+    sv.add_argument("--model-name", help="the model id in responses and /v1/models (default: the file name)")
+    sv.set_defaults(func=cmd_serve)
 
     i = sub.add_parser("info", parents=[common], help="library, CPU and (with -m) model information")
     i.add_argument("-m", "--model", help="a .cism model file")
