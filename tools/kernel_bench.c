@@ -112,10 +112,12 @@ static int in_list(const char *list, const char *name) {
 }
 
 static int usage(FILE *f, int rc) {
-    fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB] [cols ...]\n"
+    fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
                "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
                "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
-               "  MB megabytes (GB/s of weights read); --dtypes / --tiers limit the table\n");
+               "  MB megabytes (GB/s of weights read); --tokens adds, per count N, the time of one pass of\n"
+               "  N tokens over that matrix as a multiple of one token's (batched decode: N sequences per\n"
+               "  weight read); --dtypes / --tiers limit the table\n");
     return rc;
 }
 
@@ -124,13 +126,26 @@ int main(int argc, char **argv) {
     int n_cols = 0, i, t, dt, a8;
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
+    int64_t tok_list[8];
+    int n_tok = 0;
     for (i = 1; i < argc; i++) {
         char *end = NULL;
         long v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout, 0);
         if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
-        else if (!strcmp(argv[i], "--stream") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
+            char *p = argv[++i];
+            for (n_tok = 0; *p && n_tok < 8; n_tok++) {
+                v = strtol(p, &end, 10);
+                if (end == p || v < 1 || v > 64 || (*end && *end != ',')) {
+                    fprintf(stderr, "cism-kernel-bench: --tokens needs counts 1..64 like 2,4,8 (got '%s')\n", argv[i]);
+                    return usage(stderr, 2);
+                }
+                tok_list[n_tok] = v;
+                p = *end ? end + 1 : end;
+            }
+        } else if (!strcmp(argv[i], "--stream") && i + 1 < argc) {
             stream_mb = strtod(argv[++i], &end);
             if (*end || !(stream_mb > 0)) {
                 fprintf(stderr, "cism-kernel-bench: --stream needs a size in MB > 0 (got '%s')\n", argv[i]);
@@ -150,6 +165,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!n_cols) n_cols = 2;
+    if (n_tok && !(stream_mb > 0)) {
+        fprintf(stderr, "cism-kernel-bench: --tokens needs --stream MB\n");
+        return usage(stderr, 2);
+    }
     printf("%s\n%s\n", cism_build_info(), cism_system_info());
     printf("%-8s %-8s %6s | %16s | %16s%s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s",
            stream_mb > 0 ? " | stream GB/s" : "");
@@ -169,7 +188,11 @@ int main(int argc, char **argv) {
                         int64_t rows = (int64_t)(stream_mb * 1e6 / (double)rb);
                         uint8_t *w = make_weights(dt, rows, cols_list[i], &rb);
                         double s = run(k, dt, a8, w, rb, rows, cols_list[i], 1, 3);
+                        int j;
                         printf(" | %8.1f", (double)rows * (double)rb / s / 1e9);
+                        for (j = 0; j < n_tok; j++)
+                            printf(" | %lldx: %5.2f", (long long)tok_list[j],
+                                   run(k, dt, a8, w, rb, rows, cols_list[i], tok_list[j], 3) / s);
                         free(w);
                     }
                     printf("\n");
