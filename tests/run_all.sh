@@ -59,6 +59,8 @@ else
 fi
 
 echo "== Python package and tests"
-"$VENV/bin/python" -m pip install -q "$ROOT/bindings_py"
+# the CMake build folder of the package is kept in $BUILD (not bindings_py/build), so
+# re-runs rebuild only what changed and runs with other build folders don't share it
+"$VENV/bin/python" -m pip install -q -C build-dir="$BUILD/bindings_py" "$ROOT/bindings_py"
 (cd "$ROOT" && "$VENV/bin/python" -m pytest -q tests/python)
 echo "== all tests passed"
