@@ -121,6 +121,8 @@ cism_detokenizer_p = c_void_p
 cism_log_callback = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
 # typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
 cism_token_callback = CFUNCTYPE(c_int32, c_void_p, c_int32)
+# int32_t (*cism_progress_callback)(void *user_data, int32_t n_done, int32_t n_total)
+cism_progress_callback = CFUNCTYPE(c_int32, c_void_p, c_int32, c_int32)
 
 
 # ---- loading -----------------------------------------------------------------
@@ -281,6 +283,9 @@ _fn("cism_session_n_past", c_int32, cism_session_p)
 _fn("cism_session_n_ctx", c_int32, cism_session_p)
 # void cism_session_cancel(cism_session *session);
 _fn("cism_session_cancel", None, cism_session_p)
+# cism_status cism_session_set_progress_callback(cism_session *session, cism_progress_callback callback,
+#                                                void *user_data);
+_fn("cism_session_set_progress_callback", c_int32, cism_session_p, cism_progress_callback, c_void_p)
 # cism_status cism_session_act_stats(const cism_session *session, const char *tensor, double *sums,
 #                                    int64_t capacity, int64_t *n_cols, int64_t *n_rows);
 _fn("cism_session_act_stats", c_int32, cism_session_p, c_char_p, POINTER(c_double), c_int64, POINTER(c_int64),

@@ -38,8 +38,9 @@ class Generation:
                    max_tokens (at most half the room); `truncated` counts the
                    dropped tokens. Without it such a prompt raises
                    ContextFullError here, before anything is evaluated.
-      on_prefill   callback(done, total) called as the prompt is evaluated in
-                   chunks of PREFILL_CHUNK tokens (progress display)
+      on_prefill   callback(done, total) called after each internal step of
+                   the prompt's evaluation (the session's n_batch tokens;
+                   cism_session_set_progress_callback), for a progress display
 
     After iteration: `tokens` (generated ids), `prompt_tokens`, `text` (the
     text yielded so far) and `stop_reason`: "eos", "length" (max_tokens
@@ -189,16 +190,9 @@ class Generation:
                 s.close()
 
     def _eval_prompt(self) -> None:
-        """Evaluates the prompt (session lock held), in chunks with on_prefill."""
-        s, ids = self.session, self.prompt_tokens
-        if self._on_prefill is None or len(ids) <= PREFILL_CHUNK:
-            s._eval_locked(as_token_array(ids))
-            return
-        for done in range(0, len(ids), PREFILL_CHUNK):
-            if s._cancel.is_set():  # each eval clears the C request: look between chunks
-                raise CancelledError("prompt evaluation cancelled")
-            s._eval_locked(as_token_array(ids[done:done + PREFILL_CHUNK]))
-            self._on_prefill(min(done + PREFILL_CHUNK, len(ids)), len(ids))
+        """Evaluates the prompt (session lock held); on_prefill(done, total)
+        after each of the library's internal steps (the session's n_batch)."""
+        self.session._eval_locked(as_token_array(self.prompt_tokens), self._on_prefill)
 
     def _split_stop(self, buf: str, final: bool):
         """(text to emit, text to hold back, stop string found)."""
@@ -216,9 +210,6 @@ class Generation:
                     keep = k
                     break
         return buf[:len(buf) - keep], buf[len(buf) - keep:], False
-
-
-PREFILL_CHUNK = 256  # tokens per eval when prefill progress is shown (the library's default batch)
 
 
 def truncate_left(ids: List[int], room: int, max_tokens: int, tokenizer=None):

@@ -285,14 +285,20 @@ class Session:
         return out, int(rows.value)
 
     # ---- evaluation ----
-    def eval(self, tokens: Tokens) -> None:
+    def eval(self, tokens: Tokens, on_progress: Optional[Callable[[int, int], Optional[bool]]] = None) -> None:
         """Evaluates tokens after those already in the cache. On error the
         session is unchanged (a cancelled multi-chunk prefill keeps the chunks
-        completed before the stop)."""
+        completed before the stop).
+
+        on_progress(done, total), if given, is called after each internal step
+        of n_batch tokens (the last call has done == total); returning True
+        stops the eval there (CancelledError, the completed steps kept), as
+        cancel() does. An exception it raises stops the eval the same way and
+        is raised from eval()."""
         a = as_token_array(tokens)
         with self._lock:
             self._cancel.clear()
-            self._eval_locked(a)
+            self._eval_locked(a, on_progress)
 
     def _grows_logits(self, n_tokens: int) -> None:
         """Before evaluating n_tokens: refuses if that moves the logits buffer under a live view."""
@@ -305,16 +311,32 @@ class Session:
                                               _lib.ERR_OUT_OF_MEMORY):
             self._logits_cap = max(self._logits_cap, n_tokens)
 
-    def _eval_locked(self, a: np.ndarray) -> None:
+    def _eval_locked(self, a: np.ndarray, on_progress=None) -> None:
         h, n = self._h(), int(a.size)
         self._grows_logits(n)
         before, prev_rows = int(_lib.lib.cism_session_n_past(h)), self.n_rows
         self.n_rows = 0
-        st = _lib.lib.cism_session_eval(h, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n)
+        raised: List[BaseException] = []
+        if on_progress is not None:
+            def progress(_user, done, total):
+                try:
+                    return 1 if on_progress(int(done), int(total)) or self._cancel.is_set() else 0
+                except BaseException as e:  # never across the C frames: stop, re-raise below
+                    raised.append(e)
+                    return 1
+            cb = _lib.cism_progress_callback(progress)
+            check(_lib.lib.cism_session_set_progress_callback(h, cb, None))
+        try:
+            st = _lib.lib.cism_session_eval(h, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), n)
+        finally:
+            if on_progress is not None:
+                _lib.lib.cism_session_set_progress_callback(h, _lib.cism_progress_callback(), None)
         self._grown_logits(n, st)
         if st == _lib.ERR_CANCELLED:  # whole chunks were kept, with the logits of the last kept token
             kept = int(_lib.lib.cism_session_n_past(h)) - before
             self.n_rows = prev_rows if kept == 0 else (kept if self.logits_all else 1)
+            if raised:
+                raise raised[0]
         check(st)
         self.n_rows = n if self.logits_all else 1
 

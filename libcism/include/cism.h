@@ -323,6 +323,17 @@ CISM_API int32_t     cism_session_n_ctx(const cism_session *session);    /* its 
    CISM_ERR_CANCELLED (tokens completed before the stop are kept).
    Thread-safe. The request is cleared when the next eval/generate starts. */
 CISM_API void        cism_session_cancel(cism_session *session);
+/* Prefill progress: callback (NULL = none) is called by cism_session_eval and
+   cism_generate's prompt evaluation after each internal step (N_BATCH tokens)
+   that completed, on the evaluating thread, with the tokens of that eval done
+   so far and its total (the last call has n_done == n_total); evals of one
+   step are reported too. A non-zero return stops the eval before its next
+   step, as cism_session_cancel does: CISM_ERR_CANCELLED, the completed steps
+   kept with the logits of the last kept token (a stop after the last step
+   changes nothing: the eval succeeded). Not called for batches. */
+typedef int32_t (*cism_progress_callback)(void *user_data, int32_t n_done, int32_t n_total);
+CISM_API cism_status cism_session_set_progress_callback(cism_session *session, cism_progress_callback callback,
+                                                        void *user_data);
 /* Experimental (quantization calibration; docs/QUANTIZATION.md). For a session
    created with CISM_PARAM_ACT_STATS: the activation statistics of weight
    matrix `tensor` (a matrix name of the file: "blk.3.ffn_down", "output", or

@@ -5,6 +5,7 @@
  * and cancelling one session never disturbs another on the same model. Cancels
  * land deterministically (from the session's internal chunk observer, or as a
  * request pending before the eval) and from a second thread (run under TSan).
+ * The progress callback stops an eval between chunks with the same result.
  * Also: loading a FIFO is refused at once instead of blocking forever. */
 #include "cism.h"
 #include "test_util.h"
@@ -127,6 +128,49 @@ static void cancel_first_chunk(cism_model *m, int logits_all) {
     CHECK(cism_session_n_past(s) == 0);
     CHECK(cism_session_logits(s, -1, &lg, NULL) == CISM_ERR_STATE);
     cism_session_free(s);
+}
+
+/* The progress callback: called after every chunk with (done, total); a
+   non-zero return after chunk k stops the eval there exactly as a cancel
+   does (k chunks kept, the logits of token k*BATCH - 1); after the last chunk
+   it changes nothing. */
+typedef struct { int calls, stop_at; int32_t seen[N_TOK / BATCH + 1], total; } progress_arg;
+
+static int32_t on_progress(void *user, int32_t done, int32_t total) {
+    progress_arg *p = (progress_arg *)user;
+    if (p->calls <= N_TOK / BATCH) p->seen[p->calls] = done;
+    p->calls++;
+    p->total = total;
+    return p->calls == p->stop_at;
+}
+
+static void progress_stop(cism_model *m, int logits_all) {
+    int k, c;
+    for (c = 1; c <= N_TOK / BATCH; c++) {
+        cism_session *s = new_session(m, 2, CISM_DTYPE_F32, logits_all);
+        progress_arg p;
+        memset(&p, 0, sizeof(p));
+        p.stop_at = c;
+        CHECK_OK(cism_session_set_progress_callback(s, on_progress, &p));
+        k = c * BATCH;
+        if (k < N_TOK) {
+            CHECK(cism_session_eval(s, g_tokens, N_TOK) == CISM_ERR_CANCELLED);
+            CHECK_MSG(cism_session_n_past(s) == k, "stop after chunk %d: n_past %d", c, (int)cism_session_n_past(s));
+            CHECK(same_as_ref(s, -1, k));
+            CHECK(p.calls == c);
+        } else {
+            CHECK_OK(cism_session_eval(s, g_tokens, N_TOK)); /* the last chunk was done: nothing to stop */
+            CHECK(cism_session_n_past(s) == N_TOK && same_as_ref(s, -1, N_TOK));
+        }
+        CHECK(p.total == N_TOK && p.seen[0] == BATCH && p.seen[p.calls - 1] == (k < N_TOK ? k : N_TOK));
+        CHECK_OK(cism_session_set_progress_callback(s, NULL, NULL));
+        if (k < N_TOK) {
+            CHECK_OK(cism_session_eval(s, g_tokens + k, N_TOK - k));
+            CHECK(same_as_ref(s, -1, N_TOK));
+        }
+        cism_session_free(s);
+    }
+    CHECK(cism_session_set_progress_callback(NULL, on_progress, NULL) == CISM_ERR_INVALID_ARG);
 }
 
 typedef struct { cism_session *s; int n, cancel_after; } gen_arg;
@@ -326,6 +370,8 @@ int main(int argc, char **argv) {
     }
     cancel_first_chunk(m, 0);
     cancel_first_chunk(m, 1);
+    progress_stop(m, 0);
+    progress_stop(m, 1);
     cancel_generate(m);
     cancel_from_thread(m, rounds_env ? atoi(rounds_env) : 200);
     cism_model_free(m);

@@ -200,6 +200,30 @@ def test_prefill_progress_in_chunks_same_tokens(tiny):
     assert seen == [(256, 600), (512, 600), (600, 600)]
 
 
+def test_eval_progress_stops_between_steps(tiny):
+    """Session.eval(on_progress=...): True after the second step stops there,
+    as a cancel does (two steps kept, their last token's logits); an exception
+    in the callback stops it the same way and comes out of eval()."""
+    ids = [(i * 7) % 90 + 3 for i in range(600)]
+    with cism.Model(tiny) as model:
+        with model.session(n_batch=128) as ref:
+            ref.eval(ids[:256])
+            want = ref.logits()
+        with model.session(n_batch=128) as s:
+            calls = []
+            with pytest.raises(cism.CancelledError):
+                s.eval(ids, on_progress=lambda d, t: calls.append((d, t)) or d >= 256)
+            assert calls == [(128, 600), (256, 600)] and s.n_past == 256
+            assert np.array_equal(s.logits(), want)
+            s.rewind(0)
+            with pytest.raises(ZeroDivisionError):
+                s.eval(ids, on_progress=lambda d, t: 1 / (d - 128))
+            assert s.n_past == 128
+            s.eval(ids[128:], on_progress=lambda d, t: False)  # runs to the end; the callback is removed after
+            assert s.n_past == 600
+            s.eval([1])
+
+
 def test_prefill_progress_display():
     class Tty(io.StringIO):
         def isatty(self):

@@ -308,6 +308,8 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         memcpy(s->tokens + s->n_past, tokens + done, (size_t)nt * sizeof(int32_t));
         s->n_past += (int32_t)nt;
         if (s->chunk_hook) s->chunk_hook(s, done + nt, s->chunk_hook_data);
+        if (s->progress && s->progress(s->progress_data, (int32_t)(done + nt), n_tokens) != 0 && !last)
+            return keep_completed(s, tokens, n_tokens, done + nt, prev_rows, prev_last);
     }
     if (nonfinite || !cism__all_finite(s->logits, (int64_t)(s->logits_all ? n_tokens : 1) * hp->vocab)) {
         s->n_past = n_past0; /* as every failed eval: the session stays where it was (its old logits are overwritten) */
@@ -358,6 +360,14 @@ cism_status cism_session_tokens(const cism_session *s, int32_t *tokens, int32_t 
     return CISM_OK;
 }
 int32_t cism_session_n_ctx(const cism_session *s) { return s ? (int32_t)s->n_ctx : 0; }
+
+cism_status cism_session_set_progress_callback(cism_session *s, cism_progress_callback callback, void *user_data) {
+    cism__clear_error();
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_set_progress_callback: session is NULL");
+    s->progress = callback;
+    s->progress_data = user_data;
+    return CISM_OK;
+}
 
 void cism_session_cancel(cism_session *s) {
     if (s) cism__atomic_store(&s->cancel, 1);

@@ -76,6 +76,8 @@ struct cism_session {
     int32_t last_n;       /* tokens of the last eval (its rows are 0..last_n-1) */
 
     int replay;           /* set while a cancelled eval recomputes its last kept token: not cancellable */
+    cism_progress_callback progress;   /* cism_session_set_progress_callback */
+    void *progress_data;
     /* Internal observer (tests): called after each completed chunk of an eval
        with the number of the eval's tokens done so far; NULL = none. */
     void (*chunk_hook)(cism_session *s, int64_t n_done, void *data);
