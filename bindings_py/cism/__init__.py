@@ -23,6 +23,7 @@ _EXPORTS = {
     "Batch": "batch",
     "Sampler": "sampler",
     "Generation": "generate",
+    "Speculator": "speculative",
     "Tokenizer": "tokenizer", "TokenizerError": "tokenizer",
     "CismError": "errors", "InvalidArgumentError": "errors", "CismIOError": "errors", "FormatError": "errors",
     "UnsupportedError": "errors", "OutOfMemoryError": "errors", "ContextFullError": "errors",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:  # pragma: no cover
                          FormatError, InternalError, InvalidArgumentError, NotPermittedError, OutOfMemoryError,
                          OutputExistsError, StateError, TokenRangeError, UnsupportedError)
     from .generate import Generation  # noqa: F401
+    from .speculative import Speculator  # noqa: F401
     from .model import Metadata, Model  # noqa: F401
     from .sampler import Sampler  # noqa: F401
     from .session import Session  # noqa: F401

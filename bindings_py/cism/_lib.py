@@ -102,6 +102,9 @@ SAMPLER_SEED = 8
 GENERATE_IGNORE_EOS = 1
 # cism_stop_reason (cism_generate_v2)
 STOP_ERROR, STOP_EOS, STOP_MAX_TOKENS, STOP_CONTEXT_FULL, STOP_CALLBACK, STOP_CANCELLED = 0, 1, 2, 3, 4, 5
+# cism_spec_param, cism_spec_stat (speculative decoding)
+SPEC_DRAFT_MAX, SPEC_NGRAM_MIN, SPEC_NGRAM_MAX, SPEC_ADAPTIVE = 0, 1, 2, 3
+SPEC_STAT_STEPS, SPEC_STAT_VERIFY, SPEC_STAT_DRAFTED, SPEC_STAT_ACCEPTED, SPEC_STAT_DRAFT_EVALS, SPEC_STAT_GENERATED = range(6)
 # tokenizer flags
 TOKENIZE_ADD_SPECIAL = 1
 TOKENIZE_PARSE_SPECIAL = 2
@@ -117,6 +120,7 @@ cism_session_p = c_void_p
 cism_sampler_p = c_void_p
 cism_batch_p = c_void_p
 cism_detokenizer_p = c_void_p
+cism_spec_p = c_void_p
 # typedef void (*cism_log_callback)(void *user_data, int32_t level, const char *message);
 cism_log_callback = CFUNCTYPE(None, c_void_p, c_int32, c_char_p)
 # typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
@@ -401,6 +405,25 @@ _fn("cism_session_trim", c_int32, cism_session_p)
 #                              int32_t *n_generated, cism_stop_reason *stop_reason);
 _fn("cism_generate_v2", c_int32, cism_session_p, cism_sampler_p, POINTER(c_int32), c_int32, c_int32, c_uint32,
     cism_token_callback, c_void_p, POINTER(c_int32), POINTER(c_int32))
+
+# ---- speculative decoding ------------------------------------------------------
+# cism_status cism_spec_create_lookup(cism_spec **out);
+_fn("cism_spec_create_lookup", c_int32, POINTER(cism_spec_p))
+# cism_status cism_spec_create_draft(const cism_model *target, cism_model *draft, const cism_params *draft_params,
+#                                    cism_spec **out);
+_fn("cism_spec_create_draft", c_int32, cism_model_p, cism_model_p, cism_params_p, POINTER(cism_spec_p))
+# void cism_spec_free(cism_spec *spec);
+_fn("cism_spec_free", None, cism_spec_p)
+# cism_status cism_spec_set_int(cism_spec *spec, cism_spec_param key, int64_t value);
+_fn("cism_spec_set_int", c_int32, cism_spec_p, c_int32, c_int64)
+# cism_status cism_spec_stat_get(const cism_spec *spec, cism_spec_stat key, int64_t *value);
+_fn("cism_spec_stat_get", c_int32, cism_spec_p, c_int32, POINTER(c_int64))
+# cism_status cism_generate_spec(cism_spec *spec, cism_session *session, cism_sampler *sampler,
+#                                const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+#                                uint32_t flags, cism_token_callback callback, void *user_data,
+#                                int32_t *n_generated, cism_stop_reason *stop_reason);
+_fn("cism_generate_spec", c_int32, cism_spec_p, cism_session_p, cism_sampler_p, POINTER(c_int32), c_int32, c_int32,
+    c_uint32, cism_token_callback, c_void_p, POINTER(c_int32), POINTER(c_int32))
 
 
 # ---- session state -------------------------------------------------------------

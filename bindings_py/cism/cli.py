@@ -192,6 +192,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     with Model(path) as model:
         with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s:
             load_seconds = time.perf_counter() - t0
+            if args.lookup or args.draft:
+                return _generate_speculative(args, model, s, prompt, load_seconds)
             gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, truncate_prompt=args.truncate_prompt,
                              on_prefill=PrefillProgress(), **_sampling(args))
             out = sys.stdout
@@ -207,6 +209,55 @@ def cmd_generate(args: argparse.Namespace) -> int:
             out.write("\n")
             out.flush()
             print(timings(load_seconds, gen), file=sys.stderr)
+    return 0
+
+
+def _generate_speculative(args: argparse.Namespace, model, s, prompt: str, load_seconds: float) -> int:
+    """cism generate --lookup / --draft: the loop runs in C (cism_generate_spec);
+    text streams as tokens are accepted; acceptance statistics go to stderr."""
+    import time
+    from .generate import truncate_left
+    from .sampler import Sampler
+    from .speculative import Speculator
+    tok = model.tokenizer
+    ids = tok.encode(prompt, add_bos=tok.add_bos)
+    truncated = 0
+    if len(ids) > s.n_ctx:
+        if not args.truncate_prompt:
+            from .errors import ContextFullError
+            raise ContextFullError(f"the prompt is {len(ids)} tokens but the context has room for {s.n_ctx}: shorten "
+                                   "it, use a longer context (-c) or --truncate-prompt")
+        ids, truncated = truncate_left(ids, s.n_ctx, args.n_tokens, tok)
+    out = sys.stdout
+    if not args.no_echo:
+        out.write(tok.decode(ids, skip_special=True) if truncated else prompt)
+        out.flush()
+    dec = tok.incremental_decoder(ids)
+
+    def on_token(t: int) -> None:
+        out.write(dec.push(t))
+        out.flush()
+
+    draft = "lookup" if args.lookup else args.draft
+    with Speculator(draft, target=model, draft_max=args.draft_max, ngram_min=args.ngram_min,
+                    ngram_max=args.ngram_max, n_threads=args.threads) as spec, Sampler(**_sampling(args)) as smp:
+        t1 = time.perf_counter()
+        s.eval(ids)  # the prompt first, so the decode rate below is decode alone
+        for t in ids:
+            smp.accept(t)
+        prompt_s = time.perf_counter() - t1
+        toks = spec.generate_ids(s, [], args.n_tokens, smp, ignore_eos=args.ignore_eos, callback=on_token)
+        st = spec.stats
+    out.write(dec.flush() + "\n")
+    out.flush()
+    gen_s = spec.seconds
+    print(f"load {load_seconds:.2f} s; prompt {len(ids)} tokens in {prompt_s:.2f} s; generated {len(toks)} tokens in "
+          f"{gen_s:.2f} s ({len(toks) / gen_s if gen_s > 0 else 0.0:.1f} tokens/s); stop: {s.stop_reason}",
+          file=sys.stderr)
+    print(f"speculative ({spec.kind}): {st['steps']} target evals for {st['generated']} tokens "
+          f"({st['tokens_per_step']:.2f} per eval); {st['verify_steps']} verified drafts: {st['accepted']}/"
+          f"{st['drafted']} accepted ({100 * st['acceptance']:.0f}%)"
+          + (f"; {st['draft_evals']} draft-model evals" if spec.kind == "draft" else ""), file=sys.stderr)
     return 0
 
 
@@ -429,6 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cut a prompt longer than the context from the left (keeping BOS) instead of refusing it")
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     g.add_argument("--no-echo", action="store_true", help="print only the generated text, not the prompt")
+    sp = g.add_argument_group("speculative decoding (exact: greedy output is unchanged; docs/SPECULATIVE.md)")
+    spx = sp.add_mutually_exclusive_group()
+    spx.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-grams of the prompt and output)")
+    spx.add_argument("--draft", "--draft-model", metavar="MODEL",
+                     help="draft with this smaller or quantized .cism model of the same vocabulary")
+    sp.add_argument("--draft-max", type=_count, default=None, help="most tokens drafted per step (default 8 lookup, 4 draft)")
+    sp.add_argument("--ngram-min", type=_count, default=None, help="shortest n-gram prompt lookup matches (default 2)")
+    sp.add_argument("--ngram-max", type=_count, default=None, help="longest n-gram prompt lookup matches (default 4)")
     _add_sampling_args(g, temperature=0.0)
     g.set_defaults(func=cmd_generate)
 

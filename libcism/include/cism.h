@@ -603,6 +603,75 @@ CISM_API cism_status cism_generate_v2(cism_session *session, cism_sampler *sampl
                                       uint32_t flags, cism_token_callback callback, void *user_data,
                                       int32_t *n_generated, cism_stop_reason *stop_reason);
 
+/* ---- speculative decoding (docs/SPECULATIVE.md) ---------------------------
+ * cism_generate_spec generates as cism_generate_v2 does, several tokens per
+ * forward pass of the target model: a drafter proposes up to k next tokens,
+ * the target evaluates its last token plus the k drafts in one eval (weights
+ * read once), keeps the longest prefix the sampler accepts plus one token of
+ * its own, and rewinds its KV cache past the rest. Exact:
+ *   - greedy (temperature 0): the tokens are bit for bit those of
+ *     cism_generate_v2 (a token's logits are the same bits whether it is
+ *     evaluated alone or among others), for every tier and thread count;
+ *   - sampling: each draft is accepted with probability min(1, p/q), a
+ *     rejected one replaced by a draw from norm(max(0, p - q)) (p: the
+ *     sampler's distribution over the target's logits, q: the drafter's), so
+ *     the tokens follow the target's distribution exactly; reproducible for a
+ *     seed, though not the tokens cism_generate_v2 draws with that seed.
+ * Drafters: prompt lookup (the tokens that followed the most recent earlier
+ * occurrence of the longest n-gram ending the text: prompt, generated tokens
+ * and what the session held before; a point mass, q = 1) or a draft model (a
+ * smaller or quantized model with the same vocabulary, e.g. a 4-bit copy of
+ * the target, run in a session of its own that samples q with a copy of the
+ * sampler's settings). The depth k adapts to recent acceptance (and, greedy,
+ * to measured costs), down to 0 (plain decode, probing again later) when
+ * drafts keep failing or do not pay.
+ * A cism_spec is used by one thread at a time, with one target session at a
+ * time. */
+typedef struct cism_spec cism_spec;
+/* Prompt lookup. */
+CISM_API cism_status cism_spec_create_lookup(cism_spec **out);
+/* A draft model for target: refused (CISM_ERR_INVALID_ARG, naming the first
+   token that differs) unless both have the same vocabulary (size and, when
+   both carry a tokenizer, every token's string). The spec owns a session on
+   draft (created from draft_params, may be NULL) and keeps draft alive. */
+CISM_API cism_status cism_spec_create_draft(const cism_model *target, cism_model *draft, const cism_params *draft_params,
+                                            cism_spec **out);
+CISM_API void        cism_spec_free(cism_spec *spec);
+typedef int32_t cism_spec_param;
+enum {
+    CISM_SPEC_DRAFT_MAX = 0,  /* int 1..64: most tokens drafted per step; default 8 (lookup), 4 (draft model) */
+    CISM_SPEC_NGRAM_MIN = 1,  /* int 1..16, default 2: shortest n-gram prompt lookup matches */
+    CISM_SPEC_NGRAM_MAX = 2,  /* int 1..16, default 4: longest (tried first) */
+    CISM_SPEC_ADAPTIVE  = 3   /* int 0..2, default 2: the depth from recent acceptance and, in greedy
+                                 decoding, the measured times of target and draft evals (0 = plain
+                                 decode while no depth pays); 1 = from acceptance alone (the same
+                                 steps every run); 0 = always DRAFT_MAX when a draft exists */
+};
+CISM_API cism_status cism_spec_set_int(cism_spec *spec, cism_spec_param key, int64_t value);
+typedef int32_t cism_spec_stat;
+enum {
+    CISM_SPEC_STAT_STEPS       = 0,  /* target evals while generating (after the prompt) */
+    CISM_SPEC_STAT_VERIFY      = 1,  /* of them, evals with drafts */
+    CISM_SPEC_STAT_DRAFTED     = 2,  /* draft tokens verified */
+    CISM_SPEC_STAT_ACCEPTED    = 3,  /* draft tokens accepted */
+    CISM_SPEC_STAT_DRAFT_EVALS = 4,  /* evals of the draft model's session */
+    CISM_SPEC_STAT_GENERATED   = 5   /* tokens passed to the callback */
+};
+/* Counts of the last cism_generate_spec call on spec. */
+CISM_API cism_status cism_spec_stat_get(const cism_spec *spec, cism_spec_stat key, int64_t *value);
+/* cism_generate_v2 with speculation: same arguments, callback, flags, stop
+   reasons and final state (the last reported token evaluated unless it ends
+   the generation as EOS or the context is full, its logits as row -1). The
+   session needs no CISM_PARAM_LOGITS_ALL (verification keeps every row of its
+   own evals; the logits buffer then holds DRAFT_MAX + 1 rows). On
+   CISM_ERR_CANCELLED (cism_session_cancel on session) the session holds every
+   reported token but possibly the last (cism_session_n_past tells) and may
+   have no logits: give the missing token as the next prompt. */
+CISM_API cism_status cism_generate_spec(cism_spec *spec, cism_session *session, cism_sampler *sampler,
+                                        const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                                        uint32_t flags, cism_token_callback callback, void *user_data,
+                                        int32_t *n_generated, cism_stop_reason *stop_reason);
+
 /* ---- session state that survives the app ----------------------------------
  * Saves a conversation to a file and restores it into a new session (after the
  * app was killed, say), which then continues bit for bit as the original would

@@ -7,6 +7,7 @@
 #include "cism.h"
 #include "../core/error.h"
 #include "state.h"
+#include "sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -228,13 +229,18 @@ static void sort_desc(const float *w, int32_t *ids, int64_t n, int32_t *tmp) {
     }
 }
 
-cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_vocab, int32_t *token) {
+/* What cism_sampler_sample draws from (shared with cism__sampler_probs):
+   PICK_GREEDY: *best is the token; PICK_INF: ids[0..*n_cand) are the +inf
+   logits, equally likely; PICK_SOFTMAX: ids[0..*n_cand) are the candidates,
+   weighted exp((work[id] - *maxv) / temperature). */
+enum { PICK_GREEDY = 0, PICK_INF = 1, PICK_SOFTMAX = 2 };
+static cism_status prepare(cism_sampler *s, const float *logits, int32_t n_vocab, int *mode, int64_t *n_cand,
+                           double *maxv_out, int32_t *best) {
     float *w;
     int32_t *ids;
     int64_t i, n, k;
-    double maxv, sum, cum, u, inv_t;
-    cism__clear_error();
-    if (!s || !logits || !token) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: NULL argument");
+    double maxv;
+    if (!s || !logits) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: NULL argument");
     if (n_vocab <= 0) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: n_vocab %d must be > 0", (int)n_vocab);
     if (s->cap < n_vocab) {
         float *nw = (float *)realloc(s->work, (size_t)n_vocab * sizeof(float));
@@ -266,11 +272,12 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
 
     /* greedy */
     if (s->temperature <= 0.0) {
-        int32_t best = 0;
+        int32_t top = 0;
         for (i = 1; i < n_vocab; i++)
-            if (w[i] > w[best]) best = (int32_t)i;
-        if (w[best] == -INFINITY) return no_usable_logit();
-        *token = best;
+            if (w[i] > w[top]) top = (int32_t)i;
+        if (w[top] == -INFINITY) return no_usable_logit();
+        *best = top;
+        *mode = PICK_GREEDY;
         return CISM_OK;
     }
 
@@ -289,8 +296,8 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
         int64_t m = 0;
         for (i = 0; i < n; i++)
             if (w[ids[i]] == INFINITY) ids[m++] = ids[i];
-        i = (int64_t)(rng_uniform(s) * (double)m);
-        *token = ids[i < m ? i : m - 1];
+        *n_cand = m;
+        *mode = PICK_INF;
         return CISM_OK;
     }
     if (k < n || s->top_p < 1.0 || s->min_p > 0.0) {
@@ -330,18 +337,105 @@ cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_
         n = keep;
     }
 
+    *n_cand = n;
+    *maxv_out = maxv;
+    *mode = PICK_SOFTMAX;
+    return CISM_OK;
+}
+
+cism_status cism_sampler_sample(cism_sampler *s, const float *logits, int32_t n_vocab, int32_t *token) {
+    const int32_t *ids;
+    int64_t i, n;
+    double maxv = 0.0, sum, cum, u, inv_t;
+    int mode = PICK_GREEDY;
+    int32_t best = 0;
+    cism_status st;
+    cism__clear_error();
+    if (!token) return cism__fail(CISM_ERR_INVALID_ARG, "cism_sampler_sample: NULL argument");
+    if ((st = prepare(s, logits, n_vocab, &mode, &n, &maxv, &best)) != CISM_OK) return st;
+    if (mode == PICK_GREEDY) {
+        *token = best;
+        return CISM_OK;
+    }
+    ids = s->ids;
+    if (mode == PICK_INF) {
+        i = (int64_t)(rng_uniform(s) * (double)n);
+        *token = ids[i < n ? i : n - 1];
+        return CISM_OK;
+    }
     /* temperature and draw */
     inv_t = 1.0 / s->temperature;
     sum = 0.0;
-    for (i = 0; i < n; i++) sum += exp(((double)w[ids[i]] - maxv) * inv_t);
+    for (i = 0; i < n; i++) sum += exp(((double)s->work[ids[i]] - maxv) * inv_t);
     u = rng_uniform(s) * sum;
     cum = 0.0;
     for (i = 0; i < n; i++) {
-        cum += exp(((double)w[ids[i]] - maxv) * inv_t);
+        cum += exp(((double)s->work[ids[i]] - maxv) * inv_t);
         if (u < cum) break;
     }
     if (i >= n) i = n - 1;
     *token = ids[i];
+    return CISM_OK;
+}
+
+/* ---- speculative decoding (sampler.h) --------------------------------------- */
+int cism__sampler_is_greedy(const cism_sampler *s) { return s->temperature <= 0.0; }
+
+double cism__sampler_uniform(cism_sampler *s) { return rng_uniform(s); }
+
+cism_status cism__sampler_probs(cism_sampler *s, const float *logits, int32_t n_vocab, double *probs) {
+    int64_t i, n = 0;
+    double maxv = 0.0, sum = 0.0, inv_t;
+    int mode = PICK_GREEDY;
+    int32_t best = 0;
+    cism_status st;
+    if ((st = prepare(s, logits, n_vocab, &mode, &n, &maxv, &best)) != CISM_OK) return st;
+    memset(probs, 0, (size_t)n_vocab * sizeof(double));
+    if (mode == PICK_GREEDY) {
+        probs[best] = 1.0;
+        return CISM_OK;
+    }
+    if (mode == PICK_INF) {
+        for (i = 0; i < n; i++) probs[s->ids[i]] = 1.0 / (double)n;
+        return CISM_OK;
+    }
+    inv_t = 1.0 / s->temperature;
+    for (i = 0; i < n; i++) {
+        double e = exp(((double)s->work[s->ids[i]] - maxv) * inv_t);
+        probs[s->ids[i]] = e;
+        sum += e;
+    }
+    for (i = 0; i < n; i++) probs[s->ids[i]] /= sum;
+    return CISM_OK;
+}
+
+cism_status cism__sampler_copy(cism_sampler *dst, const cism_sampler *src) {
+    if (dst->last_n != src->last_n) {
+        int32_t *h = (int32_t *)calloc((size_t)(src->last_n ? src->last_n : 1), sizeof(int32_t));
+        int32_t *hs = (int32_t *)calloc((size_t)(src->last_n ? src->last_n : 1), sizeof(int32_t));
+        if (!h || !hs) {
+            free(h);
+            free(hs);
+            return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for a sampler's history");
+        }
+        free(dst->history);
+        free(dst->hsort);
+        dst->history = h;
+        dst->hsort = hs;
+    }
+    dst->temperature = src->temperature;
+    dst->top_p = src->top_p;
+    dst->min_p = src->min_p;
+    dst->repeat_penalty = src->repeat_penalty;
+    dst->frequency_penalty = src->frequency_penalty;
+    dst->presence_penalty = src->presence_penalty;
+    dst->top_k = src->top_k;
+    dst->last_n = src->last_n;
+    dst->seed = src->seed;
+    dst->rng = src->rng;
+    if (src->last_n) memcpy(dst->history, src->history, (size_t)src->last_n * sizeof(int32_t));
+    dst->hist_len = src->hist_len;
+    dst->hist_pos = src->hist_pos;
     return CISM_OK;
 }
 
