@@ -376,11 +376,13 @@ static int same_bits(float a, float b) { return (a != a && b != b) || memcmp(&a,
 static void packed_split(const cism__kernels *k, int32_t dt, int a8, const uint8_t *p, uint64_t rb, int64_t rows, int64_t cols,
                          const float *x, int64_t ldx, const uint8_t *xq, int64_t aq, float *y, int64_t ldy, int64_t nt,
                          const float *whole) {
-    int64_t cuts[6] = {0, 1, 6, 7, 19, 0}, c, t;
+    /* token groups of 1..8: the kernels switch paths by token count (decode,
+       batched decode, GEMM tiles) and every path must give the same bits */
+    int64_t cuts[6] = {0, 1, 6, 7, 19, 0}, steps[5] = {1, 3, 8, 2, 5}, c, t;
     cuts[5] = rows;
     for (c = 0; c < 5; c++) {
         int64_t a = cuts[c] < rows ? cuts[c] : rows, b = c == 4 ? rows : (cuts[c + 1] < rows ? cuts[c + 1] : rows);
-        int64_t step = c % 2 == 0 ? 1 : 5;
+        int64_t step = steps[c];
         if (b <= a) continue;
         for (t = 0; t < nt; t += step) {
             int64_t n = nt - t < step ? nt - t : step;

@@ -167,6 +167,46 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
     _mm256_storeu_ps(y, acc);
 }
 
+/* The codes of one row's block (block-32 formats), as dot32 meets them */
+CISM__INLINE __m256i codes32(const uint8_t *blk, const int f) {
+    if (f == F_Q8) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (f == F_Q4) return nibbles32(blk + 2);
+    if (f == F_Q4A) return nibbles32(blk + 4);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2));
+}
+
+/* T tokens (T <= GEMV_TOKENS_MAX), rows [r, r + 8): each block's codes and
+   scales are decoded once for all T tokens (batched decode); per token the
+   arithmetic of gemv8_b32 exactly, so the same bits. */
+#define GEMV_TOKENS_MAX 8
+CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *const *a, float *y, int64_t ldy,
+                              const int f, const int T) {
+    __m256 acc[GEMV_TOKENS_MAX];
+    int64_t b;
+    int r, t;
+    for (t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        __m256i c[8];
+        __m256 d = scales8_f16(blk, rb), mn = f == F_Q4A ? scales8_f16(blk + 2, rb) : _mm256_setzero_ps();
+        for (r = 0; r < 8; r++) c[r] = codes32(blk + (uint64_t)r * rb, f);
+        for (t = 0; t < T; t++) {
+            const cism__act8 *ab = &a[t][b];
+            __m256i av = _mm256_loadu_si256((const __m256i *)ab->q), v[8], s;
+            for (r = 0; r < 8; r++) v[r] = f == F_Q4 || f == F_Q4A ? dot_u(c[r], av) : dot_s(c[r], av);
+            s = rowsum8(v);
+            if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * ab->sum));
+            if (f == F_Q4A) {
+                __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dm, _mm256_set1_ps(ab->d)));
+            } else {
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(ab->d))));
+            }
+        }
+    }
+    for (t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
 CISM__INLINE int32_t hsum_epi32(__m256i v) {
     __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
@@ -395,12 +435,45 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
     }
 }
 
+/* Up to how many tokens the block-32 formats take gemv8_b32_t rather than
+   the panel GEMM, which pays for packing its panels only with more tokens;
+   q4a's asymmetric panels stay slower up to 8 tokens, the others' from 5;
+   block-16 formats take the GEMM from 2 (cism-kernel-bench --tiers avx2
+   --stream 32 --tokens 2,3,4,5,8). Every path gives a row the same bits. */
+#define GEMV_TOKENS(F) ((F) == F_Q4A ? 8 : g_fmt[F].block == 32 ? 4 : 1)
+
+/* 2 <= nt <= GEMV_TOKENS_MAX tokens of a block-32 format */
+CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                              int64_t nt, int64_t r0, int64_t r1, const int f) {
+    const cism__act8 *a[GEMV_TOKENS_MAX];
+    int64_t nb = (cols + 31) / 32, r, t;
+    for (t = 0; t < nt; t++) a[t] = act_row(xq, ldq, t);
+    for (r = r0; r + 8 <= r1; r += 8) {
+        const uint8_t *wr = w + (uint64_t)r * rb;
+        switch (nt) {
+        case 8: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
+        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
+        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
+        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
+        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
+        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
+        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
+        }
+    }
+    for (; r < r1; r++)
+        for (t = 0; t < nt; t++) y[t * ldy + r] = gemv1_b32(w + (uint64_t)r * rb, nb, a[t], f);
+}
+
 #define A8_KERNEL(nm, F)                                                                                                  \
     static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
         int64_t t;                                                                                                    \
-        if (nt >= 2) {                                                                                                \
+        if (nt > GEMV_TOKENS(F)) {                                                                                    \
             gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
+            return;                                                                                                   \
+        }                                                                                                             \
+        if (nt >= 2) {                                                                                                \
+            gemv_tokens((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                \
             return;                                                                                                   \
         }                                                                                                             \
         for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \

@@ -167,6 +167,47 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
     _mm256_storeu_ps(y, acc);
 }
 
+/* T tokens (T <= GEMV_TOKENS_MAX), rows [r, r + 8): each block's weights are
+   decoded once for all T tokens (batched decode: several sequences per weight
+   read); per token the arithmetic of gemv8_b32 exactly, so the same bits. */
+#define GEMV_TOKENS_MAX 8
+CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *const *a, float *y, int64_t ldy,
+                              const int f, const int T) {
+    const __m256i corr = _mm256_set1_epi8((char)g_fmt[f].corr);
+    __m256 acc[GEMV_TOKENS_MAX];
+    int64_t b;
+    int r, t;
+    for (t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * g_fmt[f].bytes;
+        __m256i wv[8];
+        __m256 d, mn = _mm256_setzero_ps();
+        for (r = 0; r < 8; r++) wv[r] = wu32(blk + (uint64_t)r * rb, f);
+        d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
+                                           ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
+        if (f == F_Q4A) {
+            const uint8_t *mp = blk + 2;
+            mn = _mm256_cvtph_ps(_mm_setr_epi16(ld16(mp), ld16(mp + rb), ld16(mp + 2 * rb), ld16(mp + 3 * rb), ld16(mp + 4 * rb),
+                                                ld16(mp + 5 * rb), ld16(mp + 6 * rb), ld16(mp + 7 * rb)));
+        }
+        for (t = 0; t < T; t++) {
+            const cism__act8 *ab = &a[t][b];
+            __m256i av = _mm256_loadu_si256((const __m256i *)ab->q);
+            __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), corr, av));
+            __m256i v[8], s;
+            for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wv[r], av);
+            s = rowsum8(v);
+            if (f == F_Q4A) {
+                __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dm, _mm256_set1_ps(ab->d)));
+            } else {
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(ab->d))));
+            }
+        }
+    }
+    for (t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
 /* One token, one row (the remainders; the same arithmetic per row) */
 CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, const int f) {
     const __m256i corr = _mm256_set1_epi8((char)g_fmt[f].corr);
@@ -584,14 +625,47 @@ static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const voi
 }
 
 /* ---- entry points ---------------------------------------------------------------------- */
-#define GEMM_MIN_TOKENS 2
+/* Up to how many tokens the block-32 formats take gemv8_b32_t rather than
+   the panel GEMM, which pays for packing its panels only with more tokens
+   (cism-kernel-bench --stream 32 --tokens 2,3,4,5,8, one core: through the
+   GEMM 2 tokens of q4a cost 2.9-3.9 single-token passes, through
+   gemv8_b32_t 1.4; q4a's asymmetric panels stay slower up to 8 tokens, the
+   others' from 5). Block-16 formats take the GEMM from 2 tokens. Every path
+   gives a row the same bits. */
+#define GEMV_TOKENS(F) ((F) == F_Q4A ? 8 : g_fmt[F].block == 32 ? 4 : 1)
+
+/* nt <= GEMV_TOKENS_MAX tokens of a block-32 format */
+CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                              int64_t nt, int64_t r0, int64_t r1, const int f) {
+    const cism__act8 *a[GEMV_TOKENS_MAX];
+    int64_t nb = (cols + 31) / 32, r, t;
+    for (t = 0; t < nt; t++) a[t] = act_row(xq, ldq, t);
+    for (r = r0; r + 8 <= r1; r += 8) {
+        const uint8_t *wr = w + (uint64_t)r * rb;
+        switch (nt) {
+        case 8: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
+        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
+        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
+        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
+        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
+        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
+        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
+        }
+    }
+    for (; r < r1; r++)
+        for (t = 0; t < nt; t++) y[t * ldy + r] = gemv1_b32(w + (uint64_t)r * rb, nb, a[t], f);
+}
 
 #define A8_KERNEL(nm, F)                                                                                                  \
     static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
         int64_t t;                                                                                                    \
-        if (nt >= GEMM_MIN_TOKENS) {                                                                                  \
+        if (nt > GEMV_TOKENS(F)) {                                                                                    \
             gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
+            return;                                                                                                   \
+        }                                                                                                             \
+        if (nt >= 2) {                                                                                                \
+            gemv_tokens((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                \
             return;                                                                                                   \
         }                                                                                                             \
         for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
