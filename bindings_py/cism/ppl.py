@@ -192,7 +192,8 @@ def kld_rows(logits_model: np.ndarray, logits_base: np.ndarray, targets: np.ndar
 
 def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[Sequence[int]] = None,
                   ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: Optional[bool] = None,
-                  base_act_quant: Optional[bool] = None, max_windows: int = 0, kv_f16: bool = False) -> KldResult:
+                  base_act_quant: Optional[bool] = None, max_windows: int = 0, kv_f16: bool = False,
+                  act_outliers: Optional[bool] = None) -> KldResult:
     """KLD(base || model) of the next-token distributions of `model` against
     `base` (.cism paths or open cism.Model objects), like llama.cpp's
     `perplexity --kl-divergence`: the same tokens and windows (`method`, `ctx`
@@ -202,8 +203,8 @@ def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[S
     sum_v p_base(v) (log p_base(v) - log p_model(v)), computed in float64.
 
     The base must have the same vocabulary size and tokenize the text to the
-    same ids (refused with a ValueError otherwise). `act_quant` applies to the
-    model, `base_act_quant` to the base."""
+    same ids (refused with a ValueError otherwise). `act_quant` and
+    `act_outliers` apply to the model, `base_act_quant` to the base."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (full or half)")
     if tokens is None and text is None:
@@ -246,7 +247,7 @@ def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[S
         nll_m = nll_b = 0.0
         kv = "f16" if kv_f16 else "f32"
         with Session(mm, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=kv, logits_all=True,
-                     act_quant=act_quant) as sm, \
+                     act_quant=act_quant, act_outliers=act_outliers) as sm, \
                 Session(bm, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type="f32", logits_all=True,
                         act_quant=base_act_quant) as sb:  # the reference keeps an f32 cache; kv_f16 is the model's
             for inp, first, targets in windows:
