@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
@@ -161,6 +162,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", metavar="N,M", help="decode N, M, ... sequences at once through one batch "
                                                        "(aggregate tokens/s, ms per step; -p prompt and -n generated "
                                                        "tokens per sequence), e.g. 1,2,4,8")
+    p.add_argument("--plot", metavar="FILE", help="with --parallel: also draw aggregate tokens/s against the number "
+                                                  "of sequences into FILE (PNG; needs the plot extra: "
+                                                  "pip install './bindings_py[plot]')")
     v = p.add_argument_group("comparison with another engine (needs the compare extra: pip install './bindings_py[compare]')")
     v.add_argument("--vs", metavar="ENGINE", help="run the same weights through ENGINE (llama.cpp) in the same process, "
                                                    "alternating the two rep by rep, and print the ratio")
@@ -175,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     from .model import Model
     if args.reps < 1:
         raise ValueError("--reps must be at least 1")
+    if args.plot and not args.parallel:
+        raise ValueError("--plot draws the --parallel results: add --parallel N,M,...")
     if args.vs:
         from .bench_vs import run_vs
         return run_vs(args)
@@ -218,4 +224,8 @@ def _run_parallel(args: argparse.Namespace, path: str, label: str) -> int:
     else:
         print(f"system:  {system_info()}")
         print(format_parallel(res, desc))
+    if args.plot:
+        from .bench_parallel import plot_parallel
+        plot_parallel(res, desc, args.plot)
+        print(f"plot:    {args.plot}", file=sys.stderr)
     return 0

@@ -87,3 +87,41 @@ def format_parallel(res: Dict, description: str) -> str:
         lines.append(f"{r['sequences']:>5} {r['mode']:<11} {r['aggregate_tokens_per_second']:>14.1f} "
                      f"{r['ms_per_step']:>9.2f} {r['vs_one']:>8.2f}x")
     return "\n".join(lines)
+
+
+def plot_parallel(res: Dict, description: str, path: str) -> None:
+    """`cism bench --parallel ... --plot FILE`: aggregate tokens/s against the
+    number of sequences, batched and sequential, with the ideal (P times one
+    sequence) as a dotted line. Needs matplotlib (the plot extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")   # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install './bindings_py[plot]'") from None
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    labels = {"batched": "libcism, one batch per step", "sequential": "libcism, one eval per sequence"}
+    for mode, style in (("batched", "o-"), ("sequential", "s--")):
+        rows = sorted((r for r in res["rows"] if r["mode"] == mode), key=lambda r: r["sequences"])
+        if rows:
+            ax.plot([r["sequences"] for r in rows], [r["aggregate_tokens_per_second"] for r in rows], style,
+                    label=labels[mode])
+    one = [r for r in res["rows"] if r["mode"] == "batched" and r["sequences"] == 1]
+    if one:
+        ps = sorted({r["sequences"] for r in res["rows"]})
+        ax.plot(ps, [one[0]["aggregate_tokens_per_second"] * p for p in ps], ":", color="gray",
+                label="P x one sequence (ideal)")
+    ax.set_xscale("log", base=2)
+    xs = sorted({r["sequences"] for r in res["rows"]})
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("sequences decoded at once (P)")
+    ax.set_ylabel("aggregate decode tokens/s")
+    import textwrap
+    ax.set_title(f"{textwrap.fill(description, 80)}\nthreads {res['threads'] or 'default'}, prompt {res['n_prompt']}, "
+                 f"{res['n_gen']} tokens per sequence, median of {res['reps']}", fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})   # no version stamp: the same data gives the same file
+    plt.close(fig)

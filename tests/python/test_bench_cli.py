@@ -104,3 +104,19 @@ def test_chat_cli(tmp_path, run_cli):
     p = run_cli("chat", "-m", path, "-n", "12", "--seed", "1", input="hello\nhow are you\n\n")
     lines = p.stdout.splitlines()
     assert len(lines) >= 2 and "Traceback" not in p.stderr
+
+
+def test_bench_parallel_plot(tmp_path, run_cli):
+    """`cism bench --parallel 1,2 --plot FILE`: the table, and a PNG of it (matplotlib, the plot extra)."""
+    pytest.importorskip("matplotlib")
+    import struct
+    env = {"CISM_CACHE_DIR": str(tmp_path)}
+    png = tmp_path / "parallel.png"
+    p = run_cli("bench", "--preset", "tiny", "--parallel", "1,2", "-p", "8", "-n", "4", "-r", "1", "-t", "1",
+                "--plot", str(png), env=env)
+    assert " batched " in p.stdout and " sequential " in p.stdout and str(png) in p.stderr
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert struct.unpack(">II", data[16:24]) == (600, 400) and len(data) > 10_000
+    p = run_cli("bench", "--preset", "tiny", "-p", "8", "-n", "2", "--plot", str(png), check=False, env=env)
+    assert p.returncode != 0 and "--plot draws the --parallel results" in p.stderr

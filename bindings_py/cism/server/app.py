@@ -5,7 +5,8 @@ Every error is answered as an OpenAI error object {"error": {"message",
 unsupported methods, and (without a traceback, which goes to the server log)
 anything unexpected. With an API key, /v1/* and /metrics need
 `Authorization: Bearer KEY` (compared in constant time); / and /health stay
-open. No endpoint reads or writes a file named by the client.
+open, as do the chat page's static files (/static/*). No endpoint reads or
+writes a file named by the client.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -167,11 +168,17 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse(err.body(), status_code=500)
 
     # ---- open routes ----------------------------------------------------------------
+    page = _static_files()
+
     @app.get("/", response_class=HTMLResponse)
     async def index():
-        return ("<!doctype html><title>cism serve</title><h1>cism serve</h1>"
-                f"<p>An OpenAI-compatible server for {_html(state.model_id)}: POST /v1/chat/completions, "
-                "POST /v1/completions, GET /v1/models, GET /metrics, GET /health.</p>")
+        return _page_response(page, "index.html")
+
+    @app.get("/static/{name}")
+    async def static(name: str):
+        if name not in page or name == "index.html":   # a fixed set read at start-up, not a path lookup
+            raise StarletteHTTPException(404)
+        return _page_response(page, name)
 
     @app.get("/health")
     async def health():
@@ -214,8 +221,24 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def _html(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+# The chat page (static/: HTML, CSS, JavaScript; docs/SERVER.md): read once from the package, served
+# from memory. The policy lets the page load only its own files and talk only to this server.
+_STATIC_TYPES = {"index.html": "text/html; charset=utf-8", "chat.css": "text/css; charset=utf-8",
+                 "chat.js": "text/javascript; charset=utf-8"}
+_PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                            "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                                            "form-action 'none'; frame-ancestors 'none'",
+                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+
+
+def _static_files() -> Dict[str, bytes]:
+    from importlib import resources
+    root = resources.files(__package__).joinpath("static")
+    return {name: root.joinpath(name).read_bytes() for name in _STATIC_TYPES}
+
+
+def _page_response(page: Dict[str, bytes], name: str) -> Response:
+    return Response(page[name], media_type=_STATIC_TYPES[name], headers=_PAGE_HEADERS)
 
 
 async def _build(state: ServerState, fn, body: Any, endpoint: str) -> GenRequest:
