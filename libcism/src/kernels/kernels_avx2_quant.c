@@ -435,34 +435,7 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
     }
 }
 
-/* Up to how many tokens the block-32 formats take gemv8_b32_t rather than
-   the panel GEMM, which pays for packing its panels only with more tokens;
-   q4a's asymmetric panels stay slower up to 8 tokens, the others' from 5;
-   block-16 formats take the GEMM from 2 (cism-kernel-bench --tiers avx2
-   --stream 32 --tokens 2,3,4,5,8). Every path gives a row the same bits. */
-#define GEMV_TOKENS(F) ((F) == F_Q4A ? 8 : g_fmt[F].block == 32 ? 4 : 1)
-
-/* 2 <= nt <= GEMV_TOKENS_MAX tokens of a block-32 format */
-CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                              int64_t nt, int64_t r0, int64_t r1, const int f) {
-    const cism__act8 *a[GEMV_TOKENS_MAX];
-    int64_t nb = (cols + 31) / 32, r, t;
-    for (t = 0; t < nt; t++) a[t] = act_row(xq, ldq, t);
-    for (r = r0; r + 8 <= r1; r += 8) {
-        const uint8_t *wr = w + (uint64_t)r * rb;
-        switch (nt) {
-        case 8: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
-        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
-        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
-        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
-        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
-        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
-        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
-        }
-    }
-    for (; r < r1; r++)
-        for (t = 0; t < nt; t++) y[t * ldy + r] = gemv1_b32(w + (uint64_t)r * rb, nb, a[t], f);
-}
+#include "x86_gemv_tokens.h"
 
 #define A8_KERNEL(nm, F)                                                                                                  \
     static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \

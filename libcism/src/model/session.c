@@ -9,14 +9,6 @@
 
 #define DEFAULT_CTX 4096
 
-static void *alloc_floats(int64_t n, int *failed) {
-    void *p;
-    if (n <= 0) n = 1;
-    p = calloc((size_t)n, sizeof(float));
-    if (!p) *failed = 1;
-    return p;
-}
-
 void cism_session_free(cism_session *s) {
     if (!s) return;
     cism__work_free(&s->w);
@@ -167,7 +159,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (%.1f MiB for %lld positions); use a smaller context length",
                           mb, (long long)sh.n_ctx);
     }
-    s->logits = (float *)alloc_floats(hp->vocab, &failed);
+    s->logits = (float *)cism__alloc_floats(hp->vocab, &failed);
     s->logits_cap = 1;
     s->tokens = (int32_t *)calloc((size_t)sh.n_ctx, sizeof(int32_t));
     if (!s->tokens) failed = 1;

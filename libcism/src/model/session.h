@@ -41,6 +41,8 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
 /* Frees the buffers (keeps the pool) / the pool too. */
 void cism__work_free_buffers(cism__work *w);
 void cism__work_free(cism__work *w);
+/* n zeroed floats (at least one); sets *failed when out of memory. */
+void *cism__alloc_floats(int64_t n, int *failed);
 /* Bytes of w's buffers for n_rows rows and n_ctx positions. */
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant);
 

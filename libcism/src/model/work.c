@@ -35,7 +35,7 @@ int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx,
     return work_floats(hp, n_rows, n_ctx, nth, act_quant) * 4 + n_rows;
 }
 
-static void *alloc_floats(int64_t n, int *failed) {
+void *cism__alloc_floats(int64_t n, int *failed) {
     void *p;
     if (n <= 0) n = 1;
     p = calloc((size_t)n, sizeof(float));
@@ -63,23 +63,23 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
     int failed = 0;
     if (w->x && (w->n_rows < n_rows || w->n_ctx < n_ctx)) cism__work_free_buffers(w);
     if (!w->x) {
-        w->x = (float *)alloc_floats(n_rows * hp->dim, &failed);
-        w->xb = (float *)alloc_floats(n_rows * hp->dim, &failed);
-        w->q = (float *)alloc_floats(n_rows * q_rows, &failed);
-        w->att = (float *)alloc_floats(n_rows * q_rows, &failed);
-        w->ob = (float *)alloc_floats(n_rows * hp->dim, &failed);
-        w->hb = (float *)alloc_floats(n_rows * hp->ffn_dim, &failed);
-        w->hb2 = (float *)alloc_floats(n_rows * hp->ffn_dim, &failed);
-        w->tmp = (float *)alloc_floats((int64_t)w->nth * n_rows * hp->head_dim, &failed);
+        w->x = (float *)cism__alloc_floats(n_rows * hp->dim, &failed);
+        w->xb = (float *)cism__alloc_floats(n_rows * hp->dim, &failed);
+        w->q = (float *)cism__alloc_floats(n_rows * q_rows, &failed);
+        w->att = (float *)cism__alloc_floats(n_rows * q_rows, &failed);
+        w->ob = (float *)cism__alloc_floats(n_rows * hp->dim, &failed);
+        w->hb = (float *)cism__alloc_floats(n_rows * hp->ffn_dim, &failed);
+        w->hb2 = (float *)cism__alloc_floats(n_rows * hp->ffn_dim, &failed);
+        w->tmp = (float *)cism__alloc_floats((int64_t)w->nth * n_rows * hp->head_dim, &failed);
         w->scores_per_thread = scores_per_thread(hp, n_ctx);
-        w->scores = (float *)alloc_floats((int64_t)w->nth * w->scores_per_thread, &failed);
-        w->rope_cos = (float *)alloc_floats(n_rows * hp->head_dim / 2, &failed);
-        w->rope_sin = (float *)alloc_floats(n_rows * hp->head_dim / 2, &failed);
+        w->scores = (float *)cism__alloc_floats((int64_t)w->nth * w->scores_per_thread, &failed);
+        w->rope_cos = (float *)cism__alloc_floats(n_rows * hp->head_dim / 2, &failed);
+        w->rope_sin = (float *)cism__alloc_floats(n_rows * hp->head_dim / 2, &failed);
         w->bad = (uint8_t *)calloc((size_t)n_rows, 1);
         if (!w->bad) failed = 1;
         if (w->act_quant) { /* one quantized row per token, for the widest matmul input */
             w->xq_row_bytes = xq_row_bytes(hp);
-            w->xq = (uint8_t *)alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + widest_input(hp), &failed);
+            w->xq = (uint8_t *)cism__alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + widest_input(hp), &failed);
             w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
         }
         if (failed) {
