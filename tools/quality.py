@@ -1,6 +1,8 @@
 """The quality table (docs/QUALITY.md): perplexity and bits per weight of
 libcism's formats and recipes against llama.cpp's Q8_0, Q4_0, Q4_K_M and
-IQ4_NL, on the same checkpoints and the same tokens.
+IQ4_NL, on the same checkpoints and the same tokens; with the mean KL
+divergence of every row against libcism's f32 (both engines on the same
+windows and positions), and --plot draws KLD against bits per weight.
 
 Needs the optional comparison extra (llama-cpp-python, gguf):
     pip install ./bindings_py[compare]
@@ -122,29 +124,95 @@ def write_gguf(folder: str, out: str) -> None:
     w.close()
 
 
-def ppl_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):
-    import llama_cpp
-    m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
-                        n_threads=1, n_threads_batch=1)  # one thread: no spinning barriers on a shared machine
+def _windows(toks, ctx: int, bos: int, max_windows: int):
+    """llama.cpp's perplexity windows: ctx tokens each (the first set to BOS),
+    the second half scored."""
     stream = np.concatenate([[bos], np.asarray(toks)]).astype(np.int64)
-    first = ctx // 2
-    nll, n = 0.0, 0
     nwin = len(stream) // ctx
     if max_windows:
         nwin = min(nwin, max_windows)
     for i in range(nwin):
         win = stream[i * ctx:(i + 1) * ctx].copy()
         win[0] = bos
+        yield win
+
+
+def _log_softmax(lg: np.ndarray) -> np.ndarray:
+    lg = np.asarray(lg, dtype=np.float64)
+    mx = lg.max(1, keepdims=True)
+    return lg - (mx + np.log(np.exp(lg - mx).sum(1, keepdims=True)))
+
+
+def logp_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):
+    """(PPL, scored positions, log-probabilities [scored, vocab] float32) of a GGUF through llama.cpp."""
+    import llama_cpp
+    m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
+                        n_threads=1, n_threads_batch=1)  # one thread: no spinning barriers on a shared machine
+    first = ctx // 2
+    nll, parts = 0.0, []
+    for win in _windows(toks, ctx, bos, max_windows):
         m.reset()
         m.eval(win.tolist())
-        lg = np.asarray(m.scores[first:ctx - 1], dtype=np.float64)
+        lp = _log_softmax(m.scores[first:ctx - 1])
         tg = win[first + 1:]
-        mx = lg.max(1, keepdims=True)
-        lse = mx[:, 0] + np.log(np.exp(lg - mx).sum(1))
-        nll -= float((lg[np.arange(len(tg)), tg] - lse).sum())
-        n += len(tg)
+        nll -= float(lp[np.arange(len(tg)), tg].sum())
+        parts.append(lp.astype(np.float32))
     del m
-    return float(np.exp(nll / n)), n
+    lp = np.concatenate(parts)
+    return float(np.exp(nll / len(lp))), len(lp), lp
+
+
+def logp_cism(path: str, toks, ctx: int, bos: int, max_windows: int, act_quant: bool, threads: int) -> np.ndarray:
+    """log-probabilities of the same windows and positions as logp_llama, through libcism (f32 KV)."""
+    from cism import Model, Session
+    first = ctx // 2
+    parts = []
+    with Model(path) as m, Session(m, n_ctx=ctx, n_batch=ctx, n_threads=threads, kv_type="f32", logits_all=True,
+                                   act_quant=act_quant) as s:
+        for win in _windows(toks, ctx, bos, max_windows):
+            s.reset()
+            s.eval(win.astype(np.int32))
+            parts.append(_log_softmax(s.all_logits_view()[first:ctx - 1]).astype(np.float32))
+    return np.concatenate(parts)
+
+
+def kld_vs(base: np.ndarray, lp: np.ndarray):
+    """(mean KLD(base || model), same top token share) over the positions."""
+    k = (np.exp(base.astype(np.float64)) * (base.astype(np.float64) - lp.astype(np.float64))).sum(1)
+    return float(k.mean()), float((base.argmax(1) == lp.argmax(1)).mean())
+
+
+def plot_kld(sections, out: str) -> None:
+    """KLD against f32 (log scale) over bits per weight for every quantized row
+    (the F32 rows left out), one colour per engine: each row a marker, the
+    engine's best-so-far front (lowest KLD at up to that many bits) a line
+    with its points named."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(sections), figsize=(6.5 * len(sections), 5), squeeze=False)
+    for ax, (mname, _, rows, _, _) in zip(axes[0], sections):
+        for eng, marker, colour in (("libcism", "o", "tab:blue"), ("llama.cpp", "s", "tab:orange")):
+            pts = sorted((r[2], r[6], r[1]) for r in rows if r[0] == eng and r[6] and r[2] < 16)
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, color=colour, alpha=0.35, linestyle="none")
+            front, best = [], float("inf")
+            for x, y, label in pts:
+                if y < best:
+                    front.append((x, y, label))
+                    best = y
+            ax.plot([p[0] for p in front], [p[1] for p in front], marker + "-", color=colour, label=eng)
+            for x, y, label in front:
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color=colour)
+        ax.set_yscale("log")
+        ax.set_xlabel("bits per weight (8 x bytes of tensor data / weights)")
+        ax.set_ylabel("mean KLD against libcism f32 (nats)")
+        ax.set_title(mname)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
 
 
 # ---------------------------------------------------------------------------
@@ -159,6 +227,7 @@ def main():
     ap.add_argument("--work", default="/tmp/cism-quality")
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot", metavar="PNG", help="also draw KLD against bits per weight (the plot extra: matplotlib)")
     a = ap.parse_args()
     shared = os.path.join(ROOT, "..", "shared", "models")
     text = open(os.path.join(shared, "eval", a.text), encoding="utf-8").read()
@@ -180,6 +249,7 @@ def main():
         toks = Tokenizer.from_file(os.path.join(folder, "tokenizer.json")).encode(text, add_special_tokens=False).ids
         rows = []
         base = None
+        base_lp = None   # libcism f32's log-probabilities: the reference of every KLD
         for label, recipe, act, calib in OURS:
             path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}{'.calibrated-' + calib if calib else ''}.cism")
             if not os.path.exists(path):
@@ -191,11 +261,18 @@ def main():
                                max_windows=maxw)
                 cache[key] = [r.ppl, r.n_scored]
                 json.dump(cache, open(cache_path, "w"), indent=1)
+            if base_lp is None:
+                base_lp = logp_cism(path, toks, a.ctx, 1, maxw, act, a.threads)
+            if key + "|kld" not in cache:
+                lp = base_lp if label == "f32" else logp_cism(path, toks, a.ctx, 1, maxw, act, a.threads)
+                cache[key + "|kld"] = list(kld_vs(base_lp, lp))
+                json.dump(cache, open(cache_path, "w"), indent=1)
             p, n = cache[key]
+            kl, same = cache[key + "|kld"]
             if base is None:
                 base = p
-            rows.append(("libcism", label, bits_cism(path), p, n, ""))
-            print(f"{mname} libcism {label}: {p:.4f} ({time.time() - t0:.0f} s)", flush=True)
+            rows.append(("libcism", label, bits_cism(path), p, n, "", kl, same))
+            print(f"{mname} libcism {label}: {p:.4f}, KLD {kl:.6f} ({time.time() - t0:.0f} s)", flush=True)
         f32g = os.path.join(a.work, f"{mname}.F32.gguf")
         if not os.path.exists(f32g):
             write_gguf(folder, f32g)
@@ -206,16 +283,22 @@ def main():
                 quantize_gguf(f32g, path, ft)
             bpw, types = gguf_info(path)
             key = f"{mname}|llama.cpp|{ft}|{a.ctx}|{maxw}|{a.text}"
-            if key not in cache:
-                cache[key] = list(ppl_llama(path, toks, a.ctx, bos, maxw))
+            if key not in cache or key + "|kld" not in cache:
+                p, n, lp = logp_llama(path, toks, a.ctx, bos, maxw)
+                cache[key] = [p, n]
+                cache[key + "|kld"] = list(kld_vs(base_lp, lp))
                 json.dump(cache, open(cache_path, "w"), indent=1)
             p, n = cache[key]
+            kl, same = cache[key + "|kld"]
             note = ", ".join(f"{k} {v}" for k, v in sorted(types.items()))
-            rows.append(("llama.cpp", ft, bpw, p, n, note))
-            print(f"{mname} llama.cpp {ft}: {p:.4f} [{note}]", flush=True)
+            rows.append(("llama.cpp", ft, bpw, p, n, note, kl, same))
+            print(f"{mname} llama.cpp {ft}: {p:.4f}, KLD {kl:.6f} [{note}]", flush=True)
         sections.append((mname, len(toks), rows, base, maxw))
     cmd = "python tools/quality.py " + " ".join(sys.argv[1:])
     md = render(sections, a, cmd)
+    if a.plot:
+        plot_kld(sections, a.plot)
+        print(f"plot: {a.plot}")
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             f.write(md)
@@ -232,11 +315,12 @@ def render(sections, a, cmd) -> str:
         span = (f"the first {maxw} windows ({maxw * a.ctx} tokens) of the text's {ntok}" if maxw
                 else f"the whole text, {ntok} tokens")
         out += [f"### {mname}: {span}; {scored} tokens scored", "",
-                "| engine | format / recipe | bits/weight | PPL | vs own F32 | matrices (llama.cpp) |",
-                "|---|---|---:|---:|---:|---|"]
-        for eng, label, bpw, p, n, note in rows:
+                "| engine | format / recipe | bits/weight | PPL | vs own F32 | KLD vs f32 | same top | matrices (llama.cpp) |",
+                "|---|---|---:|---:|---:|---:|---:|---|"]
+        for eng, label, bpw, p, n, note, kl, same in rows:
             ref = base if eng == "libcism" else f32_llama
-            out.append(f"| {eng} | {label} | {bpw:.2f} | {p:.4f} | {100 * (p / ref - 1):+.2f}% | {note} |")
+            out.append(f"| {eng} | {label} | {bpw:.2f} | {p:.4f} | {100 * (p / ref - 1):+.2f}% | {kl:.6f} | "
+                       f"{100 * same:.2f}% | {note} |")
         out.append("")
     return "\n".join(out)
 
