@@ -27,6 +27,7 @@ from . import format as fmt
 from .tokenizer_meta import TokenizerUnsupported, compact_tokenizer
 from .hf_config import (MAX_CTX, MAX_DIM, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENIZER_JSON_BYTES, MAX_VOCAB,
                         ConversionError, Fields, check_tokenizer_json, describe, read_json)
+from .hf_families import FAMILIES
 from .safetensors import bf16_to_f32, f32_to_bf16, open_checkpoint
 
 SUPPORTED = {
@@ -34,6 +35,7 @@ SUPPORTED = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    **{cls: fam.arch for cls, fam in FAMILIES.items()},
 }
 DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
 
@@ -142,10 +144,15 @@ def _rope_settings(c: Fields) -> Tuple[float, Dict[str, Any]]:
         meta["model.rope_scaling.high_freq_factor"] = high
         meta["model.rope_scaling.original_context_length"] = src("original_max_position_embeddings").int(
             "original_max_position_embeddings", 1, MAX_CTX, default=8192)
+    elif rtype in ("longrope", "su"):
+        raise ConversionError(f"RoPE scaling type {rtype!r} (Phi-3 128k, Phi-4-mini) is not supported: its frequencies "
+                              "change with the sequence length (supported: default, linear, llama3)")
     else:
         raise ConversionError(f"RoPE scaling type {rtype!r} is not supported (supported: default, linear, llama3)")
-    if src("partial_rotary_factor").number("partial_rotary_factor", 1.0) != 1.0:
-        raise ConversionError("partial rotary embeddings (partial_rotary_factor != 1) are not supported")
+    partial = src("partial_rotary_factor").number("partial_rotary_factor", 1.0, ok=lambda x: 0 < x <= 1,
+                                                  rule="is outside (0, 1]")
+    if partial != 1.0:
+        meta["model.rope_partial_factor"] = partial  # turned into model.rope_dim by hparams_from_config
     return theta, meta
 
 
@@ -165,12 +172,12 @@ def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[
     for key in ("num_experts", "num_local_experts", "moe_intermediate_size", "n_routed_experts"):
         if c.int(key, 0, 1 << 40, default=0):
             raise ConversionError(f"mixture-of-experts models ({key}={cfg[key]}) are not supported")
-    act = c.str("hidden_act", "silu")
+    act = c.str("hidden_act", "silu") if arch != "gemma3" else "silu"  # Gemma's hidden_activation: hf_families
     if act not in ("silu", "swish"):
         raise ConversionError(f"activation {act!r} is not supported (only SwiGLU with silu)")
     if c.bool("mlp_bias", False):
         raise ConversionError("MLP biases (mlp_bias=true) are not supported")
-    if c.bool("attention_bias", False) and arch in ("llama", "mistral", "qwen3"):
+    if c.bool("attention_bias", False) and arch != "qwen2":
         raise ConversionError(f"attention biases (attention_bias=true) are not supported for {arch_cls}")
     dim = c.int("hidden_size", 1, MAX_DIM)
     n_layers = c.int("num_hidden_layers", 1, MAX_LAYERS)
@@ -185,7 +192,7 @@ def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[
     vocab = c.int("vocab_size", 1, MAX_VOCAB)
     ctx = c.int("max_position_embeddings", 1, MAX_CTX, default=2048)
     eps = c.number("rms_norm_eps", 1e-6, ok=lambda x: 0 < x < 1, rule="is outside (0, 1)")
-    theta, rope_meta = _rope_settings(c)
+    theta, rope_meta = _rope_settings(c) if arch != "gemma3" else (10000.0, {})  # Gemma 3's: per layer type
     meta: Dict[str, Any] = {
         "general.architecture": arch,
         "model.vocab_size": vocab,
@@ -200,16 +207,27 @@ def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[
         "model.rope_theta": theta,
         "model.tied_embeddings": int(c.bool("tie_word_embeddings", False)),
     }
+    partial = rope_meta.pop("model.rope_partial_factor", None)
     meta.update(rope_meta)
+    if partial is not None:  # as transformers sizes it: int(head_dim * factor) dimensions rotate
+        rope_dim = int(head_dim * partial)
+        if rope_dim < 2 or rope_dim % 2:
+            c.fail("partial_rotary_factor", f"{partial:g} x head_dim {head_dim} gives {rope_dim} rotated dimensions; "
+                                            "an even number >= 2 is needed")
+        if rope_dim != head_dim:
+            meta["model.rope_dim"] = rope_dim
     if arch == "qwen2":
         meta["model.attn_qkv_bias"] = 1
     if arch == "qwen3":
         meta["model.qk_norm"] = 1
-    # sliding window: only a limit, never computed; sessions above it are refused
+    # sliding window: every layer's (Mistral, Phi-3; Gemma 3 marks its layers in hf_families)
     window = c.int("sliding_window", 0, 1 << 62, default=0)
-    uses_window = c.bool("use_sliding_window", False) or arch == "mistral"
-    if uses_window and window and window < ctx:
+    uses_window = c.bool("use_sliding_window", False) or arch in ("mistral", "phi3")
+    if uses_window and window and window < ctx and arch != "gemma3":
         meta["model.sliding_window"] = window
+    family = FAMILIES.get(arch_cls)
+    if family is not None:
+        family.config(c, meta)
     if n_heads % n_kv:
         raise ConversionError(f"num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
     return meta
@@ -238,16 +256,26 @@ _TOP_MAP = {"model.embed_tokens.weight": "token_embd", "model.norm.weight": "out
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
-def map_name(hf: str) -> Optional[str]:
-    """The .cism name of an HF tensor, None for tensors that are dropped, or raises."""
+def map_name(hf: str, arch_cls: str = "") -> Optional[str]:
+    """The .cism name of an HF tensor, None for tensors that are dropped (or split:
+    map_split), or raises."""
     if hf in _TOP_MAP:
         return _TOP_MAP[hf]
     if hf.endswith("rotary_emb.inv_freq"):
         return None
     m = _LAYER_RE.match(hf)
-    if m and m.group(2) in _LAYER_MAP:
-        return f"blk.{m.group(1)}.{_LAYER_MAP[m.group(2)]}"
+    names = {**_LAYER_MAP, **FAMILIES[arch_cls].layer_names} if arch_cls in FAMILIES else _LAYER_MAP
+    if m and m.group(2) in names:
+        return None if names[m.group(2)] is None else f"blk.{m.group(1)}.{names[m.group(2)]}"
     raise ConversionError(f"tensor {hf!r} is not part of a supported model (unknown name)")
+
+
+def map_split(hf: str, arch_cls: str, meta: Dict[str, Any]) -> List[Tuple[str, int, int]]:
+    """The .cism tensors (name, first row, end row) cut from a fused HF tensor; [] for others."""
+    m = _LAYER_RE.match(hf)
+    if not m or arch_cls not in FAMILIES:
+        return []
+    return [(f"blk.{m.group(1)}.{n}", r0, r1) for n, r0, r1 in FAMILIES[arch_cls].splits(meta).get(m.group(2), [])]
 
 
 def expected_tensors(meta: Dict[str, Any]) -> Dict[str, Tuple[int, ...]]:
@@ -266,6 +294,8 @@ def expected_tensors(meta: Dict[str, Any]) -> Dict[str, Tuple[int, ...]]:
             out.update({p + "attn_q_bias": (q,), p + "attn_k_bias": (kv,), p + "attn_v_bias": (kv,)})
         if meta.get("model.qk_norm"):
             out.update({p + "attn_q_norm": (hd,), p + "attn_k_norm": (hd,)})
+        if meta.get("model.post_norms"):
+            out.update({p + "post_attn_norm": (d,), p + "post_ffn_norm": (d,)})
     return out
 
 
@@ -514,12 +544,18 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     if cfg is None:
         raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
     meta = hparams_from_config(cfg)
+    arch_cls = cfg["architectures"][0]
+    family = FAMILIES.get(arch_cls)
     tensors = open_checkpoint(folder)
     mapping: Dict[str, str] = {}
+    rows: Dict[str, Tuple[int, int]] = {}   # tensors cut from a fused one: their rows
     for hf in tensors:
-        name = map_name(hf)
+        name = map_name(hf, arch_cls)
         if name is not None:
             mapping[name] = hf
+        for part, r0, r1 in map_split(hf, arch_cls, meta):
+            mapping[part] = hf
+            rows[part] = (r0, r1)
     expected = expected_tensors(meta)
     if meta["model.tied_embeddings"]:
         mapping.pop("output", None)  # a saved copy of the tied head is redundant
@@ -533,6 +569,11 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
         raise ConversionError(f"missing tensors: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     for name, shape in expected.items():
         src_dt, got = tensors[mapping[name]].info(mapping[name])
+        if name in rows:  # one part of a fused tensor, whose rows are the parts' in order
+            end = max(r1 for n, (_, r1) in rows.items() if mapping[n] == mapping[name])
+            if len(got) != 2 or got[0] != end:
+                raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies ({end}, {shape[1]})")
+            got = (rows[name][1] - rows[name][0], got[1])
         if tuple(got) != shape:
             raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies {shape}")
         if src_dt not in ("F32", "F16", "BF16", "F64"):
@@ -551,14 +592,21 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     meta["general.source"] = "hf:" + os.path.basename(os.path.abspath(folder))
     meta["general.converter"] = "cism.convert " + _version()
 
-    def load(name: str) -> np.ndarray:
+    def get(name: str) -> Tuple[np.ndarray, str]:
         arr, dt = tensors[mapping[name]].get(mapping[name])
-        if dt == "BF16":
-            return bf16_to_f32(arr)
-        return arr.astype(np.float32)
+        if name in rows:
+            arr = arr[rows[name][0]:rows[name][1]]
+        return arr, dt
+
+    def load(name: str) -> np.ndarray:
+        arr, dt = get(name)
+        arr = bf16_to_f32(arr) if dt == "BF16" else arr.astype(np.float32)
+        if family is not None and family.plus_one(name):  # stored as the scale the norm applies, in float32
+            arr = (np.float32(1.0) + arr).astype(np.float32)
+        return arr
 
     def raw_for(name: str) -> Optional[np.ndarray]:
-        arr, dt = tensors[mapping[name]].get(mapping[name])
+        arr, dt = get(name)
         if arr.ndim == 2 and dt == "BF16" and target == "bf16":
             return arr
         if arr.ndim == 2 and dt == "F16" and target == "f16":

@@ -77,6 +77,9 @@ typedef struct cism__kernels {
        taken from the scalar tier by the caller. */
     cism__matmul_a8_fn matmul_a8[CISM__DTYPE_COUNT];
     void (*quantize_act)(const float *x, int64_t n, void *out);
+    /* gate[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
+       0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, Gemma 3) */
+    void (*gelu_tanh_mul)(float *gate, const float *up, int64_t n);
 } cism__kernels;
 
 /* The reference tier; always available. */

@@ -167,6 +167,15 @@ static void silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+static void gelu_tanh_mul(float *gate, const float *up, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
 static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t, const float *sin_t) {
     int64_t h, i, half = head_dim / 2;
     for (h = 0; h < n_heads; h++) {
@@ -196,6 +205,7 @@ static const cism__kernels g_scalar = {
      cism__scalar_matmul_a8_nl4, cism__scalar_matmul_a8_q4s, cism__scalar_matmul_a8_q8x16, cism__scalar_matmul_a8_q4sx16,
      cism__scalar_matmul_a8_q4a},
     cism__quantize_act_scalar,
+    gelu_tanh_mul,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

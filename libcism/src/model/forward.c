@@ -139,6 +139,15 @@ static void *kv_ptr(const cism_session *s, void *cache, int64_t layer, int64_t h
     return (uint8_t *)cache + off * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
 }
 
+/* RoPE of row t on the layer's table (none on a NoPE layer): the first
+   rope_dim dimensions of the head rotate, the others pass (partial RoPE). */
+static void rope_row(const cism__work *w, const cism__hparams *hp, const cism__layer *L, float *v, int64_t t) {
+    int64_t half = hp->rope_dim / 2, off;
+    if (L->rope_table < 0) return;
+    off = (L->rope_table * w->n_rows + t) * half;
+    w->k->rope(v, 1, hp->rope_dim, w->rope_cos + off, w->rope_sin + off);
+}
+
 /* Q rows of rows [t_lo, nt) (the others are not needed in the last layer),
    K and V rows of every row into its session's cache. */
 static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int64_t t_lo) {
@@ -146,7 +155,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     const cism__hparams *hp = &f->m->hp;
     const cism__layer *L = &f->m->layers[l];
     const cism__kernels *k = w->k;
-    int64_t hd = hp->head_dim, half = hd / 2, nt = f->nt, dim = hp->dim;
+    int64_t hd = hp->head_dim, nt = f->nt, dim = hp->dim;
     int64_t q_rows = hp->n_heads * hd, t, i, q;
     float *tmp = w->tmp + (int64_t)ith * w->n_rows * hd;
     if (u < hp->n_heads) { /* query head u */
@@ -156,7 +165,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
             float *v = w->q + t * q_rows + r0;
             if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
             if (L->q_norm) head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
-            k->rope(v, 1, hd, w->rope_cos + t * half, w->rope_sin + t * half);
+            rope_row(w, hp, L, v, t);
         }
     } else { /* key or value head */
         int is_k = u < hp->n_heads + hp->n_kv_heads;
@@ -173,7 +182,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
                 if (bias) for (i = 0; i < hd; i++) v[i] += bias[h * hd + i];
                 if (is_k) {
                     if (L->k_norm) head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
-                    k->rope(v, 1, hd, w->rope_cos + t * half, w->rope_sin + t * half);
+                    rope_row(w, hp, L, v, t);
                 }
                 store_kv(w, sq->s, kv_ptr(sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0), v, hd);
             }
@@ -199,9 +208,10 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     cism__work *w = f->w;
     const cism__hparams *hp = &f->m->hp;
     int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
-    int64_t units_per_block = hp->n_heads / hpu, lo = 0, hi = f->n_seqs - 1, t, h, kvh, n_tok, row;
+    int64_t units_per_block = hp->n_heads / hpu, lo = 0, hi = f->n_seqs - 1, t, h, kvh, n_tok, row, i;
+    int64_t window = f->m->layers[l].window;
     const cism__seq *sq;
-    float scale = (float)(1.0 / sqrt((double)hd));
+    float *scores = w->scores + (int64_t)ith * w->scores_per_thread;
     while (lo < hi) { /* the last seq whose first unit is <= unit */
         int64_t mid = (lo + hi + 1) / 2;
         if (f->seqs[mid].att_u0 <= unit) lo = mid;
@@ -214,18 +224,43 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     kvh = h / group;
     n_tok = sq->nt - t < CISM__ATT_TOKENS ? sq->nt - t : CISM__ATT_TOKENS;
     row = sq->row0 + t;
-    w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
-                    kv_ptr(sq->s, sq->s->k_cache, l, kvh, 0), kv_ptr(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
-                    sq->s->n_past + t + 1, hd, scale, w->scores + (int64_t)ith * w->scores_per_thread);
+    if (window == 0) {
+        w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
+                        kv_ptr(sq->s, sq->s->k_cache, l, kvh, 0), kv_ptr(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
+                        sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
+        return;
+    }
+    /* sliding window: each query over the last `window` positions up to its
+       own, one token per call (every position takes this one path) */
+    for (i = 0; i < n_tok; i++) {
+        int64_t pos = sq->s->n_past + t + i, first = pos + 1 > window ? pos + 1 - window : 0;
+        w->k->attention(w->q + (row + i) * q_rows + h * hd, q_rows, w->att + (row + i) * q_rows + h * hd, q_rows, 1, hpu,
+                        kv_ptr(sq->s, sq->s->k_cache, l, kvh, first), kv_ptr(sq->s, sq->s->v_cache, l, kvh, first),
+                        sq->s->kv_type, pos + 1 - first, hd, hp->attn_scale, scores);
+    }
 }
 
-/* rows [r0, r1) of y = W in, then x += y on them, for rows [t_lo, nt) */
+/* rows [r0, r1) of y = W in, then x += y on them, for rows [t_lo, nt); with
+   post norms the add waits for the whole row (post_residual) */
 static void proj_residual(fwd *f, const cism__weight *wt, const float *in, int64_t ld_in, int64_t r0, int64_t r1, int64_t t_lo) {
     cism__work *w = f->w;
     int64_t dim = f->m->hp.dim, t, r;
     linear_rows(w, wt, in + t_lo * ld_in, ld_in, qrow(w, t_lo), w->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
+    if (f->m->hp.post_norms) return;
     for (t = t_lo; t < f->nt; t++)
         for (r = r0; r < r1; r++) w->x[t * dim + r] += w->ob[t * dim + r];
+}
+
+/* Post norms (Gemma 3): x += RMSNorm(ob) on rows [t0, t1), once the stage
+   that wrote ob has completed every row. */
+static void post_residual(fwd *f, const float *norm, int64_t t0, int64_t t1) {
+    cism__work *w = f->w;
+    int64_t dim = f->m->hp.dim, t, r;
+    for (t = t0; t < t1; t++) {
+        float *o = w->ob + t * dim, *x = w->x + t * dim;
+        w->k->rmsnorm(o, o, norm, dim, (float)f->m->hp.norm_eps);
+        for (r = 0; r < dim; r++) x[r] += o[r];
+    }
 }
 
 static void ffn_up_rows(fwd *f, const cism__layer *L, const float *xb, int64_t r0, int64_t r1, int64_t t_lo) {
@@ -233,7 +268,10 @@ static void ffn_up_rows(fwd *f, const cism__layer *L, const float *xb, int64_t r
     int64_t ffn = f->m->hp.ffn_dim, dim = f->m->hp.dim, t;
     linear_rows(w, &L->gate, xb + t_lo * dim, dim, qrow(w, t_lo), w->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
     linear_rows(w, &L->up, xb + t_lo * dim, dim, qrow(w, t_lo), w->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
-    for (t = t_lo; t < f->nt; t++) w->k->silu_mul(w->hb + t * ffn + r0, w->hb2 + t * ffn + r0, r1 - r0);
+    if (f->m->hp.ffn_act == CISM__FFN_GELU_TANH)
+        for (t = t_lo; t < f->nt; t++) w->k->gelu_tanh_mul(w->hb + t * ffn + r0, w->hb2 + t * ffn + r0, r1 - r0);
+    else
+        for (t = t_lo; t < f->nt; t++) w->k->silu_mul(w->hb + t * ffn + r0, w->hb2 + t * ffn + r0, r1 - r0);
 }
 
 static void norm_rows(const cism__kernels *k, float *out, const float *x, const float *w, int64_t t0, int64_t t1,
@@ -296,6 +334,8 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     cism_session *s0 = f->seqs[0].s;
     int64_t l = stage / ST_PER_LAYER, kind = stage % ST_PER_LAYER, nt = f->nt, dim = hp->dim;
     float eps = (float)hp->norm_eps;
+    if (hp->post_norms && kind == ST_QKV && l > 0 && l <= hp->n_layers) /* the previous layer's MLP output */
+        post_residual(f, m->layers[l - 1].post_ffn_norm, f->t_lo, nt);
     if (l == hp->n_layers && kind == 0 && f->rows_out > 0) { /* final norm, output head */
         head_inputs(f);
         return units_of(hp->vocab, f->c_voc);
@@ -316,6 +356,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     case ST_ATT:
         return attention_units(f);
     case ST_UP:
+        if (hp->post_norms) post_residual(f, m->layers[l].post_attn_norm, f->t_lo, nt);
         norm_rows(w->k, w->xb, w->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
         quantize_rows(w, w->xb, dim, dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_FFN, w->xb, dim, f->t_lo, nt);
@@ -371,7 +412,7 @@ static const cism__stages g_forward_stages = {fwd_begin, fwd_unit};
 cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, float *out, int replay) {
     const cism_model *m = seqs[0].s->model;
     const cism__hparams *hp = &m->hp;
-    int64_t half = hp->head_dim / 2, t, i, q, nt = 0, rows_out = 0;
+    int64_t half = hp->rope_dim / 2, t, i, j, q, nt = 0, rows_out = 0;
     int nth = cism__pool_size(w->pool);
     fwd f;
     for (q = 0; q < n_seqs; q++) {
@@ -385,11 +426,14 @@ cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, f
             float pos = (float)(sq->s->n_past + t);
             if (w->k->row_to_f32[m->tok_embd.dtype]) w->k->row_to_f32[m->tok_embd.dtype](er, w->x + row * hp->dim, hp->dim);
             else cism__matrix_row_f32(m->tok_embd.dtype, m->tok_embd.data, m->tok_embd.row_bytes, hp->dim, tok, w->x + row * hp->dim);
-            for (i = 0; i < half; i++) {
-                float angle = pos * m->rope_inv_freq[i];
-                w->rope_cos[row * half + i] = (float)cos((double)angle);
-                w->rope_sin[row * half + i] = (float)sin((double)angle);
-            }
+            if (hp->embed_scale != 1.0f)
+                for (i = 0; i < hp->dim; i++) w->x[row * hp->dim + i] *= hp->embed_scale;
+            for (j = 0; j < m->n_rope_tables; j++)
+                for (i = 0; i < half; i++) {
+                    float angle = pos * m->rope_inv_freq[j][i];
+                    w->rope_cos[(j * w->n_rows + row) * half + i] = (float)cos((double)angle);
+                    w->rope_sin[(j * w->n_rows + row) * half + i] = (float)sin((double)angle);
+                }
         }
         nt += sq->nt;
         rows_out += sq->rows_out;

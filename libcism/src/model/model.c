@@ -101,20 +101,51 @@ static cism_status require_int(loadctx *c, const char *key, int64_t lo, int64_t 
 }
 
 /* ---- hyper-parameters ---------------------------------------------------------- */
+/* What each family needs and allows: RULE_NO refuses the feature, RULE_YES
+   requires it, RULE_MAY leaves it to the file. */
+enum { RULE_NO = 0, RULE_YES = 1, RULE_MAY = 2 };
+typedef struct family {
+    const char *name;
+    int arch;
+    int qkv_bias, qk_norm, post_norms, gelu;
+} family;
+static const family g_families[] = {
+    {"llama", CISM__ARCH_LLAMA, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+    {"mistral", CISM__ARCH_MISTRAL, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+    {"qwen2", CISM__ARCH_QWEN2, RULE_YES, RULE_NO, RULE_NO, RULE_NO},
+    {"qwen3", CISM__ARCH_QWEN3, RULE_NO, RULE_YES, RULE_NO, RULE_NO},
+    {"gemma3", CISM__ARCH_GEMMA3, RULE_NO, RULE_YES, RULE_YES, RULE_YES},
+    {"smollm3", CISM__ARCH_SMOLLM3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+    {"phi3", CISM__ARCH_PHI3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+};
+#define SUPPORTED_NAMES "llama, mistral, qwen2, qwen3, gemma3, smollm3, phi3"
+
+static cism_status family_rule(loadctx *c, const char *arch, int rule, int has, const char *what, const char *key) {
+    if (has && rule == RULE_NO)
+        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: %s is not supported for architecture '%s'", c->label, what, arch);
+    if (!has && rule == RULE_YES)
+        return cism__fail(CISM_ERR_FORMAT, "%s: %s models need %s (%s)", c->label, arch, what, key);
+    return CISM_OK;
+}
+
 static cism_status read_hparams(loadctx *c, cism__hparams *hp, const char **arch_name) {
-    char arch[64], rope[64];
+    char arch[64], rope[64], act[64];
     int64_t v;
     cism_status st;
     int r;
+    const family *fam;
+    double scale;
     memset(hp, 0, sizeof(*hp));
     r = meta_str(c, "general.architecture", NULL, arch, sizeof(arch));
     if (r < 0) return CISM_ERR_FORMAT;
     if (r == 0) return cism__fail(CISM_ERR_FORMAT, "%s: required metadata 'general.architecture' is missing", c->label);
-    if (strcmp(arch, "llama") == 0) { hp->arch = CISM__ARCH_LLAMA; *arch_name = "llama"; }
-    else if (strcmp(arch, "mistral") == 0) { hp->arch = CISM__ARCH_MISTRAL; *arch_name = "mistral"; }
-    else if (strcmp(arch, "qwen2") == 0) { hp->arch = CISM__ARCH_QWEN2; *arch_name = "qwen2"; }
-    else if (strcmp(arch, "qwen3") == 0) { hp->arch = CISM__ARCH_QWEN3; *arch_name = "qwen3"; }
-    else return cism__fail(CISM_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)", c->label, arch);
+    for (r = 0; r < (int)(sizeof(g_families) / sizeof(g_families[0])); r++)
+        if (strcmp(arch, g_families[r].name) == 0) break;
+    if (r == (int)(sizeof(g_families) / sizeof(g_families[0])))
+        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", c->label, arch, SUPPORTED_NAMES);
+    fam = &g_families[r];
+    hp->arch = fam->arch;
+    *arch_name = fam->name;
 
     if ((st = require_int(c, "model.vocab_size", 1, MAX_VOCAB, &hp->vocab))) return st;
     if ((st = require_int(c, "model.dim", 1, MAX_DIM, &hp->dim))) return st;
@@ -161,16 +192,81 @@ static cism_status read_hparams(loadctx *c, cism__hparams *hp, const char **arch
     if (meta_int(c, "model.sliding_window", 0, &hp->sliding_window) < 0) return CISM_ERR_FORMAT;
     if (hp->sliding_window < 0) return cism__fail(CISM_ERR_FORMAT, "%s: model.sliding_window is negative", c->label);
 
+    if (meta_int(c, "model.rope_dim", hp->head_dim, &hp->rope_dim) < 0) return CISM_ERR_FORMAT;
+    if (hp->rope_dim < 2 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+        return cism__fail(CISM_ERR_FORMAT, "%s: model.rope_dim %lld must be even and within 2..head_dim (%lld)", c->label,
+                          (long long)hp->rope_dim, (long long)hp->head_dim);
+    if (meta_float(c, "model.rope_theta_local", 0.0, &hp->rope_theta_local) < 0) return CISM_ERR_FORMAT;
+    if (hp->rope_theta_local != 0 && !(hp->rope_theta_local > 1))
+        return cism__fail(CISM_ERR_FORMAT, "%s: model.rope_theta_local %g must be > 1", c->label, hp->rope_theta_local);
+    if (meta_str(c, "model.ffn_activation", "silu", act, sizeof(act)) < 0) return CISM_ERR_FORMAT;
+    if (strcmp(act, "silu") == 0) hp->ffn_act = CISM__FFN_SILU;
+    else if (strcmp(act, "gelu_tanh") == 0) hp->ffn_act = CISM__FFN_GELU_TANH;
+    else return cism__fail(CISM_ERR_UNSUPPORTED, "%s: MLP activation '%s' is not supported (supported: silu, gelu_tanh)", c->label, act);
+    if (meta_int(c, "model.post_norms", 0, &v) < 0) return CISM_ERR_FORMAT;
+    hp->post_norms = v != 0;
+    if (meta_float(c, "model.embedding_scale", 1.0, &scale) < 0) return CISM_ERR_FORMAT;
+    if (!(scale > 0 && scale < 1e6)) return cism__fail(CISM_ERR_FORMAT, "%s: model.embedding_scale %g is outside (0, 1e6)", c->label, scale);
+    hp->embed_scale = (float)scale;
+    if (meta_float(c, "model.attention_scale", 1.0 / sqrt((double)hp->head_dim), &scale) < 0) return CISM_ERR_FORMAT;
+    if (!(scale > 0 && scale < 1e6)) return cism__fail(CISM_ERR_FORMAT, "%s: model.attention_scale %g is outside (0, 1e6)", c->label, scale);
+    hp->attn_scale = (float)scale;
+
     /* family rules */
-    if (hp->qkv_bias && hp->arch != CISM__ARCH_QWEN2)
-        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: q/k/v projection biases are not supported for architecture '%s'", c->label, *arch_name);
-    if (!hp->qkv_bias && hp->arch == CISM__ARCH_QWEN2)
-        return cism__fail(CISM_ERR_FORMAT, "%s: qwen2 models need q/k/v biases (model.attn_qkv_bias = 1)", c->label);
-    if (hp->qk_norm && hp->arch != CISM__ARCH_QWEN3)
-        return cism__fail(CISM_ERR_UNSUPPORTED, "%s: q/k normalization is not supported for architecture '%s'", c->label, *arch_name);
-    if (!hp->qk_norm && hp->arch == CISM__ARCH_QWEN3)
-        return cism__fail(CISM_ERR_FORMAT, "%s: qwen3 models need q/k normalization (model.qk_norm = 1)", c->label);
+    if ((st = family_rule(c, *arch_name, fam->qkv_bias, hp->qkv_bias, "q/k/v projection biases", "model.attn_qkv_bias = 1")) ||
+        (st = family_rule(c, *arch_name, fam->qk_norm, hp->qk_norm, "q/k normalization", "model.qk_norm = 1")) ||
+        (st = family_rule(c, *arch_name, fam->post_norms, hp->post_norms, "norms after attention and MLP", "model.post_norms = 1")) ||
+        (st = family_rule(c, *arch_name, fam->gelu, hp->ffn_act == CISM__FFN_GELU_TANH, "the GELU (tanh) MLP",
+                          "model.ffn_activation = gelu_tanh")))
+        return st;
     return CISM_OK;
+}
+
+/* An INT_ARRAY of n per-layer values each in lo..hi into out; absent: out untouched (0). */
+static cism_status layer_ints(loadctx *c, const char *key, int64_t n, int64_t lo, int64_t hi, int64_t *out, int *found) {
+    const cism__meta_entry *e = cism__file_meta(c->f, key);
+    int64_t i;
+    *found = e != NULL;
+    if (!e) return CISM_OK;
+    if (e->type != CISM_META_INT_ARRAY) return cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' must be an integer array", c->label, key);
+    if ((int64_t)e->count != n)
+        return cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s' has %llu entries; the model has %lld layers", c->label, key,
+                          (unsigned long long)e->count, (long long)n);
+    for (i = 0; i < n; i++) {
+        out[i] = le_i64(e->payload + 8 * i);
+        if (out[i] < lo || out[i] > hi)
+            return cism__fail(CISM_ERR_FORMAT, "%s: metadata '%s'[%lld] = %lld is outside %lld..%lld", c->label, key, (long long)i,
+                              (long long)out[i], (long long)lo, (long long)hi);
+    }
+    return CISM_OK;
+}
+
+/* Per-layer attributes: the sliding-window layers (model.layer_sliding, 1 =
+   the window of model.sliding_window; absent: every layer when a window is
+   set) and the layers with RoPE (model.layer_rope; absent: all). */
+static cism_status read_layer_attrs(loadctx *c, cism_model *m) {
+    const cism__hparams *hp = &m->hp;
+    int64_t *v = (int64_t *)malloc((size_t)hp->n_layers * sizeof(int64_t)), l;
+    int found;
+    cism_status st;
+    if (!v) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
+    for (l = 0; l < hp->n_layers; l++) v[l] = 1;
+    if ((st = layer_ints(c, "model.layer_sliding", hp->n_layers, 0, 1, v, &found))) goto done;
+    if (found && hp->sliding_window == 0) {
+        st = cism__fail(CISM_ERR_FORMAT, "%s: metadata 'model.layer_sliding' needs model.sliding_window", c->label);
+        goto done;
+    }
+    for (l = 0; l < hp->n_layers; l++) {
+        m->layers[l].kind = CISM__LAYER_ATTENTION;
+        m->layers[l].window = v[l] ? hp->sliding_window : 0;
+        v[l] = 1;
+    }
+    if ((st = layer_ints(c, "model.layer_rope", hp->n_layers, 0, 1, v, &found))) goto done;
+    for (l = 0; l < hp->n_layers; l++)
+        m->layers[l].rope_table = !v[l] ? -1 : (hp->rope_theta_local != 0 && m->layers[l].window > 0 ? 1 : 0);
+done:
+    free(v);
+    return st;
 }
 
 /* ---- tensor binding --------------------------------------------------------------- */
@@ -245,6 +341,7 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     int64_t largest = 0;
     m->layers = (cism__layer *)calloc((size_t)hp->n_layers, sizeof(cism__layer));
     if (!m->layers) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
+    if ((st = read_layer_attrs(c, m))) return st;
     if ((st = bind_weight(c, "token_embd", hp->vocab, hp->dim, &m->tok_embd))) return st;
     account(m, &m->tok_embd);
     if (hp->tied) {
@@ -285,6 +382,12 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
         if ((st = bind_vector(c, name, hp->dim, &L->attn_norm))) return st;
         snprintf(name, sizeof(name), "blk.%lld.ffn_norm", (long long)l);
         if ((st = bind_vector(c, name, hp->dim, &L->ffn_norm))) return st;
+        if (hp->post_norms) {
+            snprintf(name, sizeof(name), "blk.%lld.post_attn_norm", (long long)l);
+            if ((st = bind_vector(c, name, hp->dim, &L->post_attn_norm))) return st;
+            snprintf(name, sizeof(name), "blk.%lld.post_ffn_norm", (long long)l);
+            if ((st = bind_vector(c, name, hp->dim, &L->post_ffn_norm))) return st;
+        }
         if (hp->qkv_bias) {
             snprintf(name, sizeof(name), "blk.%lld.attn_q_bias", (long long)l);
             if ((st = bind_vector(c, name, q_rows, &L->q_bias))) return st;
@@ -316,17 +419,16 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
 }
 
 /* ---- RoPE frequencies (as Hugging Face computes them) --------------------------- */
-static cism_status rope_setup(cism_model *m) {
-    const cism__hparams *hp = &m->hp;
-    int64_t half = hp->head_dim / 2, i;
-    m->rope_inv_freq = (float *)malloc((size_t)half * sizeof(float));
-    if (!m->rope_inv_freq) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory");
+static cism_status rope_table(const cism__hparams *hp, double theta, int scaled, float **out) {
+    int64_t half = hp->rope_dim / 2, i;
+    float *t = (float *)malloc((size_t)half * sizeof(float));
+    if (!t) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory");
     for (i = 0; i < half; i++) {
-        double f = 1.0 / pow(hp->rope_theta, (double)(2 * i) / (double)hp->head_dim);
+        double f = 1.0 / pow(theta, (double)(2 * i) / (double)hp->rope_dim);
         f = (double)(float)f;
-        if (hp->rope_type == CISM__ROPE_LINEAR) {
+        if (scaled && hp->rope_type == CISM__ROPE_LINEAR) {
             f /= hp->rope_factor;
-        } else if (hp->rope_type == CISM__ROPE_LLAMA3) {
+        } else if (scaled && hp->rope_type == CISM__ROPE_LLAMA3) {
             const double pi = 3.14159265358979323846;
             double low_wavelen = (double)hp->rope_orig_ctx / hp->rope_low_freq;
             double high_wavelen = (double)hp->rope_orig_ctx / hp->rope_high_freq;
@@ -339,9 +441,21 @@ static cism_status rope_setup(cism_model *m) {
                 f = (1.0 - smooth) * f / hp->rope_factor + smooth * f;
             }
         }
-        m->rope_inv_freq[i] = (float)f;
+        t[i] = (float)f;
     }
+    *out = t;
     return CISM_OK;
+}
+
+/* The global table (rope_theta, with the file's scaling) and, when the
+   sliding-window layers have their own base (Gemma 3), theirs, unscaled as
+   transformers computes it. */
+static cism_status rope_setup(cism_model *m) {
+    cism_status st = rope_table(&m->hp, m->hp.rope_theta, 1, &m->rope_inv_freq[0]);
+    m->n_rope_tables = 1;
+    if (st || m->hp.rope_theta_local == 0) return st;
+    m->n_rope_tables = 2;
+    return rope_table(&m->hp, m->hp.rope_theta_local, 0, &m->rope_inv_freq[1]);
 }
 
 static cism_status read_tokens(loadctx *c, cism_model *m) {
@@ -382,7 +496,8 @@ static void model_destroy(cism_model *m) {
     if (!m) return;
     cism__file_close(&m->file);
     free(m->layers);
-    free(m->rope_inv_freq);
+    free(m->rope_inv_freq[0]);
+    free(m->rope_inv_freq[1]);
     free(m->eos_ids);
     cism__tokenizer_free(m->tokenizer);
     free(m);

@@ -5,8 +5,15 @@
 #include "cism.h"
 #include "file.h"
 
-enum { CISM__ARCH_LLAMA = 0, CISM__ARCH_MISTRAL = 1, CISM__ARCH_QWEN2 = 2, CISM__ARCH_QWEN3 = 3 };
+enum {
+    CISM__ARCH_LLAMA = 0, CISM__ARCH_MISTRAL = 1, CISM__ARCH_QWEN2 = 2, CISM__ARCH_QWEN3 = 3, CISM__ARCH_GEMMA3 = 4,
+    CISM__ARCH_SMOLLM3 = 5, CISM__ARCH_PHI3 = 6
+};
 enum { CISM__ROPE_NONE = 0, CISM__ROPE_LINEAR = 1, CISM__ROPE_LLAMA3 = 2 };
+/* the MLP's gate activation: SwiGLU (silu) or GeGLU (GELU, tanh approximation) */
+enum { CISM__FFN_SILU = 0, CISM__FFN_GELU_TANH = 1 };
+/* what a layer's token mixer is (model.layer_types) */
+enum { CISM__LAYER_ATTENTION = 0 };
 
 typedef struct cism__hparams {
     int arch;
@@ -16,6 +23,12 @@ typedef struct cism__hparams {
     double rope_factor, rope_low_freq, rope_high_freq;
     int64_t rope_orig_ctx;
     int tied, qkv_bias, qk_norm;
+    int64_t rope_dim;           /* rotated dimensions of a head (partial RoPE: < head_dim), even */
+    double rope_theta_local;    /* RoPE base of the sliding-window layers (Gemma 3); 0 = rope_theta */
+    int ffn_act;                /* CISM__FFN_* */
+    int post_norms;             /* RMSNorm of the attention and MLP outputs before their residual add (Gemma 3) */
+    float embed_scale;          /* embeddings are multiplied by it (Gemma 3: sqrt(dim)); 1 = none */
+    float attn_scale;           /* attention score scale (default 1/sqrt(head_dim)) */
 } cism__hparams;
 
 /* A weight matrix [rows, cols] used in place from the file. */
@@ -27,7 +40,11 @@ typedef struct cism__weight {
 } cism__weight;
 
 typedef struct cism__layer {
+    int kind;                                /* CISM__LAYER_* */
+    int64_t window;                          /* sliding window in positions (a query sees the last `window`); 0 = all */
+    int rope_table;                          /* -1: no RoPE on this layer (SmolLM3's NoPE layers); else 0 global, 1 local */
     const float *attn_norm, *ffn_norm;
+    const float *post_attn_norm, *post_ffn_norm;  /* NULL unless post_norms */
     const float *q_bias, *k_bias, *v_bias;   /* NULL unless qkv_bias */
     const float *q_norm, *k_norm;            /* NULL unless qk_norm */
     cism__weight wq, wk, wv, wo, gate, up, down;
@@ -41,7 +58,8 @@ struct cism_model {
     cism__weight tok_embd, output;   /* output aliases tok_embd when tied */
     const float *output_norm;
     cism__layer *layers;
-    float *rope_inv_freq;            /* [head_dim / 2] */
+    float *rope_inv_freq[2];         /* [rope_dim / 2] each: global layers', sliding-window layers' (may alias) */
+    int n_rope_tables;
     int32_t bos_id, eos_id, pad_id;
     int32_t n_eos;
     int32_t *eos_ids;

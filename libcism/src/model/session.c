@@ -50,10 +50,6 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     if (sh->n_ctx > hp->ctx_len)
         return cism__fail(CISM_ERR_INVALID_ARG, "context length %lld is larger than the model's %lld positions: use at most %lld (or 0 for "
                           "the default)", (long long)sh->n_ctx, (long long)hp->ctx_len, (long long)hp->ctx_len);
-    if (hp->sliding_window > 0 && sh->n_ctx > hp->sliding_window)
-        return cism__fail(CISM_ERR_UNSUPPORTED,
-                          "this model uses sliding-window attention (window %lld), which is not implemented; "
-                          "use a context length of at most %lld", (long long)hp->sliding_window, (long long)hp->sliding_window);
     sh->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
     sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;

@@ -26,7 +26,7 @@ typedef struct cism__work {
     float *tmp;      /* [nth][n_rows*head_dim] k/v head rows before they enter the cache */
     float *scores;   /* [nth][scores_per_thread] attention scratch */
     int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
-    float *rope_cos, *rope_sin; /* [n_rows][head_dim/2] */
+    float *rope_cos, *rope_sin; /* [table][n_rows][rope_dim/2]: the model's RoPE tables (model.h) */
     uint8_t *xq;     /* act_quant: [n_rows] quantized rows of the current stage's matmul input,
                         each ending in its cism__act8_out table; then xo_tmp */
     int64_t xq_row_bytes;

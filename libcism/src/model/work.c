@@ -28,7 +28,7 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
     int64_t q_rows = hp->n_heads * hp->head_dim;
     return n_rows * hp->dim * 3 + n_rows * q_rows * 2 + n_rows * hp->ffn_dim * 2 +
            (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
-           n_rows * (hp->head_dim / 2) * 2 + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + widest_input(hp) : 0);
+           n_rows * hp->rope_dim * 2 + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + widest_input(hp) : 0);
 }
 
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
@@ -73,8 +73,8 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
         w->tmp = (float *)cism__alloc_floats((int64_t)w->nth * n_rows * hp->head_dim, &failed);
         w->scores_per_thread = scores_per_thread(hp, n_ctx);
         w->scores = (float *)cism__alloc_floats((int64_t)w->nth * w->scores_per_thread, &failed);
-        w->rope_cos = (float *)cism__alloc_floats(n_rows * hp->head_dim / 2, &failed);
-        w->rope_sin = (float *)cism__alloc_floats(n_rows * hp->head_dim / 2, &failed);
+        w->rope_cos = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed); /* two tables of rope_dim / 2 */
+        w->rope_sin = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed);
         w->bad = (uint8_t *)calloc((size_t)n_rows, 1);
         if (!w->bad) failed = 1;
         if (w->act_quant) { /* one quantized row per token, for the widest matmul input */

@@ -1,0 +1,138 @@
+"""What each Hugging Face model family adds to the Llama-shaped conversion.
+
+cism.convert reads the fields every family shares (sizes, norms, RoPE) and the
+tensor names of the Llama layout; a family here adds its own config fields as
+.cism metadata (docs/FORMAT.md), renames or splits its tensors, and says how
+their values change on the way (Gemma's norm weights are stored as 1 + w, the
+scale its RMSNorm applies). Each family is one entry of FAMILIES, keyed by the
+`architectures` class name of config.json.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .hf_config import ConversionError, Fields, MAX_CTX
+
+# a .cism tensor taken from part of an HF one: (cism layer suffix, first row, end row)
+Split = Tuple[str, int, int]
+
+
+@dataclass
+class Family:
+    arch: str
+    # fills the family's metadata from config.json (c) into meta, after the shared fields
+    config: Callable[[Fields, Dict[str, Any]], None] = lambda c, meta: None
+    # HF layer tensor suffix -> .cism layer suffix, over the Llama names
+    layer_names: Dict[str, Optional[str]] = field(default_factory=dict)
+    # HF layer tensor suffix -> its row ranges as .cism tensors (fused projections)
+    splits: Callable[[Dict[str, Any]], Dict[str, List[Split]]] = lambda meta: {}
+    # .cism tensor names whose stored value is 1 + the checkpoint's (Gemma's norms)
+    plus_one: Callable[[str], bool] = lambda name: False
+    # config.json fields that may be set (shared refusals in cism.convert skip them)
+    attention_bias: bool = False
+
+
+def _layer_flags(c: Fields, key: str, n_layers: int, values: Dict[Any, int]) -> Optional[List[int]]:
+    """A per-layer list of config.json (`key`, one of `values` each) as 0/1 flags."""
+    v = c.obj.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != n_layers:
+        c.fail(key, f"must be a list of {n_layers} entries (one per layer)")
+    out = []
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or x not in values:
+            c.fail(f"{key}[{i}]", f"must be one of {sorted(map(str, values))}, not {x!r}")
+        out.append(values[x])
+    return out
+
+
+# ---------------------------------------------------------------------------
+# SmolLM3: Llama with RoPE left out on the layers no_rope_layers marks 0
+
+def _smollm3_config(c: Fields, meta: Dict[str, Any]) -> None:
+    n = meta["model.n_layers"]
+    flags = _layer_flags(c, "no_rope_layers", n, {0: 0, 1: 1})
+    if flags is None:
+        interval = c.int("no_rope_layer_interval", 1, 1 << 20, default=4)
+        flags = [int((i + 1) % interval != 0) for i in range(n)]
+    if not all(flags):
+        meta["model.layer_rope"] = flags
+
+
+# ---------------------------------------------------------------------------
+# Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, partial RoPE
+
+def _phi3_splits(meta: Dict[str, Any]) -> Dict[str, List[Split]]:
+    hd = meta["model.head_dim"]
+    q, kv, f = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd, meta["model.ffn_dim"]
+    return {"self_attn.qkv_proj.weight": [("attn_q", 0, q), ("attn_k", q, q + kv), ("attn_v", q + kv, q + 2 * kv)],
+            "mlp.gate_up_proj.weight": [("ffn_gate", 0, f), ("ffn_up", f, 2 * f)]}
+
+
+# ---------------------------------------------------------------------------
+# Gemma 3 (text): sliding-window layers with their own RoPE base, GeGLU, four
+# norms per block stored as 1 + w, q/k norms, embeddings scaled by sqrt(dim)
+
+def _gemma3_rope_theta(c: Fields, layer_type: str, legacy_key: str, default: float) -> float:
+    params = c.object("rope_parameters")
+    if params is not None and params.has(layer_type):
+        p = params.object(layer_type)
+        rtype = p.str("rope_type", "default")
+        if rtype != "default":
+            raise ConversionError(f"Gemma 3 RoPE type {rtype!r} on {layer_type} layers is not supported (supported: default)")
+        return p.number("rope_theta", default, ok=lambda x: x > 1, rule="must be > 1")
+    return c.number(legacy_key, default, ok=lambda x: x > 1, rule="must be > 1")
+
+
+def _gemma3_config(c: Fields, meta: Dict[str, Any]) -> None:
+    n = meta["model.n_layers"]
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if c.has(key):
+            raise ConversionError(f"config.json: {key}: logit soft-capping (Gemma 2) is not supported")
+    if c.bool("use_bidirectional_attention", False):
+        raise ConversionError("config.json: use_bidirectional_attention: bidirectional attention is not supported")
+    act = c.str("hidden_activation", "gelu_pytorch_tanh")
+    if act != "gelu_pytorch_tanh":
+        raise ConversionError(f"config.json: hidden_activation: {act!r} is not supported for Gemma 3 (gelu_pytorch_tanh)")
+    meta["model.ffn_activation"] = "gelu_tanh"
+    meta["model.qk_norm"] = 1
+    meta["model.post_norms"] = 1
+    # the embedding scale as transformers applies it: a float32 tensor of sqrt(dim)
+    meta["model.embedding_scale"] = float(np.float32(math.sqrt(meta["model.dim"])))
+    scalar = c.number("query_pre_attn_scalar", meta["model.head_dim"], ok=lambda x: x > 0, rule="must be > 0")
+    meta["model.attention_scale"] = scalar ** -0.5
+    sliding = _layer_flags(c, "layer_types", n, {"sliding_attention": 1, "full_attention": 0})
+    if sliding is None:
+        pattern = c.int("sliding_window_pattern", 1, 1 << 20, default=c.int("_sliding_window_pattern", 1, 1 << 20, default=6))
+        sliding = [int((i + 1) % pattern != 0) for i in range(n)]
+    window = c.int("sliding_window", 1, 1 << 40, default=4096)
+    meta["model.rope_theta"] = _gemma3_rope_theta(c, "full_attention", "rope_theta", 1000000.0)
+    local = _gemma3_rope_theta(c, "sliding_attention", "rope_local_base_freq", 10000.0)
+    if any(sliding):
+        meta["model.sliding_window"] = window
+        meta["model.layer_sliding"] = sliding
+        meta["model.rope_theta_local"] = local
+
+
+_GEMMA_NORMS = ("attn_norm", "ffn_norm", "post_attn_norm", "post_ffn_norm", "attn_q_norm", "attn_k_norm")
+
+
+def _gemma3_plus_one(name: str) -> bool:
+    return name == "output_norm" or name.rsplit(".", 1)[-1] in _GEMMA_NORMS
+
+
+FAMILIES: Dict[str, Family] = {
+    "SmolLM3ForCausalLM": Family("smollm3", config=_smollm3_config),
+    "Phi3ForCausalLM": Family("phi3", splits=_phi3_splits,
+                              layer_names={"self_attn.qkv_proj.weight": None, "mlp.gate_up_proj.weight": None}),
+    "Gemma3ForCausalLM": Family("gemma3", config=_gemma3_config, plus_one=_gemma3_plus_one, layer_names={
+        "post_attention_layernorm.weight": "post_attn_norm",
+        "pre_feedforward_layernorm.weight": "ffn_norm",
+        "post_feedforward_layernorm.weight": "post_ffn_norm",
+    }),
+}

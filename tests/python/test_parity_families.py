@@ -1,0 +1,124 @@
+"""fp32 parity with transformers (eager, fp32) for the families beyond the
+Llama layout (cism/hf_families.py): Gemma 3, SmolLM3, Phi-3. Tiny random
+checkpoints made here, several configs per family (odd widths, GQA and MQA,
+tied and untied heads, random norm weights), prompts longer than the sliding
+windows: max |logit error| < 1e-4 over the prompt on every kernel tier this
+CPU runs, the same 32 greedy tokens, and the same bits whether the prompt is
+evaluated at once, token by token or in chunks, on 1 or 2 threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import cism  # noqa: E402
+from cism.convert import convert  # noqa: E402
+
+from test_parity_transformers import _randomize, hf_logits_and_greedy, N_GEN  # noqa: E402
+
+VOCAB = 320
+N_PROMPT = 40
+LIMIT = 1e-4
+
+BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+            pad_token_id=0)
+
+CASES = {
+    # name: (config class, model class, config)
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])),
+    "gemma3-mqa-odd-untied": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        hidden_size=72, intermediate_size=136, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+        head_dim=24, sliding_window=5, query_pre_attn_scalar=30, tie_word_embeddings=False, rms_norm_eps=1e-6,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 20000.0}})),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(tie_word_embeddings=True)),
+    "smollm3-mqa-odd-untied": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
+        hidden_size=72, intermediate_size=136, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+        no_rope_layers=[0, 1, 0], tie_word_embeddings=False)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_hidden_layers=2, tie_word_embeddings=False)),
+    "phi3-partial-window-tied": ("Phi3Config", "Phi3ForCausalLM", dict(
+        num_hidden_layers=3, num_key_value_heads=1, sliding_window=8, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+}
+
+
+def make(case: str, folder, seed: int):
+    cfg_cls, model_cls, extra = CASES[case]
+    cfg = getattr(transformers, cfg_cls)(**{**BASE, **extra})
+    cfg.architectures = [model_cls]
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    _randomize(model, seed)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    ref = getattr(transformers, model_cls).from_pretrained(str(folder), attn_implementation="eager",
+                                                           dtype=torch.float32)
+    return ref.eval()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("families")
+
+
+def all_logits(m, prompt, **kw):
+    with m.session(kv_type="f32", logits_all=True, **kw) as s:
+        s.eval(prompt)
+        return s.all_logits()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_family_parity(case, workdir, record_parity):
+    folder = workdir / case
+    ref = make(case, folder, seed=sum(map(ord, case)))
+    prompt = np.random.default_rng(11).integers(3, VOCAB, N_PROMPT).tolist()
+    hf_logits, hf_greedy, margin = hf_logits_and_greedy(ref, prompt)
+    out = str(workdir / f"{case}.cism")
+    convert(str(folder), out, progress=None)
+    with cism.Model(out) as m:
+        assert m.architecture == CASES[case][1].replace("ForCausalLM", "").lower()
+        errs = {}
+        for tier in cism.kernel_tiers():
+            errs[tier] = float(np.abs(all_logits(m, prompt, kernel_tier=tier) - hf_logits).max())
+        with m.session(kv_type="f32") as s:
+            greedy = s.generate_ids(prompt, N_GEN, cism.Sampler(), ignore_eos=True)
+        # one path per position: at once, token by token, in chunks, on 1 or 2 threads
+        base = all_logits(m, prompt, n_threads=1)
+        for kw in (dict(n_threads=2), dict(n_threads=1, n_batch=1), dict(n_threads=2, n_batch=5)):
+            np.testing.assert_array_equal(all_logits(m, prompt, **kw), base, err_msg=f"{case} {kw}")
+    err = max(errs.values())
+    same = greedy == hf_greedy
+    record_parity(f"tiny {case}", case.split("-")[0], "f32", err,
+                  "same" if same else f"DIFFERENT (min HF top-2 margin {margin:.2e})")
+    assert err < LIMIT, f"{case}: max |logit error| {errs}"
+    assert np.abs(hf_logits).max() > 0.5, "logits too flat for a meaningful comparison"
+    assert same, f"{case}: greedy {greedy} != HF {hf_greedy} (min HF margin {margin:.2e})"
+
+
+def test_gemma3_window_matters(workdir):
+    """The sliding window and the local RoPE base change the logits past the
+    window: without them the parity above could not tell."""
+    folder = workdir / "gemma3-window"
+    ref = make("gemma3", folder, seed=3)
+    prompt = torch.tensor([np.random.default_rng(11).integers(3, VOCAB, N_PROMPT).tolist()])
+    cfg = transformers.Gemma3TextConfig(**{**BASE, **CASES["gemma3"][2], "sliding_window": 4096})
+    wide = transformers.Gemma3ForCausalLM(cfg).eval()
+    wide.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        a, b = ref(prompt).logits[0], wide(prompt).logits[0]
+    assert (a[:8] - b[:8]).abs().max().item() < 1e-4      # inside the window: the same
+    assert (a[8:] - b[8:]).abs().max().item() > 1e-2      # past it: not
+
+
+def test_longrope_refused(tmp_path):
+    cfg = dict(BASE, architectures=["Phi3ForCausalLM"], rope_scaling={
+        "type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}, original_max_position_embeddings=64)
+    from cism.convert import hparams_from_config
+    from cism.hf_config import ConversionError
+    with pytest.raises(ConversionError, match="longrope"):
+        hparams_from_config(cfg)
