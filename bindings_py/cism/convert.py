@@ -278,22 +278,37 @@ def map_split(hf: str, arch_cls: str, meta: Dict[str, Any]) -> List[Tuple[str, i
     return [(f"blk.{m.group(1)}.{n}", r0, r1) for n, r0, r1 in FAMILIES[arch_cls].splits(meta).get(m.group(2), [])]
 
 
+def _attention_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...]]:
+    d, hd = meta["model.dim"], meta["model.head_dim"]
+    q, kv = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd
+    out: Dict[str, Tuple[int, ...]] = {p + "attn_q": (q, d), p + "attn_k": (kv, d), p + "attn_v": (kv, d),
+                                       p + "attn_output": (d, q)}
+    if meta.get("model.attn_qkv_bias"):
+        out.update({p + "attn_q_bias": (q,), p + "attn_k_bias": (kv,), p + "attn_v_bias": (kv,)})
+    if meta.get("model.qk_norm"):
+        out.update({p + "attn_q_norm": (hd,), p + "attn_k_norm": (hd,)})
+    return out
+
+
+# the tensors of each layer type's token mixer (model.layer_types, docs/FORMAT.md)
+MIXER_TENSORS: Dict[str, Callable[[Dict[str, Any], str], Dict[str, Tuple[int, ...]]]] = {
+    "attention": _attention_tensors,
+}
+
+
 def expected_tensors(meta: Dict[str, Any]) -> Dict[str, Tuple[int, ...]]:
     """Every tensor a model with these hyper-parameters has, with its shape."""
-    d, f, hd = meta["model.dim"], meta["model.ffn_dim"], meta["model.head_dim"]
-    q, kv, v = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd, meta["model.vocab_size"]
+    d, f, v = meta["model.dim"], meta["model.ffn_dim"], meta["model.vocab_size"]
+    n = meta["model.n_layers"]
+    kinds = meta.get("model.layer_types") or ["attention"] * n
     out: Dict[str, Tuple[int, ...]] = {"token_embd": (v, d), "output_norm": (d,)}
     if not meta["model.tied_embeddings"]:
         out["output"] = (v, d)
-    for i in range(meta["model.n_layers"]):
+    for i in range(n):
         p = f"blk.{i}."
-        out.update({p + "attn_norm": (d,), p + "attn_q": (q, d), p + "attn_k": (kv, d), p + "attn_v": (kv, d),
-                    p + "attn_output": (d, q), p + "ffn_norm": (d,), p + "ffn_gate": (f, d), p + "ffn_up": (f, d),
-                    p + "ffn_down": (d, f)})
-        if meta.get("model.attn_qkv_bias"):
-            out.update({p + "attn_q_bias": (q,), p + "attn_k_bias": (kv,), p + "attn_v_bias": (kv,)})
-        if meta.get("model.qk_norm"):
-            out.update({p + "attn_q_norm": (hd,), p + "attn_k_norm": (hd,)})
+        out[p + "attn_norm"] = (d,)
+        out.update(MIXER_TENSORS[kinds[i]](meta, p))
+        out.update({p + "ffn_norm": (d,), p + "ffn_gate": (f, d), p + "ffn_up": (f, d), p + "ffn_down": (d, f)})
         if meta.get("model.post_norms"):
             out.update({p + "post_attn_norm": (d,), p + "post_ffn_norm": (d,)})
     return out

@@ -33,28 +33,12 @@
  * rows whose logits are not wanted, so attention, output projection and FFN
  * run there only for the rows that produce logits (none for a chunk that is
  * not the last). With several, every row runs the whole last layer. */
-#include "session.h"
+#include "forward.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
 
 #include <math.h>
 #include <string.h>
-
-typedef struct fwd {
-    cism__work *w;
-    cism__seq *seqs;
-    int64_t n_seqs;
-    int64_t nt;                   /* rows in all */
-    int64_t rows_out;             /* logits rows in all */
-    float *logits;
-    const cism_model *m;
-    int replay;
-    int64_t c_dim, c_ffn, c_voc;  /* rows per unit of the row-split stages */
-    int64_t t_lo, hpu;            /* set by begin: first row needed, heads per attention unit */
-    int stop;                     /* set by begin when every seq was cancelled */
-} fwd;
-
-enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
 
 /* Rows per kernel call when outlier channels are added (a multiple of 16, the
    interleaved groups; their weights stay in L2 between the two passes). */
@@ -63,7 +47,7 @@ enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
 /* Every matmul goes through here. xq (NULL unless act_quant) holds the same nt
    input rows quantized (rows xq_row_bytes apart): packed weights then take the
    integer-dot kernels. */
-static void linear_rows(const cism__work *wk, const cism__weight *w, const float *x, int64_t ldx, const uint8_t *xq,
+void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *x, int64_t ldx, const uint8_t *xq,
                         float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__kernels *k = wk->k;
     int64_t a, b;
@@ -89,7 +73,7 @@ static void linear_rows(const cism__work *wk, const cism__weight *w, const float
 }
 
 /* The quantized copy of input row t (NULL on the float path). */
-static const uint8_t *qrow(const cism__work *w, int64_t t) {
+const uint8_t *cism__fwd_qrow(const cism__work *w, int64_t t) {
     return w->act_quant ? w->xq + t * w->xq_row_bytes : NULL;
 }
 
@@ -106,7 +90,7 @@ static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j,
 }
 
 /* Rows [t0, t1) of a stage's matmul input into w->xq (run once, in begin). */
-static void quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
+void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     int64_t t;
     if (!w->act_quant) return;
     for (t = t0; t < t1; t++) quantize_row(w, x + t * ld, cols, t, t);
@@ -115,7 +99,7 @@ static void quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t col
 /* Rows per work unit of a row-split stage: multiples of 16 (whole register
    tiles), about 8 units per thread so a slow thread's share can be shared;
    one unit with a single thread. */
-static int64_t chunk_rows(int64_t rows, int nth) {
+int64_t cism__fwd_chunk_rows(int64_t rows, int nth) {
     int64_t c = (rows + 8 * nth - 1) / (8 * nth);
     if (nth == 1) return rows;
     c = (c + 15) / 16 * 16;
@@ -123,7 +107,7 @@ static int64_t chunk_rows(int64_t rows, int nth) {
 }
 
 /* Per-head RMSNorm of Qwen3 (weights of head_dim). */
-static void head_norms(const cism__kernels *k, float *v, int64_t n_heads, int64_t hd, const float *w, float eps) {
+void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int64_t hd, const float *w, float eps) {
     int64_t h;
     for (h = 0; h < n_heads; h++) k->rmsnorm(v + h * hd, v + h * hd, w, hd, eps);
 }
@@ -160,11 +144,11 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     float *tmp = w->tmp + (int64_t)ith * w->n_rows * hd;
     if (u < hp->n_heads) { /* query head u */
         int64_t r0 = u * hd;
-        linear_rows(w, &L->wq, xb + t_lo * dim, dim, qrow(w, t_lo), w->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
+        cism__fwd_linear(w, &L->wq, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
         for (t = t_lo; t < nt; t++) {
             float *v = w->q + t * q_rows + r0;
             if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
-            if (L->q_norm) head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
+            if (L->q_norm) cism__fwd_head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
             rope_row(w, hp, L, v, t);
         }
     } else { /* key or value head */
@@ -174,14 +158,14 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
         const float *bias = is_k ? L->k_bias : L->v_bias;
         cism__weight sub = *wt;
         sub.data = (const uint8_t *)wt->data + (uint64_t)(h * hd) * wt->row_bytes;
-        linear_rows(w, &sub, xb, dim, qrow(w, 0), tmp, hd, nt, 0, hd);
+        cism__fwd_linear(w, &sub, xb, dim, cism__fwd_qrow(w, 0), tmp, hd, nt, 0, hd);
         for (q = 0; q < f->n_seqs; q++) {
             const cism__seq *sq = &f->seqs[q];
             for (t = sq->row0; t < sq->row0 + sq->nt; t++) {
                 float *v = tmp + t * hd;
                 if (bias) for (i = 0; i < hd; i++) v[i] += bias[h * hd + i];
                 if (is_k) {
-                    if (L->k_norm) head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
+                    if (L->k_norm) cism__fwd_head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
                     rope_row(w, hp, L, v, t);
                 }
                 store_kv(w, sq->s, kv_ptr(sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0), v, hd);
@@ -200,7 +184,7 @@ static int64_t att_heads_per_unit(const cism__hparams *hp, int64_t blocks, int n
 }
 
 /* Rows of seq q the current layer's attention and later stages compute. */
-static int64_t seq_lo(const fwd *f, const cism__seq *sq) {
+int64_t cism__fwd_seq_lo(const fwd *f, const cism__seq *sq) {
     return f->t_lo > sq->row0 ? f->t_lo - sq->row0 : 0;
 }
 
@@ -219,7 +203,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     }
     sq = &f->seqs[lo];
     unit -= sq->att_u0;
-    t = seq_lo(f, sq) + (unit / units_per_block) * CISM__ATT_TOKENS;
+    t = cism__fwd_seq_lo(f, sq) + (unit / units_per_block) * CISM__ATT_TOKENS;
     h = (unit % units_per_block) * hpu;
     kvh = h / group;
     n_tok = sq->nt - t < CISM__ATT_TOKENS ? sq->nt - t : CISM__ATT_TOKENS;
@@ -242,10 +226,10 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
 
 /* rows [r0, r1) of y = W in, then x += y on them, for rows [t_lo, nt); with
    post norms the add waits for the whole row (post_residual) */
-static void proj_residual(fwd *f, const cism__weight *wt, const float *in, int64_t ld_in, int64_t r0, int64_t r1, int64_t t_lo) {
+void cism__fwd_proj_residual(fwd *f, const cism__weight *wt, const float *in, int64_t ld_in, int64_t r0, int64_t r1, int64_t t_lo) {
     cism__work *w = f->w;
     int64_t dim = f->m->hp.dim, t, r;
-    linear_rows(w, wt, in + t_lo * ld_in, ld_in, qrow(w, t_lo), w->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
+    cism__fwd_linear(w, wt, in + t_lo * ld_in, ld_in, cism__fwd_qrow(w, t_lo), w->ob + t_lo * dim, dim, f->nt - t_lo, r0, r1);
     if (f->m->hp.post_norms) return;
     for (t = t_lo; t < f->nt; t++)
         for (r = r0; r < r1; r++) w->x[t * dim + r] += w->ob[t * dim + r];
@@ -266,8 +250,8 @@ static void post_residual(fwd *f, const float *norm, int64_t t0, int64_t t1) {
 static void ffn_up_rows(fwd *f, const cism__layer *L, const float *xb, int64_t r0, int64_t r1, int64_t t_lo) {
     cism__work *w = f->w;
     int64_t ffn = f->m->hp.ffn_dim, dim = f->m->hp.dim, t;
-    linear_rows(w, &L->gate, xb + t_lo * dim, dim, qrow(w, t_lo), w->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
-    linear_rows(w, &L->up, xb + t_lo * dim, dim, qrow(w, t_lo), w->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    cism__fwd_linear(w, &L->gate, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->hb + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
+    cism__fwd_linear(w, &L->up, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->hb2 + t_lo * ffn, ffn, f->nt - t_lo, r0, r1);
     if (f->m->hp.ffn_act == CISM__FFN_GELU_TANH)
         for (t = t_lo; t < f->nt; t++) w->k->gelu_tanh_mul(w->hb + t * ffn + r0, w->hb2 + t * ffn + r0, r1 - r0);
     else
@@ -280,7 +264,7 @@ static void norm_rows(const cism__kernels *k, float *out, const float *x, const 
     for (t = t0; t < t1; t++) k->rmsnorm(out + t * dim, x + t * dim, w, dim, eps);
 }
 
-static int64_t units_of(int64_t rows, int64_t chunk) { return (rows + chunk - 1) / chunk; }
+int64_t cism__fwd_units(int64_t rows, int64_t chunk) { return (rows + chunk - 1) / chunk; }
 
 /* The final norm of each seq's logits rows, packed into xb (and xq) rows
    out0.. in seq order; the output head's units then take them all at once. */
@@ -314,11 +298,11 @@ static int check_cancel(fwd *f) {
 static int64_t attention_units(fwd *f) {
     const cism__hparams *hp = &f->m->hp;
     int64_t q, blocks = 0, units = 0;
-    for (q = 0; q < f->n_seqs; q++) blocks += units_of(f->seqs[q].nt - seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS);
+    for (q = 0; q < f->n_seqs; q++) blocks += cism__fwd_units(f->seqs[q].nt - cism__fwd_seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS);
     f->hpu = att_heads_per_unit(hp, blocks, cism__pool_size(f->w->pool));
     for (q = 0; q < f->n_seqs; q++) {
         f->seqs[q].att_u0 = units;
-        units += units_of(f->seqs[q].nt - seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS) * (hp->n_heads / f->hpu);
+        units += cism__fwd_units(f->seqs[q].nt - cism__fwd_seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS) * (hp->n_heads / f->hpu);
     }
     return units;
 }
@@ -338,7 +322,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         post_residual(f, m->layers[l - 1].post_ffn_norm, f->t_lo, nt);
     if (l == hp->n_layers && kind == 0 && f->rows_out > 0) { /* final norm, output head */
         head_inputs(f);
-        return units_of(hp->vocab, f->c_voc);
+        return cism__fwd_units(hp->vocab, f->c_voc);
     }
     if (l >= hp->n_layers) return -1;
     f->t_lo = l + 1 < hp->n_layers || f->n_seqs > 1 ? 0 : nt - f->rows_out;
@@ -350,7 +334,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
             return -1;
         }
         norm_rows(w->k, w->xb, w->x, m->layers[l].attn_norm, 0, nt, dim, eps);
-        quantize_rows(w, w->xb, dim, dim, 0, nt);
+        cism__fwd_quantize_rows(w, w->xb, dim, dim, 0, nt);
         cism__act_stats_add(s0, l, CISM__AS_ATTN, w->xb, dim, 0, nt);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
@@ -358,21 +342,21 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     case ST_UP:
         if (hp->post_norms) post_residual(f, m->layers[l].post_attn_norm, f->t_lo, nt);
         norm_rows(w->k, w->xb, w->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
-        quantize_rows(w, w->xb, dim, dim, f->t_lo, nt);
+        cism__fwd_quantize_rows(w, w->xb, dim, dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_FFN, w->xb, dim, f->t_lo, nt);
-        return units_of(hp->ffn_dim, f->c_ffn);
+        return cism__fwd_units(hp->ffn_dim, f->c_ffn);
     case ST_WO:
-        quantize_rows(w, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
+        cism__fwd_quantize_rows(w, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_WO, w->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
-        return units_of(dim, f->c_dim);
+        return cism__fwd_units(dim, f->c_dim);
     default: /* ST_DOWN */
-        quantize_rows(w, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
+        cism__fwd_quantize_rows(w, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_DOWN, w->hb, hp->ffn_dim, f->t_lo, nt);
-        return units_of(dim, f->c_dim);
+        return cism__fwd_units(dim, f->c_dim);
     }
 }
 
-static void row_range(int64_t u, int64_t chunk, int64_t rows, int64_t *r0, int64_t *r1) {
+void cism__fwd_row_range(int64_t u, int64_t chunk, int64_t rows, int64_t *r0, int64_t *r1) {
     *r0 = u * chunk;
     *r1 = *r0 + chunk < rows ? *r0 + chunk : rows;
 }
@@ -385,24 +369,24 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
     int64_t l = stage / ST_PER_LAYER, r0, r1;
     (void)nth;
     if (l == hp->n_layers) {
-        row_range(u, f->c_voc, hp->vocab, &r0, &r1);
-        linear_rows(w, &m->output, w->xb, hp->dim, qrow(w, 0), f->logits, hp->vocab, f->rows_out, r0, r1);
+        cism__fwd_row_range(u, f->c_voc, hp->vocab, &r0, &r1);
+        cism__fwd_linear(w, &m->output, w->xb, hp->dim, cism__fwd_qrow(w, 0), f->logits, hp->vocab, f->rows_out, r0, r1);
         return;
     }
     switch (stage % ST_PER_LAYER) {
     case ST_QKV: qkv_unit(f, l, u, ith, w->xb, f->t_lo); break;
     case ST_ATT: attention_unit(f, l, u, ith, f->hpu); break;
     case ST_WO:
-        row_range(u, f->c_dim, hp->dim, &r0, &r1);
-        proj_residual(f, &m->layers[l].wo, w->att, hp->n_heads * hp->head_dim, r0, r1, f->t_lo);
+        cism__fwd_row_range(u, f->c_dim, hp->dim, &r0, &r1);
+        cism__fwd_proj_residual(f, &m->layers[l].wo, w->att, hp->n_heads * hp->head_dim, r0, r1, f->t_lo);
         break;
     case ST_UP:
-        row_range(u, f->c_ffn, hp->ffn_dim, &r0, &r1);
+        cism__fwd_row_range(u, f->c_ffn, hp->ffn_dim, &r0, &r1);
         ffn_up_rows(f, &m->layers[l], w->xb, r0, r1, f->t_lo);
         break;
     default: /* ST_DOWN */
-        row_range(u, f->c_dim, hp->dim, &r0, &r1);
-        proj_residual(f, &m->layers[l].down, w->hb, hp->ffn_dim, r0, r1, f->t_lo);
+        cism__fwd_row_range(u, f->c_dim, hp->dim, &r0, &r1);
+        cism__fwd_proj_residual(f, &m->layers[l].down, w->hb, hp->ffn_dim, r0, r1, f->t_lo);
         break;
     }
 }
@@ -447,9 +431,9 @@ cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, f
     f.logits = out;
     f.m = m;
     f.replay = replay;
-    f.c_dim = chunk_rows(hp->dim, nth);
-    f.c_ffn = chunk_rows(hp->ffn_dim, nth);
-    f.c_voc = chunk_rows(hp->vocab, nth);
+    f.c_dim = cism__fwd_chunk_rows(hp->dim, nth);
+    f.c_ffn = cism__fwd_chunk_rows(hp->ffn_dim, nth);
+    f.c_voc = cism__fwd_chunk_rows(hp->vocab, nth);
     f.t_lo = 0;
     f.hpu = 1;
     f.stop = 0;

@@ -241,6 +241,35 @@ static cism_status layer_ints(loadctx *c, const char *key, int64_t n, int64_t lo
     return CISM_OK;
 }
 
+/* model.layer_types (STRING_ARRAY, one per layer; absent: all attention):
+   each layer's token mixer. */
+static const char *const g_layer_kinds[] = {"attention"};
+#define LAYER_KIND_NAMES "attention"
+
+static cism_status read_layer_kinds(loadctx *c, cism_model *m) {
+    const cism__meta_entry *e = cism__file_meta(c->f, "model.layer_types");
+    const uint8_t *p;
+    int64_t l;
+    if (!e) return CISM_OK;
+    if (e->type != CISM_META_STRING_ARRAY)
+        return cism__fail(CISM_ERR_FORMAT, "%s: metadata 'model.layer_types' must be a string array", c->label);
+    if ((int64_t)e->count != m->hp.n_layers)
+        return cism__fail(CISM_ERR_FORMAT, "%s: metadata 'model.layer_types' has %llu entries; the model has %lld layers", c->label,
+                          (unsigned long long)e->count, (long long)m->hp.n_layers);
+    for (p = e->payload, l = 0; l < m->hp.n_layers; l++) { /* the file layer checked each length against the payload */
+        uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        int k, found = -1;
+        for (k = 0; k < (int)(sizeof(g_layer_kinds) / sizeof(g_layer_kinds[0])); k++)
+            if (strlen(g_layer_kinds[k]) == n && memcmp(p + 4, g_layer_kinds[k], n) == 0) found = k;
+        if (found < 0)
+            return cism__fail(CISM_ERR_UNSUPPORTED, "%s: layer %lld is of type '%.*s', which is not supported (supported: %s)", c->label,
+                              (long long)l, (int)(n < 64 ? n : 64), (const char *)(p + 4), LAYER_KIND_NAMES);
+        m->layers[l].kind = found;
+        p += 4 + n;
+    }
+    return CISM_OK;
+}
+
 /* Per-layer attributes: the sliding-window layers (model.layer_sliding, 1 =
    the window of model.sliding_window; absent: every layer when a window is
    set) and the layers with RoPE (model.layer_rope; absent: all). */
@@ -257,7 +286,6 @@ static cism_status read_layer_attrs(loadctx *c, cism_model *m) {
         goto done;
     }
     for (l = 0; l < hp->n_layers; l++) {
-        m->layers[l].kind = CISM__LAYER_ATTENTION;
         m->layers[l].window = v[l] ? hp->sliding_window : 0;
         v[l] = 1;
     }
@@ -332,16 +360,63 @@ static void account(cism_model *m, const cism__weight *w) {
     m->n_params += w->rows * w->cols;
 }
 
+/* blk.<l>.<suffix> as a [rows, cols] matrix; by_head: split by head rows
+   (Q/K/V), where an interleaved group may not straddle two heads. Keeps the
+   largest matrix's dtype as the model's. */
+static cism_status bind_layer_matrix(loadctx *c, cism_model *m, int64_t l, const char *suffix, int64_t rows, int64_t cols,
+                                     int by_head, int check_values, int64_t *largest, cism__weight *w) {
+    char name[64];
+    cism_status st;
+    snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, suffix);
+    if ((st = bind_weight(c, name, rows, cols, w))) return st;
+    if (by_head && cism__dtype_is_x16(w->dtype) && m->hp.head_dim % CISM__X16 != 0)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is %s, which needs head_dim to be a multiple of %d (it is %lld)",
+                          c->label, name, cism_dtype_name(w->dtype), CISM__X16, (long long)m->hp.head_dim);
+    if (check_values && (st = check_weight_values(c, name, w))) return st;
+    account(m, w);
+    if (w->rows * w->cols > *largest) {
+        *largest = w->rows * w->cols;
+        m->weight_dtype = w->dtype;
+    }
+    return CISM_OK;
+}
+
+static cism_status bind_layer_vector(loadctx *c, int64_t l, const char *suffix, int64_t n, const float **out) {
+    char name[64];
+    snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, suffix);
+    return bind_vector(c, name, n, out);
+}
+
+/* An attention layer's tensors: Q/K/V/output, biases, q/k norms. */
+static cism_status bind_attention(loadctx *c, cism_model *m, int64_t l, int check_values, int64_t *largest) {
+    const cism__hparams *hp = &m->hp;
+    cism__layer *L = &m->layers[l];
+    int64_t q_rows = hp->n_heads * hp->head_dim, kv_rows = hp->n_kv_heads * hp->head_dim;
+    cism_status st;
+    if ((st = bind_layer_matrix(c, m, l, "attn_q", q_rows, hp->dim, 1, check_values, largest, &L->wq)) ||
+        (st = bind_layer_matrix(c, m, l, "attn_k", kv_rows, hp->dim, 1, check_values, largest, &L->wk)) ||
+        (st = bind_layer_matrix(c, m, l, "attn_v", kv_rows, hp->dim, 1, check_values, largest, &L->wv)) ||
+        (st = bind_layer_matrix(c, m, l, "attn_output", hp->dim, q_rows, 0, check_values, largest, &L->wo)))
+        return st;
+    if (hp->qkv_bias && ((st = bind_layer_vector(c, l, "attn_q_bias", q_rows, &L->q_bias)) ||
+                         (st = bind_layer_vector(c, l, "attn_k_bias", kv_rows, &L->k_bias)) ||
+                         (st = bind_layer_vector(c, l, "attn_v_bias", kv_rows, &L->v_bias))))
+        return st;
+    if (hp->qk_norm && ((st = bind_layer_vector(c, l, "attn_q_norm", hp->head_dim, &L->q_norm)) ||
+                        (st = bind_layer_vector(c, l, "attn_k_norm", hp->head_dim, &L->k_norm))))
+        return st;
+    return CISM_OK;
+}
+
 static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     const cism__hparams *hp = &m->hp;
-    int64_t q_rows = hp->n_heads * hp->head_dim, kv_rows = hp->n_kv_heads * hp->head_dim, l;
+    int64_t l;
     uint32_t i;
-    char name[64];
     cism_status st;
     int64_t largest = 0;
     m->layers = (cism__layer *)calloc((size_t)hp->n_layers, sizeof(cism__layer));
     if (!m->layers) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
-    if ((st = read_layer_attrs(c, m))) return st;
+    if ((st = read_layer_kinds(c, m)) || (st = read_layer_attrs(c, m))) return st;
     if ((st = bind_weight(c, "token_embd", hp->vocab, hp->dim, &m->tok_embd))) return st;
     account(m, &m->tok_embd);
     if (hp->tied) {
@@ -355,53 +430,19 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     if ((st = bind_vector(c, "output_norm", hp->dim, &m->output_norm))) return st;
     for (l = 0; l < hp->n_layers; l++) {
         cism__layer *L = &m->layers[l];
-        struct { const char *suffix; int64_t rows, cols; cism__weight *w; } mats[7];
-        int k;
-        mats[0].suffix = "attn_q"; mats[0].rows = q_rows; mats[0].cols = hp->dim; mats[0].w = &L->wq;
-        mats[1].suffix = "attn_k"; mats[1].rows = kv_rows; mats[1].cols = hp->dim; mats[1].w = &L->wk;
-        mats[2].suffix = "attn_v"; mats[2].rows = kv_rows; mats[2].cols = hp->dim; mats[2].w = &L->wv;
-        mats[3].suffix = "attn_output"; mats[3].rows = hp->dim; mats[3].cols = q_rows; mats[3].w = &L->wo;
-        mats[4].suffix = "ffn_gate"; mats[4].rows = hp->ffn_dim; mats[4].cols = hp->dim; mats[4].w = &L->gate;
-        mats[5].suffix = "ffn_up"; mats[5].rows = hp->ffn_dim; mats[5].cols = hp->dim; mats[5].w = &L->up;
-        mats[6].suffix = "ffn_down"; mats[6].rows = hp->dim; mats[6].cols = hp->ffn_dim; mats[6].w = &L->down;
-        for (k = 0; k < 7; k++) {
-            snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, mats[k].suffix);
-            if ((st = bind_weight(c, name, mats[k].rows, mats[k].cols, mats[k].w))) return st;
-            /* Q/K/V are split by head: an interleaved group may not straddle two heads */
-            if (k < 3 && cism__dtype_is_x16(mats[k].w->dtype) && hp->head_dim % CISM__X16 != 0)
-                return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is %s, which needs head_dim to be a multiple of %d (it is %lld)",
-                                  c->label, name, cism_dtype_name(mats[k].w->dtype), CISM__X16, (long long)hp->head_dim);
-            if (check_values && (st = check_weight_values(c, name, mats[k].w))) return st;
-            account(m, mats[k].w);
-            if (mats[k].w->rows * mats[k].w->cols > largest) {
-                largest = mats[k].w->rows * mats[k].w->cols;
-                m->weight_dtype = mats[k].w->dtype;
-            }
+        if ((st = bind_layer_vector(c, l, "attn_norm", hp->dim, &L->attn_norm))) return st;
+        switch (L->kind) {
+        default: st = bind_attention(c, m, l, check_values, &largest); break;
         }
-        snprintf(name, sizeof(name), "blk.%lld.attn_norm", (long long)l);
-        if ((st = bind_vector(c, name, hp->dim, &L->attn_norm))) return st;
-        snprintf(name, sizeof(name), "blk.%lld.ffn_norm", (long long)l);
-        if ((st = bind_vector(c, name, hp->dim, &L->ffn_norm))) return st;
-        if (hp->post_norms) {
-            snprintf(name, sizeof(name), "blk.%lld.post_attn_norm", (long long)l);
-            if ((st = bind_vector(c, name, hp->dim, &L->post_attn_norm))) return st;
-            snprintf(name, sizeof(name), "blk.%lld.post_ffn_norm", (long long)l);
-            if ((st = bind_vector(c, name, hp->dim, &L->post_ffn_norm))) return st;
-        }
-        if (hp->qkv_bias) {
-            snprintf(name, sizeof(name), "blk.%lld.attn_q_bias", (long long)l);
-            if ((st = bind_vector(c, name, q_rows, &L->q_bias))) return st;
-            snprintf(name, sizeof(name), "blk.%lld.attn_k_bias", (long long)l);
-            if ((st = bind_vector(c, name, kv_rows, &L->k_bias))) return st;
-            snprintf(name, sizeof(name), "blk.%lld.attn_v_bias", (long long)l);
-            if ((st = bind_vector(c, name, kv_rows, &L->v_bias))) return st;
-        }
-        if (hp->qk_norm) {
-            snprintf(name, sizeof(name), "blk.%lld.attn_q_norm", (long long)l);
-            if ((st = bind_vector(c, name, hp->head_dim, &L->q_norm))) return st;
-            snprintf(name, sizeof(name), "blk.%lld.attn_k_norm", (long long)l);
-            if ((st = bind_vector(c, name, hp->head_dim, &L->k_norm))) return st;
-        }
+        if (st) return st;
+        if ((st = bind_layer_matrix(c, m, l, "ffn_gate", hp->ffn_dim, hp->dim, 0, check_values, &largest, &L->gate)) ||
+            (st = bind_layer_matrix(c, m, l, "ffn_up", hp->ffn_dim, hp->dim, 0, check_values, &largest, &L->up)) ||
+            (st = bind_layer_matrix(c, m, l, "ffn_down", hp->dim, hp->ffn_dim, 0, check_values, &largest, &L->down)) ||
+            (st = bind_layer_vector(c, l, "ffn_norm", hp->dim, &L->ffn_norm)))
+            return st;
+        if (hp->post_norms && ((st = bind_layer_vector(c, l, "post_attn_norm", hp->dim, &L->post_attn_norm)) ||
+                               (st = bind_layer_vector(c, l, "post_ffn_norm", hp->dim, &L->post_ffn_norm))))
+            return st;
     }
     if (check_values) {
         if ((st = check_weight_values(c, "token_embd", &m->tok_embd))) return st;
