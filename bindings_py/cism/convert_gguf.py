@@ -30,9 +30,16 @@ DTYPE_Q8X16 = 8   # cism.quant.DTYPE_Q8X16 (cism.h)
 FLOAT_DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM"}
+                 "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM", "smollm3": "SmolLM3ForCausalLM",
+                 "phi3": "Phi3ForCausalLM"}
 # llama.cpp's converter permutes the Q/K rows of these architectures (LlamaModel.permute)
-PERMUTED = ("llama", "mistral")
+PERMUTED = ("llama", "mistral", "smollm3")
+# per architecture: GGUF layer tensor -> .cism layer tensors over the shared names,
+# a fused tensor as [(name, first row, end row)] with row counts from the metadata
+_ARCH_LAYER_NAMES = {
+    "gemma3": {"post_attention_norm.weight": "post_attn_norm", "post_ffw_norm.weight": "post_ffn_norm"},
+    "phi3": {"attn_qkv.weight": None, "ffn_up.weight": None},
+}
 
 _LAYER_NAMES = {"attn_norm.weight": "attn_norm", "attn_q.weight": "attn_q", "attn_k.weight": "attn_k",
                 "attn_v.weight": "attn_v", "attn_output.weight": "attn_output", "attn_q.bias": "attn_q_bias",
@@ -157,9 +164,13 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     if vdim is not None and vdim != head_dim:
         raise ConversionError(f"{g.path}: key length {head_dim} and value length {vdim} differ (not supported)")
     rot = _key(g, p + "rope.dimension_count", False)
-    if rot is not None and rot != head_dim:
+    if rot is not None and rot != head_dim and arch != "phi3":
         raise ConversionError(f"{g.path}: RoPE on {rot} of {head_dim} dimensions per head (partial rotary "
-                              "embeddings are not supported)")
+                              f"embeddings are supported for phi3, not {arch})")
+    for t in ("rope_factors_long.weight", "rope_factors_short.weight"):
+        if t in g.tensors:
+            raise ConversionError(f"{g.path}: tensor {t!r}: longrope RoPE scaling (Phi-3 128k, Phi-4-mini) is not "
+                                  "supported: its frequencies change with the sequence length")
     if "token_embd.weight" not in g.tensors:
         raise ConversionError(f"{g.path}: tensor 'token_embd.weight' is missing")
     vocab = g.tensors["token_embd.weight"].shape[0]
@@ -187,6 +198,10 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     window = _key(g, p + "attention.sliding_window", False)
     if window:
         cfg["sliding_window"] = window
+    if arch == "phi3" and rot is not None and rot != head_dim:
+        cfg["partial_rotary_factor"] = rot / head_dim
+    if arch == "gemma3":
+        _gemma3_config(g, cfg, window, theta)
     stype = _key(g, p + "rope.scaling.type", False, "str")
     if stype in (None, "none"):
         pass
@@ -204,16 +219,63 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     return cfg
 
 
-def map_gguf_name(name: str) -> Optional[str]:
-    """The .cism name of a GGUF tensor, None for tensors that are consumed elsewhere, or raises."""
+def _gemma3_config(g: G.GGUFFile, cfg: Dict[str, Any], window: Optional[int], theta: float) -> None:
+    """Gemma 3's fields as llama.cpp reads them (its gemma3 loader): a sliding window on the
+    layers of sliding_window_pattern (an array of flags, or n: every n-th layer global;
+    default 6), their RoPE base rope.freq_base_swa (default 10000), the query scale
+    1/sqrt(head_dim) (the 62-layer 27B: 1/sqrt(dim / heads)). The norm weights are stored
+    as 1 + w already (llama.cpp's converter adds it), as .cism keeps them."""
+    p = "gemma3."
+    n = cfg["num_hidden_layers"]
+    cfg.pop("hidden_act")
+    cfg["hidden_activation"] = "gelu_pytorch_tanh"
+    cfg["query_pre_attn_scalar"] = cfg["hidden_size"] // cfg["num_attention_heads"] if n == 62 else cfg["head_dim"]
+    soft = _key(g, p + "final_logit_softcapping", False, "float")
+    if soft:
+        cfg["final_logit_softcapping"] = soft
+    local = _key(g, p + "rope.freq_base_swa", False, "float") or 10000.0
+    cfg["rope_parameters"] = {"full_attention": {"rope_type": "default", "rope_theta": theta},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+    pattern = g.metadata.get(p + "attention.sliding_window_pattern")
+    if not window:
+        sliding = [False] * n
+    elif isinstance(pattern, list):
+        if len(pattern) != n or not all(isinstance(x, bool) for x in pattern):
+            raise ConversionError(f"{g.path}: metadata {p}attention.sliding_window_pattern must hold {n} flags")
+        sliding = list(pattern)
+    else:
+        every = pattern if pattern is not None else 6
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ConversionError(f"{g.path}: metadata {p}attention.sliding_window_pattern must be a count or flags")
+        sliding = [every == 0 or i % every < every - 1 for i in range(n)]
+    cfg["layer_types"] = ["sliding_attention" if x else "full_attention" for x in sliding]
+    cfg["sliding_window"] = window or cfg["max_position_embeddings"]
+
+
+def map_gguf_name(name: str, arch: str = "") -> Optional[str]:
+    """The .cism name of a GGUF tensor, None for tensors that are consumed elsewhere or
+    split (gguf_splits), or raises."""
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
     if name == "rope_freqs.weight":
         return None
     m = _LAYER_RE.match(name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"blk.{int(m.group(1))}.{_LAYER_NAMES[m.group(2)]}"
+    names = {**_LAYER_NAMES, **_ARCH_LAYER_NAMES.get(arch, {})}
+    if m and m.group(2) in names:
+        return None if names[m.group(2)] is None else f"blk.{int(m.group(1))}.{names[m.group(2)]}"
     raise ConversionError(f"tensor {name!r} is not part of a supported model (unknown name)")
+
+
+def gguf_splits(name: str, arch: str, meta: Dict[str, Any]) -> List[Tuple[str, int, int]]:
+    """The .cism tensors (name, first row, end row) cut from a fused GGUF tensor (Phi-3's
+    attn_qkv and its ffn_up, which holds the gate's rows and then the up projection's)."""
+    m = _LAYER_RE.match(name)
+    if arch != "phi3" or not m:
+        return []
+    b, hd, f = f"blk.{int(m.group(1))}.", meta["model.head_dim"], meta["model.ffn_dim"]
+    q, kv = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd
+    return {"attn_qkv.weight": [(b + "attn_q", 0, q), (b + "attn_k", q, q + kv), (b + "attn_v", q + kv, q + 2 * kv)],
+            "ffn_up.weight": [(b + "ffn_gate", 0, f), (b + "ffn_up", f, 2 * f)]}.get(m.group(2), [])
 
 
 # ---------------------------------------------------------------------------
@@ -450,10 +512,14 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
     arch = meta["general.architecture"]
     expected = expected_tensors(meta)
     mapping: Dict[str, str] = {}
+    rows_of: Dict[str, Tuple[int, int]] = {}  # tensors cut from a fused one: their rows
     for name in g.tensors:
-        cname = map_gguf_name(name)
+        cname = map_gguf_name(name, arch)
         if cname is not None:
             mapping[cname] = name
+        for part, r0, r1 in gguf_splits(name, arch, meta):
+            mapping[part] = name
+            rows_of[part] = (r0, r1)
     extra = [mapping[n] for n in mapping if n not in expected]
     if extra:
         raise ConversionError(f"{path}: unexpected tensors for {arch}: {extra[:5]}"
@@ -465,6 +531,12 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
                               f"{' ...' if len(missing) > 5 else ''}")
     for name, shape in expected.items():
         t = g.tensors[mapping[name]]
+        if name in rows_of:
+            end = max(r1 for n, (_, r1) in rows_of.items() if mapping[n] == mapping[name])
+            if t.shape != (end, shape[1]):
+                raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
+                                      f"hyper-parameters imply {(end, shape[1])}")
+            continue
         if t.shape != shape:
             raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
                                   f"hyper-parameters imply {shape}")
@@ -512,6 +584,8 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
     def load(name: str) -> np.ndarray:
         gname = mapping[name]
         arr = g.dequantize(gname)
+        if name in rows_of:
+            arr = arr[rows_of[name][0]:rows_of[name][1]]
         if name in permute:
             arr = _unpermute_rows(arr, permute[name])
         return arr
@@ -523,6 +597,8 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
         t = g.tensors[mapping[name]]
         src = t.type_name
         rows = g.blocks(mapping[name])
+        if name in rows_of:
+            rows = rows[rows_of[name][0]:rows_of[name][1]]
         if name in permute:
             rows = _unpermute_rows(rows, permute[name])
         if dt in FLOAT_DTYPES.values():
