@@ -185,6 +185,10 @@ class Session:
         """Capacity of the KV cache in tokens."""
         return int(_lib.lib.cism_session_n_ctx(self._h()))
 
+    def memory_bytes(self) -> int:
+        """Bytes this session holds: KV cache, scratch, logits, token ids."""
+        return int(_lib.lib.cism_session_memory_bytes(self._h()))
+
     def reset(self) -> None:
         """Forgets every evaluated token."""
         with self._lock:

@@ -29,9 +29,40 @@ for L in (1, 8, 32):
     ref[f"tokens_{L}"].astype("<i4").tofile(os.path.join(out, f"stories260K.tokens{L}.i32"))
     ref[f"logits_{L}"].astype("<f4").tofile(os.path.join(out, f"stories260K.logits{L}.f32"))
     ref[f"greedy_{L}"].astype("<i4").tofile(os.path.join(out, f"stories260K.greedy{L}.i32"))
+# the families beyond the Llama layout (test_families.c): random weights and norms, through
+# each family's config reader (cism/hf_families.py), f32
+from cism.convert import hparams_from_config  # noqa: E402
+FAMILY_BASE = dict(vocab_size=256, hidden_size=72, intermediate_size=136, num_attention_heads=3, num_key_value_heads=1,
+                   max_position_embeddings=1024, rms_norm_eps=1e-5)
+FAMILY_CONFIGS = {
+    "gemma3": dict(architectures=["Gemma3ForCausalLM"], num_hidden_layers=4, head_dim=24, sliding_window=8,
+                   query_pre_attn_scalar=30, layer_types=["sliding_attention"] * 3 + ["full_attention"]),
+    "smollm3": dict(architectures=["SmolLM3ForCausalLM"], num_hidden_layers=4, tie_word_embeddings=True),
+    "phi3": dict(architectures=["Phi3ForCausalLM"], num_hidden_layers=2, sliding_window=12,
+                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+}
+
+
+def write_family(name, recipe=None):
+    from cism.convert import expected_tensors as et, write_model as wm
+    fam_meta = hparams_from_config({**FAMILY_BASE, **FAMILY_CONFIGS[name]})
+    fam_meta["tokenizer.bos_id"] = 1
+    fam_rng = np.random.default_rng(sum(map(ord, name)))
+    fam_shapes = et(fam_meta)
+    weights = {n: ((0.5 + fam_rng.random(s)) if len(s) == 1 else fam_rng.standard_normal(s) * 0.08).astype(np.float32)
+               for n, s in fam_shapes.items()}
+    suffix = f".{recipe}" if recipe else ""
+    wm(os.path.join(out, f"family-{name}{suffix}.cism"), fam_meta, list(fam_shapes), lambda n: weights[n],
+       lambda n: 0, overwrite=True, quant=recipe)
+
+
+for name in FAMILY_CONFIGS:
+    write_family(name)
 if not os.environ.get("CISM_LIB"):  # a cross build: its library cannot be loaded here
     print("fixtures written to", out, "(no quantized fixtures: CISM_LIB is not set)")
     sys.exit(0)
+for name in FAMILY_CONFIGS:
+    write_family(name, "q8")
 # quantized stories260K (the C library quantizes: CISM_LIB points at the build's libcism)
 for recipe in ("q8", "4bit"):
     convert(os.path.join(models, "stories260K-hf"), os.path.join(out, f"stories260K-hf.{recipe}.cism"), quant=recipe,

@@ -122,3 +122,87 @@ def test_longrope_refused(tmp_path):
     from cism.hf_config import ConversionError
     with pytest.raises(ConversionError, match="longrope"):
         hparams_from_config(cfg)
+
+
+LONG = 700   # past the ring of a window-8 layer with n_batch 5: 8 + 5 + 256 = 269 positions
+
+
+@pytest.fixture(scope="module")
+def gemma3_long(workdir):
+    """A Gemma 3 checkpoint with room for LONG positions, converted."""
+    case = "gemma3"
+    cfg_cls, model_cls, extra = CASES[case]
+    folder = workdir / "gemma3-long"
+    cfg = getattr(transformers, cfg_cls)(**{**BASE, **extra, "max_position_embeddings": 1024})
+    cfg.architectures = [model_cls]
+    torch.manual_seed(1)
+    model = getattr(transformers, model_cls)._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    _randomize(model, 1)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    ref = getattr(transformers, model_cls).from_pretrained(str(folder), attn_implementation="eager",
+                                                           dtype=torch.float32).eval()
+    out = str(workdir / "gemma3-long.cism")
+    convert(str(folder), out, progress=None)
+    return ref, out
+
+
+def test_sliding_window_ring(gemma3_long):
+    """With n_ctx well above window + n_batch + slack, the sliding layers keep a
+    ring (session memory drops), and every logit row is the same bits as
+    without one (n_batch 512: no ring) and within 1e-4 of transformers."""
+    ref, path = gemma3_long
+    prompt = np.random.default_rng(3).integers(3, VOCAB, LONG).tolist()
+    with torch.no_grad():
+        hf = ref(torch.tensor([prompt])).logits[0].numpy()
+    with cism.Model(path) as m:
+        with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=5) as s:
+            ring_bytes = s.memory_bytes()
+            s.eval(prompt)
+            ring = s.all_logits()
+        with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=512) as s:
+            full_bytes = s.memory_bytes()
+            s.eval(prompt)
+            full = s.all_logits()
+        with m.session(kv_type="f32", n_ctx=800, n_batch=5, n_threads=1) as s800, \
+                m.session(kv_type="f32", n_ctx=1024, n_batch=5, n_threads=1) as s1024:
+            grown = s1024.memory_bytes() - s800.memory_bytes()
+    np.testing.assert_array_equal(ring, full)
+    assert float(np.abs(ring - hf).max()) < LIMIT
+    assert ring_bytes < full_bytes
+    # 224 more positions cost the one global layer's K and V (2 heads of 16 f32) plus
+    # small scratch, not the sliding layers' too: 4 x 57,344 bytes without rings
+    per_layer = 224 * 2 * 2 * 16 * 4
+    assert per_layer <= grown < 2 * per_layer, grown
+
+
+@pytest.mark.parametrize("back", [100, 600])
+def test_sliding_window_rewind(gemma3_long, back, tmp_path):
+    """Rewinding a ring session: within the slack (100 back: free) and past
+    what the ring keeps (600 back: the kept tokens are evaluated again), then
+    continuing, gives the bits of a fresh session; so does a saved and loaded
+    state, before and after a rewind below its position."""
+    _, path = gemma3_long
+    rng = np.random.default_rng(4)
+    a = rng.integers(3, VOCAB, LONG).tolist()
+    b = rng.integers(3, VOCAB, 30).tolist()
+    keep = LONG - back
+    with cism.Model(path) as m:
+        def run(tokens):
+            with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=5) as s:
+                s.eval(tokens)
+                return s.all_logits()
+        with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=5) as s:
+            s.eval(a)
+            s.rewind(keep)
+            assert s.n_past == keep
+            s.eval(b)
+            np.testing.assert_array_equal(s.all_logits(), run(a[:keep] + b)[keep:])
+            state = str(tmp_path / "s.state")
+            s.save(state)
+        with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=5) as s:
+            s.load(state)
+            s.eval(b[:7])
+            np.testing.assert_array_equal(s.all_logits(), run(a[:keep] + b + b[:7])[keep + 30:])
+            s.rewind(keep + 10)
+            s.eval(b[:3])
+            np.testing.assert_array_equal(s.all_logits(), run(a[:keep] + b[:10] + b[:3])[keep + 10:])

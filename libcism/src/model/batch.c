@@ -119,6 +119,13 @@ static cism_status check_member(const cism_batch *b, const cism_session *s) {
     return CISM_OK;
 }
 
+static int has_ring(const cism_session *s) {
+    int64_t l;
+    for (l = 0; l < s->model->hp.n_layers; l++)
+        if (s->kv[l].ring) return 1;
+    return 0;
+}
+
 cism_status cism_batch_add(cism_batch *b, cism_session *s, const int32_t *tokens, int32_t n_tokens) {
     cism_status st;
     cism__clear_error();
@@ -129,6 +136,9 @@ cism_status cism_batch_add(cism_batch *b, cism_session *s, const int32_t *tokens
     }
     if ((st = check_member(b, s)) != CISM_OK) return st;
     if ((st = cism__session_check_tokens(s, tokens, n_tokens)) != CISM_OK) return st;
+    if (n_tokens > s->n_batch && has_ring(s)) /* its rings keep window + n_batch + slack positions */
+        return cism__fail(CISM_ERR_INVALID_ARG, "this session keeps its sliding-window layers' cache for evals of at most %lld "
+                          "tokens (its CISM_PARAM_N_BATCH); add at most that many", (long long)s->n_batch);
     if (b->n_tokens + n_tokens > b->n_batch)
         return cism__fail(CISM_ERR_INVALID_ARG, "the batch takes at most %lld tokens per eval (CISM_PARAM_N_BATCH) and holds %lld: "
                           "these %d do not fit; evaluate it first, or add fewer", (long long)b->n_batch,

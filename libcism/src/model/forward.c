@@ -112,16 +112,20 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
     for (h = 0; h < n_heads; h++) k->rmsnorm(v + h * hd, v + h * hd, w, hd, eps);
 }
 
-static void store_kv(const cism__work *w, const cism_session *s, void *cache, const float *src, int64_t n) {
-    if (s->kv_type == CISM_DTYPE_F32) memcpy(cache, src, (size_t)n * sizeof(float));
-    else w->k->f32_to_f16(src, (uint16_t *)cache, n);
+static void store_row(const cism__work *w, const cism_session *s, void *row, const float *src, int64_t n) {
+    if (s->kv_type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
+    else w->k->f32_to_f16(src, (uint16_t *)row, n);
 }
 
-static void *kv_ptr(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
-    uint64_t off = (uint64_t)layer * s->kv_layer_stride + (uint64_t)head * s->kv_head_stride +
-                   (uint64_t)pos * (uint64_t)s->model->hp.head_dim;
-    return (uint8_t *)cache + off * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+/* K or V row of (layer, head, pos) into the cache, and into its ring copy */
+static void store_kv(const cism__work *w, const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos,
+                     const float *src) {
+    int64_t hd = s->model->hp.head_dim;
+    void *copy = cism__kv_row_copy(s, cache, layer, head, pos);
+    store_row(w, s, cism__kv_row(s, cache, layer, head, pos), src, hd);
+    if (copy) store_row(w, s, copy, src, hd);
 }
+
 
 /* RoPE of row t on the layer's table (none on a NoPE layer): the first
    rope_dim dimensions of the head rotate, the others pass (partial RoPE). */
@@ -168,7 +172,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
                     if (L->k_norm) cism__fwd_head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
                     rope_row(w, hp, L, v, t);
                 }
-                store_kv(w, sq->s, kv_ptr(sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0), v, hd);
+                store_kv(w, sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0, v);
             }
         }
     }
@@ -210,7 +214,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     row = sq->row0 + t;
     if (window == 0) {
         w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
-                        kv_ptr(sq->s, sq->s->k_cache, l, kvh, 0), kv_ptr(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
+                        cism__kv_row(sq->s, sq->s->k_cache, l, kvh, 0), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
                         sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
         return;
     }
@@ -219,7 +223,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     for (i = 0; i < n_tok; i++) {
         int64_t pos = sq->s->n_past + t + i, first = pos + 1 > window ? pos + 1 - window : 0;
         w->k->attention(w->q + (row + i) * q_rows + h * hd, q_rows, w->att + (row + i) * q_rows + h * hd, q_rows, 1, hpu,
-                        kv_ptr(sq->s, sq->s->k_cache, l, kvh, first), kv_ptr(sq->s, sq->s->v_cache, l, kvh, first),
+                        cism__kv_row(sq->s, sq->s->k_cache, l, kvh, first), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, first),
                         sq->s->kv_type, pos + 1 - first, hd, hp->attn_scale, scores);
     }
 }
@@ -421,6 +425,7 @@ cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, f
         }
         nt += sq->nt;
         rows_out += sq->rows_out;
+        if (sq->s->n_past + sq->nt > sq->s->kv_hi) sq->s->kv_hi = (int32_t)(sq->s->n_past + sq->nt); /* written either way */
     }
     memset(w->bad, 0, (size_t)nt);
     f.w = w;

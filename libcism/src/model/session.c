@@ -14,6 +14,7 @@ void cism_session_free(cism_session *s) {
     cism__work_free(&s->w);
     free(s->k_cache);
     free(s->v_cache);
+    free(s->kv);
     free(s->logits);
     free(s->tokens);
     cism__act_stats_free(s);
@@ -54,8 +55,40 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
     sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh->act_quant = params->act_quant != 0 && cism__model_has_packed(model); /* float weights never use it */
-    sh->kv_elems = sh->n_ctx * hp->head_dim * hp->n_kv_heads * hp->n_layers;
+    sh->kv_elems = cism__kv_layout(hp, model->layers, sh->n_ctx, sh->n_batch, NULL);
     return CISM_OK;
+}
+
+int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int64_t n_ctx, int64_t n_batch, cism__kv_layer *kv) {
+    int64_t l, total = 0;
+    for (l = 0; l < hp->n_layers; l++) {
+        int64_t w = layers[l].window, ring = w > 0 ? w + n_batch + CISM__KV_SLACK : 0, slots;
+        if (2 * ring >= n_ctx) ring = 0;
+        slots = ring ? 2 * ring : n_ctx;
+        if (kv) {
+            kv[l].off = (uint64_t)total;
+            kv[l].slots = slots;
+            kv[l].ring = ring;
+        }
+        total += slots * hp->head_dim * hp->n_kv_heads;
+    }
+    return total;
+}
+
+static uint64_t kv_elem(const cism_session *s, int64_t layer, int64_t head, int64_t slot) {
+    const cism__kv_layer *L = &s->kv[layer];
+    return L->off + ((uint64_t)head * (uint64_t)L->slots + (uint64_t)slot) * (uint64_t)s->model->hp.head_dim;
+}
+
+void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
+    int64_t ring = s->kv[layer].ring;
+    return (uint8_t *)cache + kv_elem(s, layer, head, ring ? pos % ring : pos) * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+}
+
+void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
+    int64_t ring = s->kv[layer].ring;
+    if (!ring) return NULL;
+    return (uint8_t *)cache + kv_elem(s, layer, head, pos % ring + ring) * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
@@ -81,7 +114,7 @@ int64_t cism_session_memory_bytes(const cism_session *s) {
     sh.n_batch = s->n_batch;
     sh.nth = s->nth;
     sh.kv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
-    sh.kv_elems = (int64_t)s->kv_layer_stride * s->model->hp.n_layers;
+    sh.kv_elems = s->kv_elems;
     sh.act_quant = s->act_quant;
     return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->w.x != NULL);
 }
@@ -141,8 +174,9 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->w.act_quant = s->act_quant;
     s->w.act_outliers = s->act_outliers;
 
-    s->kv_head_stride = (uint64_t)sh.n_ctx * (uint64_t)hp->head_dim;
-    s->kv_layer_stride = s->kv_head_stride * (uint64_t)hp->n_kv_heads;
+    s->kv = (cism__kv_layer *)calloc((size_t)hp->n_layers, sizeof(cism__kv_layer));
+    if (!s->kv) failed = 1;
+    else s->kv_elems = cism__kv_layout(hp, model->layers, sh.n_ctx, sh.n_batch, s->kv);
     if ((uint64_t)sh.kv_elems > (uint64_t)SIZE_MAX / (uint64_t)sh.kv_elem) failed = 1;
     if (!failed) {
         s->k_cache = malloc((size_t)(sh.kv_elems * sh.kv_elem));
@@ -177,6 +211,54 @@ cism_status cism_session_reset(cism_session *s) {
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_reset: session is NULL");
     s->n_past = 0;
     s->logit_rows = 0;
+    s->kv_hi = 0;
+    s->kv_min_keep = 0;
+    return CISM_OK;
+}
+
+/* 1 when a ring has overwritten a position the window of position n_keep
+   needs (or a loaded state lacks them): [n_keep - window + 1, n_keep) must
+   still be in the ring, whose intact positions are [kv_hi - ring, kv_hi). */
+static int rewind_needs_replay(const cism_session *s, int32_t n_keep) {
+    int64_t l;
+    if (n_keep == 0) return 0;
+    if (n_keep < s->kv_min_keep) return 1;
+    for (l = 0; l < s->model->hp.n_layers; l++) {
+        int64_t ring = s->kv[l].ring, w = s->model->layers[l].window, lo = n_keep - w + 1 > 0 ? n_keep - w + 1 : 0;
+        if (ring && lo < s->kv_hi - ring) return 1;
+    }
+    return 0;
+}
+
+/* A rewind past what the rings keep: the kept tokens are evaluated again from
+   position 0 (the same bits: one path per position), not cancellable, without
+   progress calls. Costs the prefill of n_keep tokens (docs/SESSION_STATE.md). */
+static cism_status replay_prefix(cism_session *s, int32_t n_keep) {
+    int32_t *keep = (int32_t *)malloc((size_t)n_keep * sizeof(int32_t));
+    cism_progress_callback progress = s->progress;
+    void (*hook)(cism_session *, int64_t, void *) = s->chunk_hook;
+    int logits_all = s->logits_all;
+    cism_status st;
+    if (!keep) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the %d tokens to keep", (int)n_keep);
+    memcpy(keep, s->tokens, (size_t)n_keep * sizeof(int32_t));
+    s->n_past = 0;
+    s->kv_hi = 0;
+    s->kv_min_keep = 0;
+    s->progress = NULL;
+    s->chunk_hook = NULL;
+    s->logits_all = 0;
+    s->replay = 1;
+    st = cism__session_eval(s, keep, n_keep);
+    s->replay = 0;
+    s->progress = progress;
+    s->chunk_hook = hook;
+    s->logits_all = logits_all;
+    s->logit_rows = 0;
+    free(keep);
+    if (st != CISM_OK) {
+        s->n_past = 0;
+        return st;
+    }
     return CISM_OK;
 }
 
@@ -186,6 +268,7 @@ cism_status cism_session_rewind(cism_session *s, int32_t n_keep) {
     if (n_keep < 0 || n_keep > s->n_past)
         return cism__fail(CISM_ERR_INVALID_ARG, "cannot rewind to n_keep = %d tokens: the session holds %d (use 0..%d)", (int)n_keep,
                           (int)s->n_past, (int)s->n_past);
+    if (rewind_needs_replay(s, n_keep)) return replay_prefix(s, n_keep);
     s->n_past = n_keep;
     s->logit_rows = 0;
     return CISM_OK;

@@ -46,6 +46,28 @@ void *cism__alloc_floats(int64_t n, int *failed);
 /* Bytes of w's buffers for n_rows rows and n_ctx positions. */
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant);
 
+/* Where one layer keeps its K and V rows. A sliding-window layer whose window
+   plus the slack below is well under the context keeps a ring of `ring`
+   positions (position p in slot p % ring), each row written twice, at its slot
+   and at slot + ring, so the window of any query is one contiguous run of
+   slots; other layers keep every position (ring 0, slot = position). */
+typedef struct cism__kv_layer {
+    uint64_t off;      /* elements from the start of the cache */
+    int64_t slots;     /* slots per KV head */
+    int64_t ring;      /* 0 or the ring's period */
+} cism__kv_layer;
+
+/* Positions a ring keeps beyond window + n_batch: how far a rewind (chat
+   reuse, speculative rollback) may reach back without re-evaluating. */
+#define CISM__KV_SLACK 256
+
+/* The layout of the caches for n_ctx positions and evals of n_batch tokens:
+   fills kv[n_layers] when kv is not NULL; returns the elements of each cache. */
+int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int64_t n_ctx, int64_t n_batch, cism__kv_layer *kv);
+/* The cache row of (layer, KV head, position), and its second copy in a ring (NULL otherwise). */
+void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
+void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
+
 struct cism_session {
     cism_model *model;
     const cism__kernels *k;
@@ -58,9 +80,12 @@ struct cism_session {
     int32_t n_past;
     volatile int32_t cancel;
 
-    /* KV cache: [layer][kv_head][position][head_dim] in kv_type */
+    /* KV cache: per layer [kv_head][slot][head_dim] in kv_type (cism__kv_layer) */
     void *k_cache, *v_cache;
-    uint64_t kv_head_stride, kv_layer_stride;   /* elements */
+    cism__kv_layer *kv;   /* [n_layers] */
+    int64_t kv_elems;     /* elements of each of k_cache and v_cache */
+    int32_t kv_hi;        /* one past the highest position written since the last reset */
+    int32_t kv_min_keep;  /* a rewind below it re-evaluates the kept tokens (a loaded state without them) */
 
     cism__work w;    /* scratch for n_batch tokens, freed by cism_session_trim */
 

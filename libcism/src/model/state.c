@@ -13,6 +13,38 @@
 #define STATE_VERSION 1u
 #define STATE_HEADER 96u
 #define STATE_FLAG_SAMPLER 1u
+/* sliding-window rows older than the ring kept are zeros: rewinding below
+   n_past re-evaluates (session.c) */
+#define STATE_FLAG_PARTIAL 2u
+
+/* Copies the K or V rows of positions [0, n) of (layer, head) to save_to, or
+   from load_from; a ring keeps [kv_hi - ring, kv_hi): older rows save as zeros
+   (returns 1 when some did) and load only where the ring has room. */
+static int copy_rows(const cism_session *s, void *cache, int64_t l, int64_t h, int64_t n, uint8_t *save_to,
+                     const uint8_t *load_from) {
+    uint64_t rb = (uint64_t)s->model->hp.head_dim * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+    int64_t ring = s->kv[l].ring, p, lo;
+    int lost = 0;
+    if (!ring) {
+        if (save_to) memcpy(save_to, cism__kv_row(s, cache, l, h, 0), (size_t)(rb * (uint64_t)n));
+        else memcpy(cism__kv_row(s, cache, l, h, 0), load_from, (size_t)(rb * (uint64_t)n));
+        return 0;
+    }
+    lo = (save_to ? s->kv_hi : n) - ring;
+    for (p = 0; p < n; p++) {
+        uint64_t at = (uint64_t)p * rb;
+        if (p < lo) {
+            if (save_to) memset(save_to + at, 0, (size_t)rb);
+            lost = 1;
+        } else if (save_to) {
+            memcpy(save_to + at, cism__kv_row(s, cache, l, h, p), (size_t)rb);
+        } else {
+            memcpy(cism__kv_row(s, cache, l, h, p), load_from + at, (size_t)rb);
+            memcpy(cism__kv_row_copy(s, cache, l, h, p), load_from + at, (size_t)rb);
+        }
+    }
+    return lost;
+}
 
 void cism__put_u32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
@@ -62,7 +94,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     uint8_t *buf;
     int64_t l, h;
     char err[600];
-    int rc;
+    int rc, partial = 0;
     cism__clear_error();
     if (!s || !path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_save: %s is NULL", s ? "path" : "session");
     hp = &s->model->hp;
@@ -95,15 +127,15 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     off = STATE_HEADER;
     for (l = 0; l < hp->n_layers; l++) {
         int c;
-        for (c = 0; c < 2; c++) { /* K rows of every head, then V */
-            const uint8_t *cache = (const uint8_t *)(c ? s->v_cache : s->k_cache);
+        for (c = 0; c < 2; c++) /* K rows of every head, then V */
             for (h = 0; h < hp->n_kv_heads; h++) {
-                uint64_t e = (uint64_t)l * s->kv_layer_stride + (uint64_t)h * s->kv_head_stride;
-                memcpy(buf + off, cache + e * kv_elem_bytes(s->kv_type), (size_t)row_bytes);
+                if (copy_rows(s, c ? s->v_cache : s->k_cache, l, h, s->n_past, buf + off, NULL) ||
+                    s->kv_min_keep > 0)
+                    partial = 1;
                 off += row_bytes;
             }
-        }
     }
+    if (partial) cism__put_u32(buf + 12, cism__get_u32(buf + 12) | STATE_FLAG_PARTIAL);
     for (l = 0; l < s->n_past; l++, off += 4) cism__put_u32(buf + off, (uint32_t)s->tokens[l]);
     if (logit_bytes) memcpy(buf + off, s->logits, (size_t)logit_bytes);
     off += logit_bytes;
@@ -139,7 +171,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         return cism__fail(CISM_ERR_FORMAT, "%s: session state is corrupted (checksum mismatch)", path);
     flags = cism__get_u32(d + 12);
     fp = cism__get_u64(d + 16);
-    if (flags & ~STATE_FLAG_SAMPLER) return cism__fail(CISM_ERR_FORMAT, "%s: unknown flags 0x%x", path, flags);
+    if (flags & ~(STATE_FLAG_SAMPLER | STATE_FLAG_PARTIAL)) return cism__fail(CISM_ERR_FORMAT, "%s: unknown flags 0x%x", path, flags);
     if (cism__get_u32(d + 24) != (uint32_t)hp->vocab || cism__get_u32(d + 28) != (uint32_t)hp->n_layers ||
         cism__get_u32(d + 32) != (uint32_t)hp->n_kv_heads || cism__get_u32(d + 36) != (uint32_t)hp->head_dim)
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state comes from another model (vocab %u, %u layers, %u KV heads "
@@ -192,15 +224,14 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     off = STATE_HEADER;
     for (l = 0; l < hp->n_layers; l++) {
         int c;
-        for (c = 0; c < 2; c++) {
-            uint8_t *cache = (uint8_t *)(c ? s->v_cache : s->k_cache);
+        for (c = 0; c < 2; c++)
             for (h = 0; h < hp->n_kv_heads; h++) {
-                uint64_t e = (uint64_t)l * s->kv_layer_stride + (uint64_t)h * s->kv_head_stride;
-                memcpy(cache + e * kv_elem_bytes(s->kv_type), d + off, (size_t)row_bytes);
+                copy_rows(s, c ? s->v_cache : s->k_cache, l, h, n_past, NULL, d + off);
                 off += row_bytes;
             }
-        }
     }
+    s->kv_hi = (int32_t)n_past;
+    s->kv_min_keep = flags & STATE_FLAG_PARTIAL ? (int32_t)n_past : 0;
     for (l = 0; l < (int64_t)n_past; l++, off += 4) s->tokens[l] = (int32_t)cism__get_u32(d + off);
     if (keep_rows)
         memcpy(s->logits, d + off + (uint64_t)(rows - keep_rows) * (uint64_t)hp->vocab * 4u,
