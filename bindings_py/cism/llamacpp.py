@@ -237,7 +237,8 @@ def write_gguf_synthetic(preset, seed: int, out: str, tokenizers_dir: Optional[s
     from .convert import expected_tensors
     from .synthetic import float_blocks
     meta = preset.metadata()
-    arch = {"llama": "llama", "qwen3": "qwen3", "qwen2": "qwen2"}.get(preset.architecture)
+    arch = {"llama": "llama", "qwen3": "qwen3", "qwen2": "qwen2", "gemma3": "gemma3",
+            "smollm3": "smollm3"}.get(preset.architecture)
     if arch is None:
         raise ValueError(f"no GGUF architecture for {preset.architecture}")
     w = gguf.GGUFWriter(out, arch)
@@ -253,6 +254,8 @@ def write_gguf_synthetic(preset, seed: int, out: str, tokenizers_dir: Optional[s
     w.add_value_length(preset.head_dim)
     w.add_layer_norm_rms_eps(preset.norm_eps)
     w.add_rope_freq_base(preset.rope_theta)
+    if arch == "gemma3":  # llama.cpp's gemma3 loader: every 6th layer global, local RoPE base 10000 (as the presets)
+        w.add_sliding_window(meta["model.sliding_window"])
     w.add_file_type(0)
     fam = _tokenizer_family(preset.name)
     if fam:
@@ -268,7 +271,8 @@ def write_gguf_synthetic(preset, seed: int, out: str, tokenizers_dir: Optional[s
     per_layer = {"attn_norm": "attn_norm", "attn_q": "attn_q", "attn_k": "attn_k", "attn_v": "attn_v",
                  "attn_output": "attn_output", "ffn_norm": "ffn_norm", "ffn_gate": "ffn_gate", "ffn_up": "ffn_up",
                  "ffn_down": "ffn_down", "attn_q_norm": "attn_q_norm", "attn_k_norm": "attn_k_norm",
-                 "attn_q_bias": "attn_q.bias", "attn_k_bias": "attn_k.bias", "attn_v_bias": "attn_v.bias"}
+                 "attn_q_bias": "attn_q.bias", "attn_k_bias": "attn_k.bias", "attn_v_bias": "attn_v.bias",
+                 "post_attn_norm": "post_attention_norm", "post_ffn_norm": "post_ffw_norm"}
     order: List[Tuple[str, str, Tuple[int, ...]]] = []
     for name, shape in shapes.items():
         if name in names:
@@ -295,7 +299,7 @@ def write_gguf_synthetic(preset, seed: int, out: str, tokenizers_dir: Optional[s
             w.write_tensor_data(np.full(shape, 0.0 if name.endswith("_bias") else 1.0, dtype=np.float32))
             continue
         a = np.concatenate(list(float_blocks(seed, name, shape)), axis=0)
-        if arch == "llama" and name.endswith((".attn_q", ".attn_k")):
+        if arch in ("llama", "smollm3") and name.endswith((".attn_q", ".attn_k")):
             a = unpermute_rope(a, preset.n_heads if name.endswith(".attn_q") else preset.n_kv_heads)
         w.write_tensor_data(np.ascontiguousarray(a, dtype=np.float32))
     w.close()

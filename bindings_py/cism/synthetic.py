@@ -77,6 +77,14 @@ def _llama3_rope(factor: float, orig: int) -> Dict[str, Any]:
             "model.rope_scaling.original_context_length": orig}
 
 
+def _gemma3(n_layers: int, dim: int, window: int = 512) -> Dict[str, Any]:
+    """Gemma 3's metadata as hf_families writes it: every 6th layer global."""
+    return {"model.ffn_activation": "gelu_tanh", "model.qk_norm": 1, "model.post_norms": 1,
+            "model.embedding_scale": float(np.float32(dim ** 0.5)), "model.attention_scale": 256 ** -0.5,
+            "model.sliding_window": window, "model.layer_sliding": [int((i + 1) % 6 != 0) for i in range(n_layers)],
+            "model.rope_theta_local": 10000.0}
+
+
 PRESETS: Dict[str, Preset] = {p.name: p for p in [
     Preset("tiny", "none (a test model)", "llama", 256, 64, 2, 4, 2, 16, 192, 1024, 10000.0, 1e-5, False),
     Preset("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", "llama", 49152, 576, 30, 9, 3, 64, 1536, 8192,
@@ -93,6 +101,14 @@ PRESETS: Dict[str, Preset] = {p.name: p for p in [
            500000.0, 1e-5, True, _llama3_rope(32.0, 8192)),
     Preset("tinyllama-1.1b", "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "llama", 32000, 2048, 22, 32, 4,
            64, 5632, 2048, 10000.0, 1e-5, False),
+    Preset("gemma3-270m", "google/gemma-3-270m", "gemma3", 262144, 640, 18, 4, 1, 256, 2048, 32768,
+           1000000.0, 1e-6, True, _gemma3(18, 640)),
+    Preset("gemma3-1b", "google/gemma-3-1b-pt", "gemma3", 262144, 1152, 26, 4, 1, 256, 6912, 32768,
+           1000000.0, 1e-6, True, _gemma3(26, 1152)),
+    Preset("smollm3-3b", "HuggingFaceTB/SmolLM3-3B", "smollm3", 128256, 2048, 36, 16, 4, 128, 11008, 65536,
+           5000000.0, 1e-6, True, {"model.layer_rope": [int((i + 1) % 4 != 0) for i in range(36)]}),
+    Preset("phi3-mini", "microsoft/Phi-3-mini-4k-instruct", "phi3", 32064, 3072, 32, 32, 32, 96, 8192, 4096,
+           10000.0, 1e-5, False, {"model.sliding_window": 2047}),
 ]}
 
 
