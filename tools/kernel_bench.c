@@ -11,7 +11,9 @@
  * quantization included once per token). --stream MB adds decode over a matrix
  * of MB megabytes (more than the last-level cache): GB/s of weights read.
  * Time is the calling thread's CPU time, best of 7 runs of ~10 ms, so other
- * load on the machine disturbs it less than wall time.
+ * load on the machine disturbs it less than wall time. Each tier's line of
+ * int8 multiply-add peak (cism_measure_int8_mac_peak) precedes its rows, and int8-activation rows show their
+ * prefill as a share of it (2 FLOP per multiply-add).
  * Links the static library (internal kernel table). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
@@ -174,15 +176,21 @@ int main(int argc, char **argv) {
            stream_mb > 0 ? " | stream GB/s" : "");
     for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {
         const cism__kernels *k = cism__kernels_tier(t);
+        double peak = 0;
         if (!k || !in_list(tiers, k->name)) continue;
+        if (cism_measure_int8_mac_peak(t, &peak) == CISM_OK)
+            printf("%-8s int8 multiply-add peak, one core: %.1f G MAC/s (%.1f GFLOP/s)\n", k->name, peak / 1e9, 2 * peak / 1e9);
         for (dt = 0; dt < CISM__DTYPE_COUNT; dt++) {
             if (!in_list(dtypes, cism_dtype_name(dt))) continue;
             for (a8 = 0; a8 <= is_packed(dt); a8++)
                 for (i = 0; i < n_cols; i++) {
                     char name[32];
                     snprintf(name, sizeof(name), "%s%s", cism_dtype_name(dt), a8 ? "/a8" : "");
-                    printf("%-8s %-8s %6lld | %16.1f | %16.1f", k->name, name, (long long)cols_list[i],
-                           gflops(k, dt, a8, 64, cols_list[i], 96), gflops(k, dt, a8, 256, cols_list[i], 1));
+                    double pre = gflops(k, dt, a8, 64, cols_list[i], 96);
+                    printf("%-8s %-8s %6lld | %9.1f", k->name, name, (long long)cols_list[i], pre);
+                    if (a8 && peak > 0) printf(" (%3.0f%%)", 100.0 * pre * 1e9 / (2 * peak));
+                    else printf("       ");
+                    printf(" | %16.1f", gflops(k, dt, a8, 256, cols_list[i], 1));
                     if (stream_mb > 0) {
                         uint64_t rb = cism__row_bytes(dt, cols_list[i]);
                         int64_t rows = (int64_t)(stream_mb * 1e6 / (double)rb);

@@ -36,7 +36,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS) + ["convert_checkpoint", "library_version", "system_info", "build_info", "kernel_tiers",
-                              "read_bandwidth", "__version__"]
+                              "read_bandwidth", "int8_mac_peak", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -90,6 +90,19 @@ def read_bandwidth(n_threads: int = 1, nbytes: int = 0) -> float:
     from .errors import check
     v = ctypes.c_double()
     check(_lib.lib.cism_measure_read_bandwidth(int(n_threads), int(nbytes), ctypes.byref(v)))
+    return v.value
+
+
+def int8_mac_peak(tier: str = "auto") -> float:
+    """int8 multiply-adds per second one core does with the dot-product
+    instructions of a kernel tier's int8 kernels (the library's probe, on the
+    calling thread): the ceiling prefill is compared against. About 0.2 s."""
+    import ctypes
+    from . import _lib
+    from .errors import check
+    from .params import tier_code
+    v = ctypes.c_double()
+    check(_lib.lib.cism_measure_int8_mac_peak(tier_code(tier), ctypes.byref(v)))
     return v.value
 
 

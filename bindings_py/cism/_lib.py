@@ -220,6 +220,8 @@ _fn("cism_kernel_tier_name", c_char_p, c_int32)
 _fn("cism_kernel_tier_supported", c_int32, c_int32)
 # cism_status cism_measure_read_bandwidth(int32_t n_threads, int64_t buffer_bytes, double *bytes_per_second);
 _fn("cism_measure_read_bandwidth", c_int32, c_int32, c_int64, POINTER(c_double))
+# cism_status cism_measure_int8_mac_peak(cism_kernel_tier tier, double *macs_per_second);
+_fn("cism_measure_int8_mac_peak", c_int32, c_int32, POINTER(c_double))
 
 # ---- data types ----------------------------------------------------------------
 # const char *cism_dtype_name(cism_dtype dtype);

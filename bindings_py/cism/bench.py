@@ -62,6 +62,9 @@ class BenchReport:
     kv_type: str
     results: List[TestResult]
     tier: str = "auto"         # kernel tier asked for ("auto": the library's choice)
+    prefill_macs: float = 0.0  # multiply-adds per prefill token (weights and attention, the test's mean context)
+    mac_peak: float = 0.0      # int8 multiply-adds per second of one core (cism.int8_mac_peak); 0: not shown
+    threads_used: int = 0      # the session's thread count (the peak's multiple)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -125,13 +128,32 @@ def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, 
     return results
 
 
+def prefill_macs_per_token(model, n_prompt: int) -> float:
+    """Multiply-adds per token of a prefill of n_prompt tokens: every matrix once
+    (the embedding table only as the tied head) and attention's q.k and p.v over
+    the mean causal context, (n_prompt + 1) / 2 positions."""
+    weights = model.n_params - (0 if model.tied_embeddings else model.vocab_size * model.dim)
+    attention = 2 * model.n_layers * model.n_heads * model.head_dim * (n_prompt + 1) / 2
+    return float(weights + attention)
+
+
 def format_table(report: BenchReport) -> str:
     lines = [f"model:   {report.description}",
-             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}",
-             f"{'test':<8} {'tokens':>7} {'tokens/s':>10} {'ms/token':>10} {'reps':>5} {'spread':>7}"]
+             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}"]
+    if report.mac_peak:
+        lines.append(f"int8 multiply-add peak: {report.mac_peak / 1e9:.1f} G MAC/s per core (cism.int8_mac_peak); "
+                     "prefill's share of it per thread")
+    lines.append(f"{'test':<8} {'tokens':>7} {'tokens/s':>10} {'ms/token':>10} {'reps':>5} {'spread':>7}"
+                 + ("   G MAC/s" if report.prefill_macs else ""))
     for r in report.results:
-        lines.append(f"{r.test:<8} {r.n_tokens:>7} {r.tokens_per_second:>10.2f} {r.ms_per_token:>10.3f} "
-                     f"{len(r.seconds):>5} {100 * r.spread():>6.1f}%")
+        line = (f"{r.test:<8} {r.n_tokens:>7} {r.tokens_per_second:>10.2f} {r.ms_per_token:>10.3f} "
+                f"{len(r.seconds):>5} {100 * r.spread():>6.1f}%")
+        if r.test == "prefill" and report.prefill_macs:
+            macs = report.prefill_macs * r.tokens_per_second
+            line += f" {macs / 1e9:>9.1f}"
+            if report.mac_peak:
+                line += f" ({100 * macs / (report.mac_peak * max(report.threads_used, 1)):.0f}% of {report.threads_used} x peak)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -198,6 +220,12 @@ def run(args: argparse.Namespace) -> int:
                               args.batch, args.seed, args.tier)
         tier = args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})"
         report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier)
+        if args.prompt_tokens > 0:
+            from . import int8_mac_peak
+            report.prefill_macs = prefill_macs_per_token(model, args.prompt_tokens)
+            report.threads_used = args.threads or int(_lib.lib.cism_default_n_threads())
+            if model.weight_dtype not in ("f32", "f16", "bf16"):  # int8 activations: the int8 peak is the ceiling
+                report.mac_peak = int8_mac_peak(args.tier)
     if args.json:
         print(report.to_json())
     else:

@@ -171,6 +171,14 @@ CISM_API int32_t     cism_kernel_tier_supported(cism_kernel_tier tier);
    batch-1 decode speed is compared against (docs/PERFORMANCE.md). */
 CISM_API cism_status cism_measure_read_bandwidth(int32_t n_threads, int64_t buffer_bytes, double *bytes_per_second);
 
+/* Measures the int8 multiply-adds per second one core does with the
+   dot-product instructions of a kernel tier's int8 kernels (AVX-512 VNNI
+   vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, NEON smull + sadalp, SDOT, SMMLA;
+   CISM_TIER_AUTO: the tier in use), on register operands, on the calling
+   thread: the ceiling prefill is compared against (docs/PERFORMANCE.md).
+   Takes about 0.2 s. CISM_ERR_UNSUPPORTED for a tier this CPU cannot run. */
+CISM_API cism_status cism_measure_int8_mac_peak(cism_kernel_tier tier, double *macs_per_second);
+
 /* ---- data types (tensor and KV cache element types) ---------------------- */
 typedef int32_t cism_dtype;
 enum {

@@ -70,6 +70,8 @@ def test_bench_cli(tmp_path, run_cli):
     for r in rows.values():
         assert float(r[2]) > 0 and float(r[3]) > 0 and r[4] == "2"
         assert abs(1000 / float(r[2]) - float(r[3])) <= 0.0006 + 0.001 * float(r[3])  # ms/token = 1000 / tokens/s
+    # prefill's multiply-adds: the f32 preset shows G MAC/s, no int8 peak
+    assert "G MAC/s" in lines[3] and "peak" not in p.stdout and len(rows["prefill"]) == 7
     model = os.path.join(str(tmp_path), os.path.basename(synthetic_path("tiny", "f32", 0)))
     assert os.path.exists(model)
     p = run_cli("bench", "--model", model, "-p", "16", "-n", "4", "-r", "1", "--json", env=env)

@@ -102,3 +102,18 @@ def test_read_bandwidth():
     assert 1e8 < bps < 1e13
     with pytest.raises(cism.InvalidArgumentError):
         cism.read_bandwidth(0)
+
+
+def test_int8_mac_peak():
+    """Every tier's probe runs; the vector tiers beat the scalar one by their
+    width (a folded-away loop would read absurdly high); a tier this CPU
+    cannot run is refused."""
+    peaks = {t: cism.int8_mac_peak(t) for t in cism.kernel_tiers()}
+    assert all(1e8 < p < 1e13 for p in peaks.values()), peaks
+    for t, p in peaks.items():
+        if t != "scalar":
+            assert p > 2 * peaks["scalar"], peaks
+    missing = [t for t, code in TIERS.items() if code and t not in cism.kernel_tiers()]
+    if missing:
+        with pytest.raises(cism.UnsupportedError):
+            cism.int8_mac_peak(missing[0])

@@ -80,6 +80,12 @@ typedef struct cism__kernels {
     /* gate[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
        0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, Gemma 3) */
     void (*gelu_tanh_mul)(float *gate, const float *up, int64_t n);
+    /* The int8 multiply-add throughput probe (cism_measure_int8_mac_peak):
+       iters rounds of independent dot-product instructions of the kind this
+       tier's int8 kernels use (VNNI vpdpbusd; AVX2 vpmaddubsw + vpmaddwd; NEON
+       smull + sadalp; SDOT; SMMLA) on register operands. Returns the
+       multiply-adds done; folds the result into *sink. */
+    int64_t (*int8_mac_loop)(int64_t iters, int32_t *sink);
 } cism__kernels;
 
 /* The reference tier; always available. */

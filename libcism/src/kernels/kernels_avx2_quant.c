@@ -702,7 +702,35 @@ static void quantize_act(const float *x, int64_t n, void *out) {
     }
 }
 
+/* 7 chains of vpmaddubsw (32 multiply-adds each) summed in int16 (as the
+   4-bit kernels sum several before widening), their signed operands stepped
+   by a byte add each round: nothing loop-invariant, no chain through the
+   multiplies, 16 ymm registers */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    const __m256i a = _mm256_set1_epi8((char)(*sink | 1)), step = _mm256_set1_epi8(1);
+    __m256i c[7], x[7];
+    int64_t i;
+    int j;
+    for (j = 0; j < 7; j++) {
+        c[j] = _mm256_setzero_si256();
+        x[j] = _mm256_set1_epi8((char)(j + 1));
+    }
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 7; j++) {
+            c[j] = _mm256_add_epi16(c[j], _mm256_maddubs_epi16(a, x[j]));
+            x[j] = _mm256_add_epi8(x[j], step);
+        }
+    for (j = 1; j < 7; j++) c[0] = _mm256_add_epi16(c[0], c[j]);
+    {
+        int16_t v[16];
+        _mm256_storeu_si256((__m256i *)(void *)v, c[0]);
+        for (j = 0; j < 16; j++) *sink += v[j];
+    }
+    return iters * 7 * 32;
+}
+
 void cism__fill_avx2_quant(cism__kernels *k) {
+    k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;

@@ -687,7 +687,22 @@ static void quantize_act(const float *x, int64_t n, void *out) {
     }
 }
 
+/* 12 chains of vpdpbusd (64 multiply-adds each), enough to cover its latency */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    const __m512i a = _mm512_set1_epi8((char)(*sink | 1)), b = _mm512_set1_epi8(3);
+    __m512i c[12];
+    int64_t i;
+    int j;
+    for (j = 0; j < 12; j++) c[j] = _mm512_setzero_si512();
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 12; j++) c[j] = _mm512_dpbusd_epi32(c[j], a, b);
+    for (j = 1; j < 12; j++) c[0] = _mm512_add_epi32(c[0], c[j]);
+    *sink += _mm512_reduce_add_epi32(c[0]);
+    return iters * 12 * 64;
+}
+
 void cism__fill_avx512_quant(cism__kernels *k) {
+    k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;

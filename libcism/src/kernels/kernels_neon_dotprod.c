@@ -39,7 +39,22 @@ static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const voi
     nx_matmul_a8(0, NQ_SDOT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
+/* 12 chains of SDOT (16 multiply-adds each) */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    const int8x16_t a = vdupq_n_s8((int8_t)(*sink | 1)), b = vdupq_n_s8(3);
+    int32x4_t c[12];
+    int64_t i;
+    int j;
+    for (j = 0; j < 12; j++) c[j] = vdupq_n_s32(0);
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 12; j++) c[j] = vdotq_s32(c[j], a, b);
+    for (j = 1; j < 12; j++) c[0] = vaddq_s32(c[0], c[j]);
+    *sink += vaddvq_s32(c[0]);
+    return iters * 12 * 16;
+}
+
 void cism__kernels_fill_neon_dotprod(cism__kernels *k) {
+    k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;

@@ -146,7 +146,22 @@ NQ_ENTRY(nl4, CISM_DTYPE_NL4)
 NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
 NQ_ENTRY(q4a, CISM_DTYPE_Q4A)
 
+/* 12 chains of SMMLA (32 multiply-adds each) */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    const int8x16_t a = vdupq_n_s8((int8_t)(*sink | 1)), b = vdupq_n_s8(3);
+    int32x4_t c[12];
+    int64_t i;
+    int j;
+    for (j = 0; j < 12; j++) c[j] = vdupq_n_s32(0);
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 12; j++) c[j] = vmmlaq_s32(c[j], a, b);
+    for (j = 1; j < 12; j++) c[0] = vaddq_s32(c[0], c[j]);
+    *sink += vaddvq_s32(c[0]);
+    return iters * 12 * 32;
+}
+
 void cism__kernels_fill_neon_i8mm(cism__kernels *k) {
+    k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;

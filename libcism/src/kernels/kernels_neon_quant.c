@@ -377,7 +377,30 @@ static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const voi
     nx_matmul_a8(0, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
+/* 12 chains of smull + sadalp (8 multiply-adds each), their operands
+   stepped by a byte add each round (nothing loop-invariant) */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    const int8x8_t a = vdup_n_s8((int8_t)(*sink | 1)), step = vdup_n_s8(1);
+    int32x4_t c[12];
+    int8x8_t x[12];
+    int64_t i;
+    int j;
+    for (j = 0; j < 12; j++) {
+        c[j] = vdupq_n_s32(0);
+        x[j] = vdup_n_s8((int8_t)(j + 1));
+    }
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 12; j++) {
+            c[j] = vpadalq_s16(c[j], vmull_s8(a, x[j]));
+            x[j] = vadd_s8(x[j], step);
+        }
+    for (j = 1; j < 12; j++) c[0] = vaddq_s32(c[0], c[j]);
+    *sink += vaddvq_s32(c[0]);
+    return iters * 12 * 8;
+}
+
 void cism__kernels_fill_neon_quant(cism__kernels *k) {
+    k->int8_mac_loop = int8_mac_loop;
     k->matmul[CISM_DTYPE_Q8] = matmul_q8;
     k->matmul[CISM_DTYPE_Q4] = matmul_q4;
     k->matmul[CISM_DTYPE_FP4] = matmul_fp4;

@@ -188,6 +188,22 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
     }
 }
 
+/* 8 chains of int8 multiply-adds in C, the operands stepped each round */
+static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
+    int32_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint8_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int32_t a = (int8_t)(*sink | 1);
+    int64_t i;
+    int j;
+    for (i = 0; i < iters; i++)
+        for (j = 0; j < 8; j++) {
+            acc[j] += a * (int32_t)(int8_t)x[j];
+            x[j] = (uint8_t)(x[j] + 1u);
+        }
+    for (j = 0; j < 8; j++) *sink += acc[j];
+    return iters * 8;
+}
+
 static const cism__kernels g_scalar = {
     "scalar",
     CISM_TIER_SCALAR,
@@ -206,6 +222,7 @@ static const cism__kernels g_scalar = {
      cism__scalar_matmul_a8_q4a},
     cism__quantize_act_scalar,
     gelu_tanh_mul,
+    int8_mac_loop,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

@@ -115,6 +115,7 @@ int    cism__cpu_perf_count(void);
    all alike count all; nothing known gives 0. */
 int    cism__perf_cpus(const long *speed, int n);
 double cism__time_seconds(void);      /* monotonic */
+double cism__thread_cpu_seconds(void); /* CPU time of the calling thread (wall time where the OS does not tell) */
 /* Bytes of this process resident in RAM, or -1 when unknown. */
 int64_t cism__resident_bytes(void);
 #if defined(_WIN32)

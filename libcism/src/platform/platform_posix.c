@@ -478,6 +478,14 @@ double cism__time_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double cism__thread_cpu_seconds(void) {
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+#endif
+    return cism__time_seconds();
+}
+
 #if defined(__linux__)
 /* cpu_capacity (EAS, big.LITTLE kernels) or else the maximum frequency of cpu i; 0 unknown. */
 static long cpu_speed(int i) {

@@ -421,6 +421,13 @@ double cism__time_seconds(void) {
     return (double)c.QuadPart / (double)f.QuadPart;
 }
 
+double cism__thread_cpu_seconds(void) {
+    FILETIME a, b, k, u;
+    if (!GetThreadTimes(GetCurrentThread(), &a, &b, &k, &u)) return cism__time_seconds();
+    return ((double)k.dwLowDateTime + (double)u.dwLowDateTime +
+            4294967296.0 * ((double)k.dwHighDateTime + (double)u.dwHighDateTime)) * 1e-7;
+}
+
 int64_t cism__resident_bytes(void) {
     PROCESS_MEMORY_COUNTERS pmc;
     if (GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof(pmc))) return (int64_t)pmc.WorkingSetSize;
