@@ -391,8 +391,10 @@ CISM_API cism_status cism_batch_create(cism_model *model, const cism_params *par
 CISM_API void        cism_batch_free(cism_batch *batch);
 /* Adds n_tokens tokens (copied) to evaluate after session's evaluated ones.
    The first add after an eval starts a new set of members. Refuses (and adds
-   nothing) what cism_session_eval would refuse, a mismatched session, and
-   tokens beyond the batch's N_BATCH in all. Clears the session's pending cancel
+   nothing) what cism_session_eval would refuse, a mismatched session, tokens
+   beyond the batch's N_BATCH in all, and, for a session whose sliding-window
+   layers keep a ring (docs/SESSION_STATE.md), more tokens than its own
+   N_BATCH. Clears the session's pending cancel
    request, as cism_session_eval does. */
 CISM_API cism_status cism_batch_add(cism_batch *batch, cism_session *session, const int32_t *tokens, int32_t n_tokens);
 /* Forgets the members added since the last eval. */

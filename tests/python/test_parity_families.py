@@ -206,3 +206,34 @@ def test_sliding_window_rewind(gemma3_long, back, tmp_path):
             s.rewind(keep + 10)
             s.eval(b[:3])
             np.testing.assert_array_equal(s.all_logits(), run(a[:keep] + b[:10] + b[:3])[keep + 10:])
+
+
+def test_sliding_window_ring_in_a_batch(gemma3_long):
+    """Two ring sessions stepped together through one cism.Batch (prompts in
+    chunks of 5, then one token each) give the bits of each alone; a member
+    with more tokens than its ring allows is refused."""
+    _, path = gemma3_long
+    rng = np.random.default_rng(6)
+    prompts = [rng.integers(3, VOCAB, n).tolist() for n in (400, 330)]
+    with cism.Model(path) as m:
+        alone = []
+        for p in prompts:
+            with m.session(kv_type="f32", logits_all=True, n_ctx=1024, n_batch=5) as s:
+                s.eval(p)
+                alone.append(s.all_logits()[-1].copy())
+        sessions = [m.session(kv_type="f32", n_ctx=1024, n_batch=5) for _ in prompts]
+        with cism.Batch(m, kv_type="f32", max_tokens=16) as b:
+            done = [0, 0]
+            while done != [len(p) for p in prompts]:
+                work = []
+                for i, p in enumerate(prompts):
+                    if done[i] < len(p):
+                        work.append((sessions[i], p[done[i]:done[i] + 5]))
+                        done[i] = min(done[i] + 5, len(p))
+                assert all(e is None for e in b.eval(work))
+            for s, a in zip(sessions, alone):
+                np.testing.assert_array_equal(s.logits(), a)
+            with pytest.raises(cism.InvalidArgumentError, match="N_BATCH"):
+                b.eval([(sessions[0], prompts[0][:6])])
+        for s in sessions:
+            s.close()
