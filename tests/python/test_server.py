@@ -406,3 +406,19 @@ def test_cli_missing_extra_and_bad_input(run_cli, tmp_path):
     assert p.returncode == 1 and p.stderr.startswith("cism: error:") and "Traceback" not in p.stderr, p.stderr
     p = run_cli("serve", "--slots", "-1", check=False)
     assert p.returncode == 2 and "negative" in p.stderr
+
+
+def test_stream_reports_prefill_progress(server, offline):
+    """A streamed request reports its prompt's chunks as SSE comments (which the
+    SDK tests above show clients skip): done counts rise to the total, one per
+    step of at most 256 prompt tokens."""
+    ids = np.random.default_rng(9).integers(100, 4000, 600).tolist()
+    status, _, body = server.request("POST", "/v1/completions", {"model": "smol", "prompt": ids, "max_tokens": 2,
+                                                                 "temperature": 0, "stream": True})
+    assert status == 200, body
+    marks = [ln[len(": prefill "):].split("/") for ln in body.decode().splitlines() if ln.startswith(": prefill ")]
+    done = [int(d) for d, _ in marks]
+    totals = {int(t) for _, t in marks}
+    assert len(totals) == 1 and 0 < totals.pop() == done[-1], marks
+    assert len(done) >= 2 and all(b > a for a, b in zip(done, done[1:])) and done[0] <= 256, marks
+    assert body.decode().rstrip().endswith("data: [DONE]")

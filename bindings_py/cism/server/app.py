@@ -277,6 +277,8 @@ async def _run(request: Request, state: ServerState, req: GenRequest, endpoint: 
             if ev[0] == "text":
                 text.append(ev[1])
                 entries += ev[2]
+            elif ev[0] == "progress":
+                continue
             elif ev[0] == "error":
                 raise ev[1]
             else:
@@ -311,6 +313,8 @@ async def _stream(request: Request, state: ServerState, job: Job):
                 else:
                     yield _sse(protocol.completion_chunk(req, model_id, ev[1], entries=lp, offset=offset))
                 offset += len(ev[1])
+            elif ev[0] == "progress":   # an SSE comment (clients skip it): prompt tokens evaluated of those to evaluate
+                yield f": prefill {ev[1]}/{ev[2]}\n\n"
             elif ev[0] == "error":
                 yield _sse(ev[1].body())
                 yield "data: [DONE]\n\n"

@@ -65,6 +65,7 @@ class Job:
         self.out: Optional[TextOutput] = None
         self.lp: Optional[LogprobWriter] = None
         self.entries: List[tuple] = []   # logprob entries not yet sent
+        self.prefill_total = 0           # prompt tokens to evaluate (past the reused prefix)
         self.t_submit = time.monotonic()
 
     def emit(self, *event) -> None:
@@ -226,6 +227,7 @@ class Scheduler:
             best.pending = list(ids[keep:])
             best.prefilling = True
             job.cached = keep
+            job.prefill_total = len(best.pending)
             for t in ids:   # the penalty history starts with the prompt, as offline generation
                 job.sampler.accept(t)
             job.out = TextOutput(self.tokenizer, ids, job.req.stop)
@@ -266,6 +268,7 @@ class Scheduler:
             slot.cached.extend(toks)
             if prefill:
                 slot.pending = slot.pending[len(toks):]
+                job.emit("progress", job.prefill_total - len(slot.pending), job.prefill_total)
                 if slot.pending:
                     continue
                 slot.prefilling = False
