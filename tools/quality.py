@@ -8,6 +8,14 @@ Needs the optional comparison extra (llama-cpp-python, gguf):
     pip install ./bindings_py[compare]
     python tools/quality.py [--models stories260K-hf,babyllama-tok105-hf] [--out docs/QUALITY.md]
 
+--models takes names under ../shared/models or model folders (the real
+SmolLM2-135M-Instruct dequantized to f32: build/cache/smollm2-135m-instruct-f32-hf,
+written by tools/kld_real.py). Its weights lie on the Q4_1 grid of its GGUF,
+which favours formats that contain that grid: --noise F adds, for every model,
+a copy with that grid broken: each weight moved by seeded uniform noise of
++-F/2 of its block's Q4_1 step ((max - min) / 15 over its 32 weights), that
+noisy f32 model being the reference of its own rows.
+
 Both engines see identical token ids (tokenized once with the model's
 tokenizer.json) and the same windows (cism.ppl method "half", llama.cpp's
 perplexity method; ctx 256). The GGUF files are written here from the same
@@ -39,11 +47,51 @@ from cism.safetensors import open_checkpoint  # noqa: E402
 # (label, recipe, int8 activations, calibration): calibration "auto" is text the
 # model samples itself (cism.calibrate), never the evaluation text
 OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act", "q8", True, None),
-        ("q4", "q4", False, None), ("fp4", "fp4", False, None), ("nl4", "nl4", False, None), ("q4s", "q4s", False, None),
+        ("q4", "q4", False, None), ("q4a", "q4a", False, None), ("fp4", "fp4", False, None), ("nl4", "nl4", False, None), ("q4s", "q4s", False, None),
         ("4bit (default)", "4bit", False, None), ("4bit + int8 act", "4bit", True, None),
         ("4bit --calibrate auto", "4bit", False, "auto"), ("4bit --calibrate auto + int8 act", "4bit", True, "auto"),
         ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
+
+
+# ---------------------------------------------------------------------------
+# a checkpoint with its quantization grid broken
+
+def noisy_copy(folder: str, out: str, frac: float, seed: int = 0) -> None:
+    """folder's checkpoint (config.json, tokenizer.json, safetensors) with every
+    matrix moved by uniform noise of +-frac/2 of each 32-weight block's Q4_1 step,
+    as one F32 safetensors file."""
+    import shutil
+    if os.path.exists(os.path.join(out, "model.safetensors")):
+        return
+    os.makedirs(out, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        if os.path.exists(os.path.join(folder, name)):
+            shutil.copy(os.path.join(folder, name), os.path.join(out, name))
+    ck = open_checkpoint(folder)
+    rng = np.random.default_rng(seed)
+    header, blobs, off = {}, [], 0
+    for name in sorted(ck):
+        arr, dt = ck[name].get(name)
+        a = np.asarray(arr, dtype=np.float32)
+        if a.ndim == 2 and a.shape[1] % 32 == 0:
+            blk = a.reshape(a.shape[0], -1, 32)
+            step = (blk.max(axis=2, keepdims=True) - blk.min(axis=2, keepdims=True)) / 15.0
+            blk = blk + (rng.random(blk.shape, dtype=np.float32) - 0.5) * np.float32(frac) * step
+            a = blk.reshape(a.shape).astype(np.float32)
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = os.path.join(out, "model.safetensors.partial")
+    with open(tmp, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, os.path.join(out, "model.safetensors"))
 
 
 # ---------------------------------------------------------------------------
@@ -228,6 +276,8 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", metavar="PNG", help="also draw KLD against bits per weight (the plot extra: matplotlib)")
+    ap.add_argument("--noise", type=float, default=0.0,
+                    help="also each model with its quantization grid broken: noise of +-F/2 of a Q4_1 step")
     a = ap.parse_args()
     shared = os.path.join(ROOT, "..", "shared", "models")
     text = open(os.path.join(shared, "eval", a.text), encoding="utf-8").read()
@@ -242,9 +292,16 @@ def main():
             limits[k] = int(v)
         else:
             limits["*"] = int(item)
+    models = []
     for mname in a.models.split(","):
-        folder = os.path.join(shared, mname)
-        maxw = limits.get(mname, limits.get("*", 0))
+        folder = mname if os.path.isdir(mname) else os.path.join(shared, mname)
+        label = os.path.basename(os.path.normpath(folder))
+        models.append((label, folder, limits.get(label, limits.get("*", 0))))
+        if a.noise > 0:
+            noisy = os.path.join(a.work, f"{label}+noise{a.noise:g}")
+            noisy_copy(folder, noisy, a.noise)
+            models.append((f"{label}+noise{a.noise:g}", noisy, limits.get(label, limits.get("*", 0))))
+    for mname, folder, maxw in models:
         from tokenizers import Tokenizer
         toks = Tokenizer.from_file(os.path.join(folder, "tokenizer.json")).encode(text, add_special_tokens=False).ids
         rows = []
