@@ -188,7 +188,10 @@ def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[
     head_dim = c.int("head_dim", 2, MAX_HEAD_DIM, default=dim // n_heads)
     if head_dim % 2:
         c.fail("head_dim", f"{head_dim} is odd (RoPE rotates pairs)")
-    ffn = c.int("intermediate_size", 1, 4 * MAX_DIM)
+    if arch == "lfm2" and c.has("block_ff_dim"):  # LFM2's older name of it (hf_families sizes its MLP)
+        ffn = c.int("intermediate_size", 1, 4 * MAX_DIM, default=c.int("block_ff_dim", 1, 4 * MAX_DIM))
+    else:
+        ffn = c.int("intermediate_size", 1, 4 * MAX_DIM)
     vocab = c.int("vocab_size", 1, MAX_VOCAB)
     ctx = c.int("max_position_embeddings", 1, MAX_CTX, default=2048)
     eps = c.number("rms_norm_eps", 1e-6, ok=lambda x: 0 < x < 1, rule="is outside (0, 1)")
@@ -259,6 +262,8 @@ _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 def map_name(hf: str, arch_cls: str = "") -> Optional[str]:
     """The .cism name of an HF tensor, None for tensors that are dropped (or split:
     map_split), or raises."""
+    if arch_cls in FAMILIES and hf in FAMILIES[arch_cls].top_names:
+        return FAMILIES[arch_cls].top_names[hf]
     if hf in _TOP_MAP:
         return _TOP_MAP[hf]
     if hf.endswith("rotary_emb.inv_freq"):
@@ -290,9 +295,18 @@ def _attention_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...
     return out
 
 
+def _shortconv_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...]]:
+    d, k = meta["model.dim"], meta["model.conv_kernel"]
+    out: Dict[str, Tuple[int, ...]] = {p + "conv_in": (3 * d, d), p + "conv_kernel": (d * k,), p + "conv_out": (d, d)}
+    if meta.get("model.conv_bias"):
+        out.update({p + "conv_in_bias": (3 * d,), p + "conv_bias": (d,), p + "conv_out_bias": (d,)})
+    return out
+
+
 # the tensors of each layer type's token mixer (model.layer_types, docs/FORMAT.md)
 MIXER_TENSORS: Dict[str, Callable[[Dict[str, Any], str], Dict[str, Tuple[int, ...]]]] = {
     "attention": _attention_tensors,
+    "shortconv": _shortconv_tensors,
 }
 
 
@@ -589,6 +603,8 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
             if len(got) != 2 or got[0] != end:
                 raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies ({end}, {shape[1]})")
             got = (rows[name][1] - rows[name][0], got[1])
+        if family is not None and family.flat(name):
+            got = (int(np.prod(got)),)
         if tuple(got) != shape:
             raise ConversionError(f"{mapping[name]} has shape {tuple(got)}, config.json implies {shape}")
         if src_dt not in ("F32", "F16", "BF16", "F64"):
@@ -616,6 +632,8 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     def load(name: str) -> np.ndarray:
         arr, dt = get(name)
         arr = bf16_to_f32(arr) if dt == "BF16" else arr.astype(np.float32)
+        if family is not None and family.flat(name):
+            arr = arr.reshape(-1)
         if family is not None and family.plus_one(name):  # stored as the scale the norm applies, in float32
             arr = (np.float32(1.0) + arr).astype(np.float32)
         return arr

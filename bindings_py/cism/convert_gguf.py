@@ -31,7 +31,7 @@ FLOAT_DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM", "smollm3": "SmolLM3ForCausalLM",
-                 "phi3": "Phi3ForCausalLM"}
+                 "phi3": "Phi3ForCausalLM", "lfm2": "Lfm2ForCausalLM"}
 # llama.cpp's converter permutes the Q/K rows of these architectures (LlamaModel.permute)
 PERMUTED = ("llama", "mistral", "smollm3")
 # per architecture: GGUF layer tensor -> .cism layer tensors over the shared names,
@@ -47,6 +47,10 @@ _LAYER_NAMES = {"attn_norm.weight": "attn_norm", "attn_q.weight": "attn_q", "att
                 "attn_k_norm.weight": "attn_k_norm", "ffn_norm.weight": "ffn_norm", "ffn_gate.weight": "ffn_gate",
                 "ffn_up.weight": "ffn_up", "ffn_down.weight": "ffn_down"}
 _TOP_NAMES = {"token_embd.weight": "token_embd", "output_norm.weight": "output_norm", "output.weight": "output"}
+# LFM2 (llama.cpp's lfm2): the final norm is HF's embedding_norm, the short-convolution layers' tensors
+_LFM2_TOP = {"token_embd_norm.weight": "output_norm"}
+_LFM2_LAYER = {"shortconv.in_proj.weight": "conv_in", "shortconv.conv.weight": "conv_kernel",
+               "shortconv.out_proj.weight": "conv_out"}
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 # token types (llama.cpp's llama_token_type)
@@ -155,7 +159,8 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
         raise ConversionError(f"{g.path}: mixture-of-experts models ({p}expert_count) are not supported")
     dim = _key(g, p + "embedding_length")
     n_heads = _key(g, p + "attention.head_count")
-    n_kv = _key(g, p + "attention.head_count_kv", False) or n_heads
+    lfm2 = _lfm2_config(g, p) if arch == "lfm2" else {}
+    n_kv = lfm2.pop("num_key_value_heads", None) or _key(g, p + "attention.head_count_kv", False) or n_heads
     for k, v in (("embedding_length", dim), ("attention.head_count", n_heads), ("attention.head_count_kv", n_kv)):
         if not 0 < v <= (1 << 20):
             raise ConversionError(f"{g.path}: metadata {p + k!r} is {v}")
@@ -177,7 +182,7 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     declared = _key(g, p + "vocab_size", False)
     if declared is not None and declared != vocab:
         raise ConversionError(f"{g.path}: {p}vocab_size is {declared} but token_embd.weight has {vocab} rows")
-    theta = _key(g, p + "rope.freq_base", False, "float") or 10000.0
+    theta = _key(g, p + "rope.freq_base", False, "float") or (1000000.0 if arch == "lfm2" else 10000.0)
     cfg: Dict[str, Any] = {
         "architectures": [ARCHITECTURES[arch]],
         "hidden_size": dim,
@@ -195,6 +200,8 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     }
     if arch == "qwen2":
         cfg["attention_bias"] = True
+    if arch == "lfm2":
+        cfg.update(lfm2, norm_eps=cfg["rms_norm_eps"], tie_embedding=cfg["tie_word_embeddings"])
     window = _key(g, p + "attention.sliding_window", False)
     if window:
         cfg["sliding_window"] = window
@@ -252,15 +259,36 @@ def _gemma3_config(g: G.GGUFFile, cfg: Dict[str, Any], window: Optional[int], th
     cfg["sliding_window"] = window or cfg["max_position_embeddings"]
 
 
+def _lfm2_config(g: G.GGUFFile, p: str) -> Dict[str, Any]:
+    """LFM2's config.json fields from its GGUF keys: the layer types (llama.cpp writes
+    head_count_kv per layer, 0 on the short-convolution layers), the conv kernel, and
+    the MLP width already as Lfm2MLP sizes it."""
+    n_layers = _key(g, p + "block_count")
+    kv = g.metadata.get(p + "attention.head_count_kv")
+    if isinstance(kv, int) and not isinstance(kv, bool):
+        kv = [kv] * n_layers
+    kv = [int(x) for x in np.asarray(kv).reshape(-1)] if kv is not None else []
+    if len(kv) != n_layers or any(x < 0 for x in kv) or len({x for x in kv if x}) > 1:
+        raise ConversionError(f"{g.path}: metadata {p}attention.head_count_kv must give each of the {n_layers} layers "
+                              "its KV heads (0 on short-convolution layers, one count on the others)")
+    cfg: Dict[str, Any] = {"layer_types": ["full_attention" if x else "conv" for x in kv],
+                           "num_key_value_heads": max(kv) or None, "block_auto_adjust_ff_dim": False}
+    if 0 in kv:
+        cfg["conv_L_cache"] = _key(g, p + "shortconv.l_cache")
+    return cfg
+
+
 def map_gguf_name(name: str, arch: str = "") -> Optional[str]:
     """The .cism name of a GGUF tensor, None for tensors that are consumed elsewhere or
     split (gguf_splits), or raises."""
+    if arch == "lfm2" and name in _LFM2_TOP:
+        return _LFM2_TOP[name]
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
     if name == "rope_freqs.weight":
         return None
     m = _LAYER_RE.match(name)
-    names = {**_LAYER_NAMES, **_ARCH_LAYER_NAMES.get(arch, {})}
+    names = {**_LAYER_NAMES, **_ARCH_LAYER_NAMES.get(arch, {}), **(_LFM2_LAYER if arch == "lfm2" else {})}
     if m and m.group(2) in names:
         return None if names[m.group(2)] is None else f"blk.{int(m.group(1))}.{names[m.group(2)]}"
     raise ConversionError(f"tensor {name!r} is not part of a supported model (unknown name)")
@@ -529,6 +557,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
     if missing:
         raise ConversionError(f"{path}: missing tensors: {[m + '.weight' for m in missing[:5]]}"
                               f"{' ...' if len(missing) > 5 else ''}")
+    flat = {n for n in expected if n.endswith(".conv_kernel")}  # LFM2's [dim, L] kernels, stored flat (f32)
     for name, shape in expected.items():
         t = g.tensors[mapping[name]]
         if name in rows_of:
@@ -537,7 +566,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
                 raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
                                       f"hyper-parameters imply {(end, shape[1])}")
             continue
-        if t.shape != shape:
+        if (int(np.prod(t.shape)),) != shape if name in flat else t.shape != shape:
             raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
                                   f"hyper-parameters imply {shape}")
         if t.type_name not in G.DEQUANTIZABLE:
@@ -586,6 +615,8 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
         arr = g.dequantize(gname)
         if name in rows_of:
             arr = arr[rows_of[name][0]:rows_of[name][1]]
+        if name in flat:
+            arr = arr.reshape(-1)
         if name in permute:
             arr = _unpermute_rows(arr, permute[name])
         return arr

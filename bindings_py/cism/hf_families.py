@@ -34,6 +34,11 @@ class Family:
     plus_one: Callable[[str], bool] = lambda name: False
     # config.json fields that may be set (shared refusals in cism.convert skip them)
     attention_bias: bool = False
+    # HF tensor name -> .cism name, for tensors outside the layers, over the Llama names
+    top_names: Dict[str, str] = field(default_factory=dict)
+    # .cism tensor names stored flattened to one dimension (f32 like every vector:
+    # never quantized), e.g. LFM2's convolution kernels [dim, 1, L] -> [dim * L]
+    flat: Callable[[str], bool] = lambda name: False
 
 
 def _layer_flags(c: Fields, key: str, n_layers: int, values: Dict[Any, int]) -> Optional[List[int]]:
@@ -126,6 +131,64 @@ def _gemma3_plus_one(name: str) -> bool:
     return name == "output_norm" or name.rsplit(".", 1)[-1] in _GEMMA_NORMS
 
 
+# ---------------------------------------------------------------------------
+# LFM2: gated short-convolution layers (model.layer_types "shortconv") between
+# GQA attention layers with q/k norms; the MLP's width as Lfm2MLP sizes it
+
+_LFM2_KINDS = {"full_attention": "attention", "conv": "shortconv"}
+
+
+def _lfm2_ffn_dim(c: Fields, ffn: int) -> int:
+    """The MLP width transformers builds (Lfm2MLP): block_ff_dim (or
+    intermediate_size), with block_auto_adjust_ff_dim 2/3 of it, times
+    block_ffn_dim_multiplier rounded up to block_multiple_of."""
+    ff = c.int("block_ff_dim", 1, 1 << 40, default=ffn)
+    if c.bool("block_auto_adjust_ff_dim", True):
+        ff = int(2 * ff / 3)
+        mult = c.number("block_ffn_dim_multiplier", 1.0, ok=lambda x: 0 < x <= 64, rule="is outside (0, 64]")
+        if c.obj.get("block_ffn_dim_multiplier", 1.0) is not None:
+            of = c.int("block_multiple_of", 1, 1 << 20, default=256)
+            ff = int(mult * ff)
+            ff = of * ((ff + of - 1) // of)
+    if ff < 1:
+        c.fail("intermediate_size", f"gives an MLP of width {ff}")
+    return ff
+
+
+def _lfm2_config(c: Fields, meta: Dict[str, Any]) -> None:
+    n = meta["model.n_layers"]
+    kinds = c.obj.get("layer_types")
+    if kinds is None:  # as Lfm2Config derives it
+        idxs = c.obj.get("full_attn_idxs")
+        if idxs is None:
+            idxs = list(range(n))
+        if not isinstance(idxs, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n for i in idxs):
+            c.fail("full_attn_idxs", f"must be a list of layer indices in 0..{n - 1}")
+        kinds = ["full_attention" if i in idxs else "conv" for i in range(n)]
+    if not isinstance(kinds, list) or len(kinds) != n:
+        c.fail("layer_types", f"must be a list of {n} entries (one per layer)")
+    for i, k in enumerate(kinds):
+        if k not in _LFM2_KINDS:
+            c.fail(f"layer_types[{i}]", f"must be one of {sorted(_LFM2_KINDS)}, not {k!r}")
+    meta["model.layer_types"] = [_LFM2_KINDS[k] for k in kinds]
+    if "shortconv" in meta["model.layer_types"]:
+        meta["model.conv_kernel"] = c.int("conv_L_cache", 1, 16, default=3)
+        if c.bool("conv_bias", False):
+            meta["model.conv_bias"] = 1
+    meta["model.qk_norm"] = 1
+    meta["model.norm_eps"] = c.number("norm_eps", 1e-5, ok=lambda x: 0 < x < 1, rule="is outside (0, 1)")
+    # Lfm2Config: tie_embedding (older configs) overrides tie_word_embeddings, which defaults to true
+    meta["model.tied_embeddings"] = int(c.bool("tie_embedding", c.bool("tie_word_embeddings", True)))
+    meta["model.ffn_dim"] = _lfm2_ffn_dim(c, meta["model.ffn_dim"])
+    params = c.object("rope_parameters")
+    if not c.has("rope_theta") and not (params is not None and params.has("rope_theta")):
+        meta["model.rope_theta"] = 1000000.0  # Lfm2Config.default_theta
+
+
+def _lfm2_flat(name: str) -> bool:
+    return name.endswith(".conv_kernel")
+
+
 FAMILIES: Dict[str, Family] = {
     "SmolLM3ForCausalLM": Family("smollm3", config=_smollm3_config),
     "Phi3ForCausalLM": Family("phi3", splits=_phi3_splits,
@@ -134,5 +197,22 @@ FAMILIES: Dict[str, Family] = {
         "post_attention_layernorm.weight": "post_attn_norm",
         "pre_feedforward_layernorm.weight": "ffn_norm",
         "post_feedforward_layernorm.weight": "post_ffn_norm",
+    }),
+    "Lfm2ForCausalLM": Family("lfm2", config=_lfm2_config, flat=_lfm2_flat,
+                              top_names={"model.embedding_norm.weight": "output_norm"}, layer_names={
+        "operator_norm.weight": "attn_norm",
+        "ffn_norm.weight": "ffn_norm",
+        "self_attn.out_proj.weight": "attn_output",
+        "self_attn.q_layernorm.weight": "attn_q_norm",
+        "self_attn.k_layernorm.weight": "attn_k_norm",
+        "feed_forward.w1.weight": "ffn_gate",
+        "feed_forward.w3.weight": "ffn_up",
+        "feed_forward.w2.weight": "ffn_down",
+        "conv.in_proj.weight": "conv_in",
+        "conv.in_proj.bias": "conv_in_bias",
+        "conv.conv.weight": "conv_kernel",
+        "conv.conv.bias": "conv_bias",
+        "conv.out_proj.weight": "conv_out",
+        "conv.out_proj.bias": "conv_out_bias",
     }),
 }

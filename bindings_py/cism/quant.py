@@ -140,7 +140,7 @@ def dequantize(packed: np.ndarray, dtype, cols: int) -> np.ndarray:
 def _kind(name: str) -> str:
     if name in ("token_embd", "output"):
         return "embed"
-    if ".attn_" in name:
+    if ".attn_" in name or ".conv_" in name:  # the token mixers (attention, LFM2's short convolutions)
         return "attn"
     return "mlp"
 

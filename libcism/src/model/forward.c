@@ -10,6 +10,7 @@
  *   begin: RMSNorm | units: gate/up (the two matrices that share the input) +
  *          SwiGLU, by row chunks
  *   units: down projection + residual, by row chunks
+ * (a short-convolution layer, layer_shortconv.c, runs its own first three)
  * then begin: final norm | units: the output head by chunks of vocabulary rows.
  * With CISM_PARAM_ACT_QUANT, each begin also quantizes the stage's matmul input
  * (the norm output, the attention output, the SwiGLU output) once into int8
@@ -34,6 +35,7 @@
  * run there only for the rows that produce logits (none for a chunk that is
  * not the last). With several, every row runs the whole last layer. */
 #include "forward.h"
+#include "layer_shortconv.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
 
@@ -125,7 +127,6 @@ static void store_kv(const cism__work *w, const cism_session *s, void *cache, in
     store_row(w, s, cism__kv_row(s, cache, layer, head, pos), src, hd);
     if (copy) store_row(w, s, copy, src, hd);
 }
-
 
 /* RoPE of row t on the layer's table (none on a NoPE layer): the first
    rope_dim dimensions of the head rotate, the others pass (partial RoPE). */
@@ -331,6 +332,8 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     if (l >= hp->n_layers) return -1;
     f->t_lo = l + 1 < hp->n_layers || f->n_seqs > 1 ? 0 : nt - f->rows_out;
     if (kind != ST_QKV && f->t_lo == nt) return 0;  /* last layer, no logits wanted: K/V were all it had to give */
+    if (m->layers[l].kind == CISM__LAYER_SHORTCONV && kind != ST_QKV && kind <= ST_WO) /* layer_shortconv.c */
+        return cism__shortconv_begin(f, l, (int)kind);
     switch (kind) {
     case ST_QKV:
         if (l > 0 && !f->replay && check_cancel(f)) {
@@ -340,6 +343,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         norm_rows(w->k, w->xb, w->x, m->layers[l].attn_norm, 0, nt, dim, eps);
         cism__fwd_quantize_rows(w, w->xb, dim, dim, 0, nt);
         cism__act_stats_add(s0, l, CISM__AS_ATTN, w->xb, dim, 0, nt);
+        if (m->layers[l].kind == CISM__LAYER_SHORTCONV) return cism__shortconv_begin(f, l, ST_QKV);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
         return attention_units(f);
@@ -375,6 +379,10 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
     if (l == hp->n_layers) {
         cism__fwd_row_range(u, f->c_voc, hp->vocab, &r0, &r1);
         cism__fwd_linear(w, &m->output, w->xb, hp->dim, cism__fwd_qrow(w, 0), f->logits, hp->vocab, f->rows_out, r0, r1);
+        return;
+    }
+    if (m->layers[l].kind == CISM__LAYER_SHORTCONV && stage % ST_PER_LAYER <= ST_WO) {
+        cism__shortconv_unit(f, l, stage % ST_PER_LAYER, u);
         return;
     }
     switch (stage % ST_PER_LAYER) {

@@ -117,8 +117,9 @@ static const family g_families[] = {
     {"gemma3", CISM__ARCH_GEMMA3, RULE_NO, RULE_YES, RULE_YES, RULE_YES},
     {"smollm3", CISM__ARCH_SMOLLM3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
     {"phi3", CISM__ARCH_PHI3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+    {"lfm2", CISM__ARCH_LFM2, RULE_NO, RULE_YES, RULE_NO, RULE_NO},
 };
-#define SUPPORTED_NAMES "llama, mistral, qwen2, qwen3, gemma3, smollm3, phi3"
+#define SUPPORTED_NAMES "llama, mistral, qwen2, qwen3, gemma3, smollm3, phi3, lfm2"
 
 static cism_status family_rule(loadctx *c, const char *arch, int rule, int has, const char *what, const char *key) {
     if (has && rule == RULE_NO)
@@ -211,6 +212,12 @@ static cism_status read_hparams(loadctx *c, cism__hparams *hp, const char **arch
     if (meta_float(c, "model.attention_scale", 1.0 / sqrt((double)hp->head_dim), &scale) < 0) return CISM_ERR_FORMAT;
     if (!(scale > 0 && scale < 1e6)) return cism__fail(CISM_ERR_FORMAT, "%s: model.attention_scale %g is outside (0, 1e6)", c->label, scale);
     hp->attn_scale = (float)scale;
+    if (meta_int(c, "model.conv_kernel", 0, &hp->conv_kernel) < 0) return CISM_ERR_FORMAT;
+    if (hp->conv_kernel < 0 || hp->conv_kernel > CISM__CONV_MAX_KERNEL)
+        return cism__fail(CISM_ERR_FORMAT, "%s: model.conv_kernel %lld is outside 1..%d", c->label, (long long)hp->conv_kernel,
+                          CISM__CONV_MAX_KERNEL);
+    if (meta_int(c, "model.conv_bias", 0, &v) < 0) return CISM_ERR_FORMAT;
+    hp->conv_bias = v != 0;
 
     /* family rules */
     if ((st = family_rule(c, *arch_name, fam->qkv_bias, hp->qkv_bias, "q/k/v projection biases", "model.attn_qkv_bias = 1")) ||
@@ -243,8 +250,8 @@ static cism_status layer_ints(loadctx *c, const char *key, int64_t n, int64_t lo
 
 /* model.layer_types (STRING_ARRAY, one per layer; absent: all attention):
    each layer's token mixer. */
-static const char *const g_layer_kinds[] = {"attention"};
-#define LAYER_KIND_NAMES "attention"
+static const char *const g_layer_kinds[] = {"attention", "shortconv"};
+#define LAYER_KIND_NAMES "attention, shortconv"
 
 static cism_status read_layer_kinds(loadctx *c, cism_model *m) {
     const cism__meta_entry *e = cism__file_meta(c->f, "model.layer_types");
@@ -265,8 +272,11 @@ static cism_status read_layer_kinds(loadctx *c, cism_model *m) {
             return cism__fail(CISM_ERR_UNSUPPORTED, "%s: layer %lld is of type '%.*s', which is not supported (supported: %s)", c->label,
                               (long long)l, (int)(n < 64 ? n : 64), (const char *)(p + 4), LAYER_KIND_NAMES);
         m->layers[l].kind = found;
+        if (found == CISM__LAYER_SHORTCONV) m->layers[l].conv_slot = m->hp.n_shortconv++;
         p += 4 + n;
     }
+    if (m->hp.n_shortconv > 0 && m->hp.conv_kernel == 0)
+        return cism__fail(CISM_ERR_FORMAT, "%s: short-convolution layers need model.conv_kernel", c->label);
     return CISM_OK;
 }
 
@@ -408,6 +418,24 @@ static cism_status bind_attention(loadctx *c, cism_model *m, int64_t l, int chec
     return CISM_OK;
 }
 
+/* A short-convolution layer's tensors (LFM2, layer_shortconv.c): in_proj (B, C,
+   x), the depthwise kernel (flat, [dim][conv_kernel], f32 like every vector),
+   out_proj, and their biases with model.conv_bias. */
+static cism_status bind_shortconv(loadctx *c, cism_model *m, int64_t l, int check_values, int64_t *largest) {
+    const cism__hparams *hp = &m->hp;
+    cism__layer *L = &m->layers[l];
+    cism_status st;
+    if ((st = bind_layer_matrix(c, m, l, "conv_in", 3 * hp->dim, hp->dim, 0, check_values, largest, &L->conv_in)) ||
+        (st = bind_layer_matrix(c, m, l, "conv_out", hp->dim, hp->dim, 0, check_values, largest, &L->conv_out)) ||
+        (st = bind_layer_vector(c, l, "conv_kernel", hp->dim * hp->conv_kernel, &L->conv_w)))
+        return st;
+    if (hp->conv_bias && ((st = bind_layer_vector(c, l, "conv_bias", hp->dim, &L->conv_b)) ||
+                          (st = bind_layer_vector(c, l, "conv_in_bias", 3 * hp->dim, &L->conv_in_bias)) ||
+                          (st = bind_layer_vector(c, l, "conv_out_bias", hp->dim, &L->conv_out_bias))))
+        return st;
+    return CISM_OK;
+}
+
 static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     const cism__hparams *hp = &m->hp;
     int64_t l;
@@ -417,6 +445,8 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     m->layers = (cism__layer *)calloc((size_t)hp->n_layers, sizeof(cism__layer));
     if (!m->layers) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "%s: out of memory", c->label);
     if ((st = read_layer_kinds(c, m)) || (st = read_layer_attrs(c, m))) return st;
+    for (l = 0; l < hp->n_layers; l++) /* only attention layers have a KV cache */
+        if (m->layers[l].kind == CISM__LAYER_ATTENTION) m->hp.n_kv_layers++;
     if ((st = bind_weight(c, "token_embd", hp->vocab, hp->dim, &m->tok_embd))) return st;
     account(m, &m->tok_embd);
     if (hp->tied) {
@@ -432,6 +462,7 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
         cism__layer *L = &m->layers[l];
         if ((st = bind_layer_vector(c, l, "attn_norm", hp->dim, &L->attn_norm))) return st;
         switch (L->kind) {
+        case CISM__LAYER_SHORTCONV: st = bind_shortconv(c, m, l, check_values, &largest); break;
         default: st = bind_attention(c, m, l, check_values, &largest); break;
         }
         if (st) return st;
@@ -451,7 +482,7 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
     for (i = 0; i < c->f->n_tensors; i++) {
         const cism__tensor_entry *t = &c->f->tensors[i];
         if (!t->used)
-            return cism__fail(hp->qkv_bias || !strstr(t->name, "bias") ? CISM_ERR_FORMAT : CISM_ERR_UNSUPPORTED,
+            return cism__fail(hp->qkv_bias || hp->conv_bias || !strstr(t->name, "bias") ? CISM_ERR_FORMAT : CISM_ERR_UNSUPPORTED,
                               "%s: unexpected tensor '%s' for architecture '%s'%s", c->label, t->name, m->arch_name,
                               strstr(t->name, "bias") ? " (biases are not supported for this family)" : "");
         m->weight_bytes += (int64_t)t->size;

@@ -7,13 +7,15 @@
 
 enum {
     CISM__ARCH_LLAMA = 0, CISM__ARCH_MISTRAL = 1, CISM__ARCH_QWEN2 = 2, CISM__ARCH_QWEN3 = 3, CISM__ARCH_GEMMA3 = 4,
-    CISM__ARCH_SMOLLM3 = 5, CISM__ARCH_PHI3 = 6
+    CISM__ARCH_SMOLLM3 = 5, CISM__ARCH_PHI3 = 6, CISM__ARCH_LFM2 = 8
 };
 enum { CISM__ROPE_NONE = 0, CISM__ROPE_LINEAR = 1, CISM__ROPE_LLAMA3 = 2 };
 /* the MLP's gate activation: SwiGLU (silu) or GeGLU (GELU, tanh approximation) */
 enum { CISM__FFN_SILU = 0, CISM__FFN_GELU_TANH = 1 };
 /* what a layer's token mixer is (model.layer_types) */
-enum { CISM__LAYER_ATTENTION = 0 };
+enum { CISM__LAYER_ATTENTION = 0, CISM__LAYER_SHORTCONV = 1 };
+/* the longest short-convolution kernel (model.conv_kernel) */
+#define CISM__CONV_MAX_KERNEL 16
 
 typedef struct cism__hparams {
     int arch;
@@ -29,6 +31,10 @@ typedef struct cism__hparams {
     int post_norms;             /* RMSNorm of the attention and MLP outputs before their residual add (Gemma 3) */
     float embed_scale;          /* embeddings are multiplied by it (Gemma 3: sqrt(dim)); 1 = none */
     float attn_scale;           /* attention score scale (default 1/sqrt(head_dim)) */
+    int64_t conv_kernel;        /* short-convolution layers (LFM2): kernel length over time; 0 without them */
+    int conv_bias;              /* their in/out projections and convolution have biases */
+    int64_t n_shortconv;        /* layers of kind CISM__LAYER_SHORTCONV */
+    int64_t n_kv_layers;        /* layers with a KV cache (attention) */
 } cism__hparams;
 
 /* A weight matrix [rows, cols] used in place from the file. */
@@ -48,6 +54,11 @@ typedef struct cism__layer {
     const float *q_bias, *k_bias, *v_bias;   /* NULL unless qkv_bias */
     const float *q_norm, *k_norm;            /* NULL unless qk_norm */
     cism__weight wq, wk, wv, wo, gate, up, down;
+    /* CISM__LAYER_SHORTCONV (layer_shortconv.c): in_proj [3 dim, dim] (B, C, x), out_proj [dim, dim],
+       the depthwise kernel [dim][conv_kernel], biases (NULL unless conv_bias), its slot in the session's conv cache */
+    cism__weight conv_in, conv_out;
+    const float *conv_w, *conv_b, *conv_in_bias, *conv_out_bias;
+    int64_t conv_slot;
 } cism__layer;
 
 struct cism_model {

@@ -1,5 +1,6 @@
 /* session.c - sessions: creation, evaluation in chunks, logits, cancel. */
 #include "session.h"
+#include "layer_shortconv.h"
 #include "../core/error.h"
 #include "../core/params.h"
 #include "../kernels/quant.h"
@@ -15,6 +16,7 @@ void cism_session_free(cism_session *s) {
     free(s->k_cache);
     free(s->v_cache);
     free(s->kv);
+    free(s->conv_cache);
     free(s->logits);
     free(s->tokens);
     cism__act_stats_free(s);
@@ -30,7 +32,7 @@ int cism__model_has_packed(const cism_model *m) {
     for (l = 0; l < m->hp.n_layers; l++) {
         const cism__layer *L = &m->layers[l];
         if (is_packed(&L->wq) || is_packed(&L->wk) || is_packed(&L->wv) || is_packed(&L->wo) || is_packed(&L->gate) ||
-            is_packed(&L->up) || is_packed(&L->down))
+            is_packed(&L->up) || is_packed(&L->down) || is_packed(&L->conv_in) || is_packed(&L->conv_out))
             return 1;
     }
     return 0;
@@ -64,7 +66,7 @@ int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int6
     for (l = 0; l < hp->n_layers; l++) {
         int64_t w = layers[l].window, ring = w > 0 ? w + n_batch + CISM__KV_SLACK : 0, slots;
         if (2 * ring >= n_ctx) ring = 0;
-        slots = ring ? 2 * ring : n_ctx;
+        slots = layers[l].kind != CISM__LAYER_ATTENTION ? 0 : ring ? 2 * ring : n_ctx;  /* other mixers: no KV */
         if (kv) {
             kv[l].off = (uint64_t)total;
             kv[l].slots = slots;
@@ -92,7 +94,8 @@ void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
-    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4;
+    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
+                cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->kv_elem);
     if (with_scratch) b += cism__work_bytes(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant);
     return b;
 }
@@ -179,8 +182,9 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     else s->kv_elems = cism__kv_layout(hp, model->layers, sh.n_ctx, sh.n_batch, s->kv);
     if ((uint64_t)sh.kv_elems > (uint64_t)SIZE_MAX / (uint64_t)sh.kv_elem) failed = 1;
     if (!failed) {
-        s->k_cache = malloc((size_t)(sh.kv_elems * sh.kv_elem));
-        s->v_cache = malloc((size_t)(sh.kv_elems * sh.kv_elem));
+        size_t kv = (size_t)(sh.kv_elems * sh.kv_elem);
+        s->k_cache = malloc(kv ? kv : 1); /* none without attention layers */
+        s->v_cache = malloc(kv ? kv : 1);
         if (!s->k_cache || !s->v_cache) failed = 1;
     }
     if (failed) {
@@ -188,6 +192,10 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (%.1f MiB for %lld positions); use a smaller context length",
                           mb, (long long)sh.n_ctx);
+    }
+    if ((st = cism__shortconv_session_init(s)) != CISM_OK) {
+        cism_session_free(s);
+        return st;
     }
     s->logits = (float *)cism__alloc_floats(hp->vocab, &failed);
     s->logits_cap = 1;

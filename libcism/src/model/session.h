@@ -23,6 +23,7 @@ typedef struct cism__work {
     float *att;      /* [n_rows][n_heads*head_dim] */
     float *ob;       /* [n_rows][dim] projection outputs before the residual add */
     float *hb, *hb2; /* [n_rows][ffn_dim] */
+    float *conv;     /* [n_rows][3*dim] B, C, x of a short-convolution layer (NULL without them) */
     float *tmp;      /* [nth][n_rows*head_dim] k/v head rows before they enter the cache */
     float *scores;   /* [nth][scores_per_thread] attention scratch */
     int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
@@ -86,6 +87,8 @@ struct cism_session {
     int64_t kv_elems;     /* elements of each of k_cache and v_cache */
     int32_t kv_hi;        /* one past the highest position written since the last reset */
     int32_t kv_min_keep;  /* a rewind below it re-evaluates the kept tokens (a loaded state without them) */
+    /* short-convolution layers (layer_shortconv.c): [conv layer][n_ctx][dim] inputs in kv_type; NULL without them */
+    void *conv_cache;
 
     cism__work w;    /* scratch for n_batch tokens, freed by cism_session_trim */
 

@@ -1,7 +1,9 @@
 /* state.c - a session's state saved to a file and restored (docs/SESSION_STATE.md):
- * KV cache rows in use, position, last logits, optionally the sampler. */
+ * KV cache rows in use, the other layers' states (short-convolution inputs),
+ * position, last logits, optionally the sampler. */
 #include "state.h"
 #include "session.h"
+#include "layer_shortconv.h"
 #include "../core/crc32.h"
 #include "../core/error.h"
 #include "../platform/platform.h"
@@ -13,9 +15,10 @@
 #define STATE_VERSION 1u
 #define STATE_HEADER 96u
 #define STATE_FLAG_SAMPLER 1u
+#define STATE_FLAG_LAYERS 2u   /* a section of the non-attention layers' states follows the KV cache */
 /* sliding-window rows older than the ring kept are zeros: rewinding below
    n_past re-evaluates (session.c) */
-#define STATE_FLAG_PARTIAL 2u
+#define STATE_FLAG_PARTIAL 4u
 
 /* Copies the K or V rows of positions [0, n) of (layer, head) to save_to, or
    from load_from; a ring keeps [kv_hi - ring, kv_hi): older rows save as zeros
@@ -90,8 +93,9 @@ static uint64_t kv_elem_bytes(int32_t kv_type) { return kv_type == CISM_DTYPE_F3
 
 cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler, const char *path) {
     const cism__hparams *hp;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, total, off;
+    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, total, off, layer_bytes;
     uint8_t *buf;
+    int has_layers;
     int64_t l, h;
     char err[600];
     int rc, partial = 0;
@@ -99,16 +103,19 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     if (!s || !path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_save: %s is NULL", s ? "path" : "session");
     hp = &s->model->hp;
     row_bytes = (uint64_t)s->n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
-    kv_bytes = 2u * (uint64_t)hp->n_layers * (uint64_t)hp->n_kv_heads * row_bytes;
+    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes;
     logit_bytes = (uint64_t)s->logit_rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = sampler ? cism__sampler_state_size(sampler) : 0;
-    total = STATE_HEADER + kv_bytes + 4u * (uint64_t)s->n_past + logit_bytes + samp_bytes + 4u;
+    has_layers = hp->n_shortconv > 0;
+    layer_bytes = cism__shortconv_state_bytes(s, s->n_past);
+    total = STATE_HEADER + kv_bytes + (has_layers ? 8u + layer_bytes : 0u) + 4u * (uint64_t)s->n_past + logit_bytes +
+            samp_bytes + 4u;
     if ((uint64_t)(size_t)total != total || !(buf = (uint8_t *)malloc((size_t)total)))
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the session state (%.1f MiB)", (double)total / 1048576.0);
     memset(buf, 0, STATE_HEADER);
     memcpy(buf, STATE_MAGIC, 8);
     cism__put_u32(buf + 8, STATE_VERSION);
-    cism__put_u32(buf + 12, sampler ? STATE_FLAG_SAMPLER : 0u);
+    cism__put_u32(buf + 12, (sampler ? STATE_FLAG_SAMPLER : 0u) | (has_layers ? STATE_FLAG_LAYERS : 0u));
     cism__put_u64(buf + 16, model_fingerprint(s->model));
     cism__put_u32(buf + 24, (uint32_t)hp->vocab);
     cism__put_u32(buf + 28, (uint32_t)hp->n_layers);
@@ -125,8 +132,9 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     cism__put_u64(buf + 80, samp_bytes);
     cism__put_u64(buf + 88, total);
     off = STATE_HEADER;
-    for (l = 0; l < hp->n_layers; l++) {
+    for (l = 0; l < hp->n_layers; l++) { /* the attention layers' K and V, in layer order */
         int c;
+        if (s->model->layers[l].kind != CISM__LAYER_ATTENTION) continue;
         for (c = 0; c < 2; c++) /* K rows of every head, then V */
             for (h = 0; h < hp->n_kv_heads; h++) {
                 if (copy_rows(s, c ? s->v_cache : s->k_cache, l, h, s->n_past, buf + off, NULL) ||
@@ -136,6 +144,11 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
             }
     }
     if (partial) cism__put_u32(buf + 12, cism__get_u32(buf + 12) | STATE_FLAG_PARTIAL);
+    if (has_layers) {
+        cism__put_u64(buf + off, layer_bytes);
+        cism__shortconv_state_write(s, s->n_past, buf + off + 8);
+        off += 8u + layer_bytes;
+    }
     for (l = 0; l < s->n_past; l++, off += 4) cism__put_u32(buf + off, (uint32_t)s->tokens[l]);
     if (logit_bytes) memcpy(buf + off, s->logits, (size_t)logit_bytes);
     off += logit_bytes;
@@ -151,8 +164,9 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
 static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8_t *d, uint64_t size, const char *path) {
     const cism__hparams *hp = &s->model->hp;
     uint32_t version, flags, kv_type, n_past, last_n, rows, keep_rows;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, off, fp;
+    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, off, fp, layer_bytes, layer_sec;
     int64_t l, h;
+    int has_layers = hp->n_shortconv > 0;
     if (size < STATE_HEADER + 4u || memcmp(d, STATE_MAGIC, 8) != 0) {
         if (size >= 8 && memcmp(d, "CISM\r\n\x1a\n", 8) == 0)
             return cism__fail(CISM_ERR_FORMAT, "%s: this is a .cism model file, not a session state", path);
@@ -171,7 +185,8 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         return cism__fail(CISM_ERR_FORMAT, "%s: session state is corrupted (checksum mismatch)", path);
     flags = cism__get_u32(d + 12);
     fp = cism__get_u64(d + 16);
-    if (flags & ~(STATE_FLAG_SAMPLER | STATE_FLAG_PARTIAL)) return cism__fail(CISM_ERR_FORMAT, "%s: unknown flags 0x%x", path, flags);
+    if (flags & ~(STATE_FLAG_SAMPLER | STATE_FLAG_LAYERS | STATE_FLAG_PARTIAL))
+        return cism__fail(CISM_ERR_FORMAT, "%s: unknown flags 0x%x", path, flags);
     if (cism__get_u32(d + 24) != (uint32_t)hp->vocab || cism__get_u32(d + 28) != (uint32_t)hp->n_layers ||
         cism__get_u32(d + 32) != (uint32_t)hp->n_kv_heads || cism__get_u32(d + 36) != (uint32_t)hp->head_dim)
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state comes from another model (vocab %u, %u layers, %u KV heads "
@@ -196,15 +211,22 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     if (rows == 0 ? last_n != 0 : (last_n < 1 || last_n > n_past || (rows != 1 && rows != last_n)))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's position fields are inconsistent", path);
     row_bytes = (uint64_t)n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
-    kv_bytes = 2u * (uint64_t)hp->n_layers * (uint64_t)hp->n_kv_heads * row_bytes;
+    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes;
     logit_bytes = (uint64_t)rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = cism__get_u64(d + 80);
+    if (((flags & STATE_FLAG_LAYERS) != 0) != has_layers)
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state %s the state of short-convolution layers, this model %s them: it "
+                          "comes from another model", path, has_layers ? "lacks" : "holds", has_layers ? "has" : "has none of");
+    layer_bytes = cism__shortconv_state_bytes(s, n_past);
+    layer_sec = has_layers ? 8u + layer_bytes : 0u;
     if (cism__get_u64(d + 64) != kv_bytes || cism__get_u64(d + 72) != logit_bytes || samp_bytes > size ||
-        STATE_HEADER + kv_bytes + 4u * (uint64_t)n_past + logit_bytes + samp_bytes + 4u != size || ((flags & STATE_FLAG_SAMPLER) != 0) != (samp_bytes != 0))
+        STATE_HEADER + kv_bytes + layer_sec + 4u * (uint64_t)n_past + logit_bytes + samp_bytes + 4u != size ||
+        ((flags & STATE_FLAG_SAMPLER) != 0) != (samp_bytes != 0) ||
+        (has_layers && cism__get_u64(d + STATE_HEADER + kv_bytes) != layer_bytes))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's section sizes do not match its header", path);
     if (sampler && !(flags & STATE_FLAG_SAMPLER))
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state was saved without a sampler: load it with sampler NULL", path);
-    for (off = STATE_HEADER + kv_bytes, l = 0; l < (int64_t)n_past; l++, off += 4)
+    for (off = STATE_HEADER + kv_bytes + layer_sec, l = 0; l < (int64_t)n_past; l++, off += 4)
         if ((int64_t)cism__get_u32(d + off) >= hp->vocab)
             return cism__fail(CISM_ERR_FORMAT, "%s: session state's token %lld is outside the vocabulary", path, (long long)l);
     /* room for the logits rows this session keeps */
@@ -215,15 +237,16 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         s->logits = p;
         s->logits_cap = keep_rows;
     }
-    off = STATE_HEADER + kv_bytes + 4u * (uint64_t)n_past + logit_bytes;
+    off = STATE_HEADER + kv_bytes + layer_sec + 4u * (uint64_t)n_past + logit_bytes;
     if (sampler) {
         cism_status st = cism__sampler_state_read(sampler, d + off, samp_bytes, path);
         if (st != CISM_OK) return st;
     }
     /* checked: commit */
     off = STATE_HEADER;
-    for (l = 0; l < hp->n_layers; l++) {
+    for (l = 0; l < hp->n_layers; l++) { /* the attention layers' K and V, in layer order */
         int c;
+        if (s->model->layers[l].kind != CISM__LAYER_ATTENTION) continue;
         for (c = 0; c < 2; c++)
             for (h = 0; h < hp->n_kv_heads; h++) {
                 copy_rows(s, c ? s->v_cache : s->k_cache, l, h, n_past, NULL, d + off);
@@ -232,6 +255,8 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     }
     s->kv_hi = (int32_t)n_past;
     s->kv_min_keep = flags & STATE_FLAG_PARTIAL ? (int32_t)n_past : 0;
+    if (has_layers) cism__shortconv_state_read(s, n_past, d + off + 8);
+    off += layer_sec;
     for (l = 0; l < (int64_t)n_past; l++, off += 4) s->tokens[l] = (int32_t)cism__get_u32(d + off);
     if (keep_rows)
         memcpy(s->logits, d + off + (uint64_t)(rows - keep_rows) * (uint64_t)hp->vocab * 4u,
