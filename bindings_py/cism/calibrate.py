@@ -52,6 +52,8 @@ def _matrix_names(path: str) -> List[str]:
 def _input_of(name: str) -> str:
     """Matrices that read the same input (Q/K/V, gate/up) share their statistics."""
     for suffix, key in ((".attn_q", ".attn_in"), (".attn_k", ".attn_in"), (".attn_v", ".attn_in"),
+                        (".attn_gate", ".attn_in"), (".ssm_qkv", ".attn_in"), (".ssm_z", ".attn_in"),
+                        (".ssm_beta", ".attn_in"), (".ssm_alpha", ".attn_in"),
                         (".ffn_gate", ".ffn_in"), (".ffn_up", ".ffn_in")):
         if name.endswith(suffix):
             return name[:-len(suffix)] + key

@@ -27,7 +27,7 @@ from . import format as fmt
 from .tokenizer_meta import TokenizerUnsupported, compact_tokenizer
 from .hf_config import (MAX_CTX, MAX_DIM, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENIZER_JSON_BYTES, MAX_VOCAB,
                         ConversionError, Fields, check_tokenizer_json, describe, read_json)
-from .hf_families import FAMILIES
+from .hf_families import FAMILIES, unwrap_config, unwrap_name
 from .safetensors import bf16_to_f32, f32_to_bf16, open_checkpoint
 
 SUPPORTED = {
@@ -159,6 +159,7 @@ def _rope_settings(c: Fields) -> Tuple[float, Dict[str, Any]]:
 def hparams_from_config(cfg: Dict[str, Any], file: str = "config.json") -> Dict[str, Any]:
     """.cism hyper-parameters from a parsed config.json; every field read is checked for
     type and range (hf_config.Fields), errors name `file` and the field."""
+    cfg, _ = unwrap_config(cfg)  # a multimodal checkpoint's text model (hf_families.WRAPPERS)
     c = Fields(cfg, file)
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or len(archs) != 1 or not isinstance(archs[0], str):
@@ -292,6 +293,8 @@ def _attention_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...
         out.update({p + "attn_q_bias": (q,), p + "attn_k_bias": (kv,), p + "attn_v_bias": (kv,)})
     if meta.get("model.qk_norm"):
         out.update({p + "attn_q_norm": (hd,), p + "attn_k_norm": (hd,)})
+    if meta.get("model.attn_output_gate"):
+        out[p + "attn_gate"] = (q, d)
     return out
 
 
@@ -301,12 +304,21 @@ def _shortconv_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...
     if meta.get("model.conv_bias"):
         out.update({p + "conv_in_bias": (3 * d,), p + "conv_bias": (d,), p + "conv_out_bias": (d,)})
     return out
+def _linear_attention_tensors(meta: Dict[str, Any], p: str) -> Dict[str, Tuple[int, ...]]:
+    """A Gated DeltaNet layer's (Qwen3.5): q/k/v in one matrix (the conv's channels), the z gate, beta and
+    alpha (decay) projections, the depthwise conv, per-head decay parameters, the gated norm, the output."""
+    d, nk, nv = meta["model.dim"], meta["model.linear_n_k_heads"], meta["model.linear_n_v_heads"]
+    kd, vd = nk * meta["model.linear_k_head_dim"], nv * meta["model.linear_v_head_dim"]
+    return {p + "ssm_qkv": (2 * kd + vd, d), p + "ssm_z": (vd, d), p + "ssm_beta": (nv, d), p + "ssm_alpha": (nv, d),
+            p + "ssm_conv": (2 * kd + vd, 1, meta["model.linear_conv_kernel"]), p + "ssm_dt_bias": (nv,),
+            p + "ssm_a_log": (nv,), p + "ssm_norm": (meta["model.linear_v_head_dim"],), p + "ssm_out": (d, vd)}
 
 
 # the tensors of each layer type's token mixer (model.layer_types, docs/FORMAT.md)
 MIXER_TENSORS: Dict[str, Callable[[Dict[str, Any], str], Dict[str, Tuple[int, ...]]]] = {
     "attention": _attention_tensors,
     "shortconv": _shortconv_tensors,
+    "linear_attention": _linear_attention_tensors,
 }
 
 
@@ -347,8 +359,8 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
                 quant: Optional[str] = None, layout: str = "auto", calibration: Any = None,
                 validate: bool = True) -> Report:
     """Writes tensors `order` (shapes from expected_tensors) loaded by `load(name)` as float32
-    arrays. 1-D tensors are always f32. `raw_for(name)` may return already-encoded bytes
-    (used to keep bf16/f16 sources bit-exact). With a recipe, `layout` "auto" stores
+    arrays. Tensors that are not matrices (1-D, the 3-D conv kernels) are always f32. `raw_for(name)`
+    may return already-encoded bytes (used to keep bf16/f16 sources bit-exact). With a recipe, `layout` "auto" stores
     q8/q4s matrices in their row-interleaved variants where the shape allows
     (cism.quant.stored_dtype); "rows" keeps every matrix row by row. `calibration`
     (cism.calibrate.Calibration) gives the quantizer the statistics of each matrix's inputs."""
@@ -377,7 +389,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
         w.metadata.update(qmeta)
     for name in order:
         shape = shapes[name]
-        dt = fmt.DTYPE_F32 if len(shape) == 1 else (pick(name) if pick else dtype_for(name))
+        dt = fmt.DTYPE_F32 if len(shape) != 2 else (pick(name) if pick else dtype_for(name))
         if dt in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16):
             nbytes = int(np.prod(shape)) * (4 if dt == fmt.DTYPE_F32 else 2)
         else:
@@ -572,19 +584,28 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
     cfg = _read_json(os.path.join(folder, "config.json"))
     if cfg is None:
         raise ConversionError(f"{folder}: no config.json (is this a Hugging Face model folder?)")
+    cfg, wrapper = unwrap_config(cfg)  # a multimodal checkpoint: its text model
     meta = hparams_from_config(cfg)
     arch_cls = cfg["architectures"][0]
     family = FAMILIES.get(arch_cls)
     tensors = open_checkpoint(folder)
     mapping: Dict[str, str] = {}
     rows: Dict[str, Tuple[int, int]] = {}   # tensors cut from a fused one: their rows
-    for hf in tensors:
+    reorder = family.reorder(meta) if family is not None else {}
+    permute: Dict[str, Callable[[np.ndarray], np.ndarray]] = {}  # cism name -> row permutation of its source
+    for hf_name in tensors:  # mapping keeps the checkpoint's names; the maps read the text model's
+        hf = unwrap_name(hf_name, wrapper)
+        if hf is None or (family is not None and family.drop_prefixes and hf.startswith(family.drop_prefixes)):
+            continue
         name = map_name(hf, arch_cls)
         if name is not None:
-            mapping[name] = hf
+            mapping[name] = hf_name
         for part, r0, r1 in map_split(hf, arch_cls, meta):
-            mapping[part] = hf
+            mapping[part] = hf_name
             rows[part] = (r0, r1)
+            m = _LAYER_RE.match(hf)
+            if m and m.group(2) in reorder:
+                permute[part] = reorder[m.group(2)]
     expected = expected_tensors(meta)
     if meta["model.tied_embeddings"]:
         mapping.pop("output", None)  # a saved copy of the tied head is redundant
@@ -625,6 +646,8 @@ def convert_hf(folder: str, out: str, dtype: str = "auto", overwrite: bool = Fal
 
     def get(name: str) -> Tuple[np.ndarray, str]:
         arr, dt = tensors[mapping[name]].get(mapping[name])
+        if name in permute:
+            arr = permute[name](arr)
         if name in rows:
             arr = arr[rows[name][0]:rows[name][1]]
         return arr, dt

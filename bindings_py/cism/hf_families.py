@@ -39,6 +39,10 @@ class Family:
     # .cism tensor names stored flattened to one dimension (f32 like every vector:
     # never quantized), e.g. LFM2's convolution kernels [dim, 1, L] -> [dim * L]
     flat: Callable[[str], bool] = lambda name: False
+    # HF layer tensor suffix -> a row permutation applied before the splits (interleaved fused projections)
+    reorder: Callable[[Dict[str, Any]], Dict[str, Callable[[np.ndarray], np.ndarray]]] = lambda meta: {}
+    # checkpoint tensor names left out (prefixes: multi-token-prediction heads, vision towers)
+    drop_prefixes: Tuple[str, ...] = ()
 
 
 def _layer_flags(c: Fields, key: str, n_layers: int, values: Dict[Any, int]) -> Optional[List[int]]:
@@ -187,9 +191,128 @@ def _lfm2_config(c: Fields, meta: Dict[str, Any]) -> None:
 
 def _lfm2_flat(name: str) -> bool:
     return name.endswith(".conv_kernel")
+# Qwen3.5 (text): Gated DeltaNet layers (layer_types "linear_attention")
+# between gated full-attention layers (q_proj gives each head's query and its
+# output gate, interleaved by head); every RMSNorm but the DeltaNet output's
+# gated one scales by 1 + w; q/k norms; partial RoPE (rope_parameters)
+
+_QWEN35_KINDS = {"linear_attention": "linear_attention", "full_attention": "attention"}
+
+
+def _qwen35_config(c: Fields, meta: Dict[str, Any]) -> None:
+    n = meta["model.n_layers"]
+    v = c.obj.get("layer_types")
+    if v is None:
+        interval = c.int("full_attention_interval", 1, 1 << 20, default=4)
+        kinds = ["linear_attention" if (i + 1) % interval else "attention" for i in range(n)]
+    else:
+        if not isinstance(v, list) or len(v) != n:
+            c.fail("layer_types", f"must be a list of {n} entries (one per layer)")
+        kinds = []
+        for i, x in enumerate(v):
+            if x not in _QWEN35_KINDS:
+                c.fail(f"layer_types[{i}]", f"must be one of {sorted(_QWEN35_KINDS)}, not {x!r}")
+            kinds.append(_QWEN35_KINDS[x])
+    meta["model.layer_types"] = kinds
+    meta["model.qk_norm"] = 1
+    meta["model.attn_output_gate"] = 1
+    nk = c.int("linear_num_key_heads", 1, 1 << 12, default=16)
+    nv = c.int("linear_num_value_heads", 1, 1 << 12, default=32)
+    if nv % nk:
+        c.fail("linear_num_value_heads", f"{nv} is not a multiple of linear_num_key_heads ({nk})")
+    meta["model.linear_n_k_heads"] = nk
+    meta["model.linear_n_v_heads"] = nv
+    meta["model.linear_k_head_dim"] = c.int("linear_key_head_dim", 1, 1 << 12, default=128)
+    meta["model.linear_v_head_dim"] = c.int("linear_value_head_dim", 1, 1 << 12, default=128)
+    meta["model.linear_conv_kernel"] = c.int("linear_conv_kernel_dim", 1, 64, default=4)
+    # transformers rotates a quarter of each head when the config names no partial_rotary_factor
+    if not any(isinstance(x, dict) and "partial_rotary_factor" in x
+               for x in (c.obj.get("rope_parameters"), c.obj.get("rope_scaling"), c.obj)):
+        hd = meta["model.head_dim"]
+        if int(hd * 0.25) < 2 or int(hd * 0.25) % 2:
+            c.fail("head_dim", f"{hd}: the default partial_rotary_factor 0.25 gives {int(hd * 0.25)} rotated "
+                               "dimensions; an even number >= 2 is needed")
+        meta["model.rope_dim"] = int(hd * 0.25)
+
+
+def _qwen35_q_gate(meta: Dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """q_proj's rows [head][query | gate][head_dim] as [query of every head | gate of every head]."""
+    nh, hd = meta["model.n_heads"], meta["model.head_dim"]
+
+    def f(a: np.ndarray) -> np.ndarray:
+        if a.shape[0] != 2 * nh * hd:
+            return a  # the shape check names the tensor
+        return np.ascontiguousarray(a.reshape(nh, 2, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape))
+    return f
+
+
+def _qwen35_splits(meta: Dict[str, Any]) -> Dict[str, List[Split]]:
+    q = meta["model.n_heads"] * meta["model.head_dim"]
+    return {"self_attn.q_proj.weight": [("attn_q", 0, q), ("attn_gate", q, 2 * q)]}
+
+
+_QWEN35_NORMS = ("attn_norm", "ffn_norm", "attn_q_norm", "attn_k_norm")
+
+
+def _qwen35_plus_one(name: str) -> bool:  # not ssm_norm: the gated norm scales by w
+    return name == "output_norm" or name.rsplit(".", 1)[-1] in _QWEN35_NORMS
+
+
+_QWEN35 = dict(config=_qwen35_config, splits=_qwen35_splits, plus_one=_qwen35_plus_one,
+               reorder=lambda meta: {"self_attn.q_proj.weight": _qwen35_q_gate(meta)},
+               drop_prefixes=("mtp.",),
+               layer_names={
+                   "self_attn.q_proj.weight": None,
+                   "linear_attn.in_proj_qkv.weight": "ssm_qkv",
+                   "linear_attn.in_proj_z.weight": "ssm_z",
+                   "linear_attn.in_proj_b.weight": "ssm_beta",
+                   "linear_attn.in_proj_a.weight": "ssm_alpha",
+                   "linear_attn.conv1d.weight": "ssm_conv",
+                   "linear_attn.dt_bias": "ssm_dt_bias",
+                   "linear_attn.A_log": "ssm_a_log",
+                   "linear_attn.norm.weight": "ssm_norm",
+                   "linear_attn.out_proj.weight": "ssm_out",
+               })
+
+# Multimodal checkpoints whose text model converts alone: class -> (the text
+# model's class, the prefix its tensors carry instead of "model.", the
+# prefixes of the other towers' tensors). Their config.json nests the text
+# model's fields in text_config.
+WRAPPERS: Dict[str, Tuple[str, str, Tuple[str, ...]]] = {
+    "Qwen3_5ForConditionalGeneration": ("Qwen3_5ForCausalLM", "model.language_model.", ("model.visual.", "mtp.")),
+}
+
+
+def unwrap_config(cfg: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple[str, str, Tuple[str, ...]]]]:
+    """The text model's config.json of a multimodal checkpoint (WRAPPERS) and its
+    wrapper entry; other configs unchanged, with None."""
+    archs = cfg.get("architectures")
+    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in WRAPPERS):
+        return cfg, None
+    w = WRAPPERS[archs[0]]
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise ConversionError(f"config.json: {archs[0]} needs a text_config object (the text model's fields)")
+    inner = dict(text)
+    inner["architectures"] = [w[0]]
+    # the wrapper's own flag (default false, as its config class) decides whether lm_head is tied
+    inner["tie_word_embeddings"] = cfg.get("tie_word_embeddings", False)
+    return inner, w
+
+
+def unwrap_name(name: str, w: Optional[Tuple[str, str, Tuple[str, ...]]]) -> Optional[str]:
+    """A wrapped checkpoint's tensor name as the text model's; None for the other towers'."""
+    if w is None:
+        return name
+    if any(name.startswith(p) for p in w[2]):
+        return None
+    if name.startswith(w[1]):
+        return "model." + name[len(w[1]):]
+    return name
 
 
 FAMILIES: Dict[str, Family] = {
+    "Qwen3_5ForCausalLM": Family("qwen35", **_QWEN35),
     "SmolLM3ForCausalLM": Family("smollm3", config=_smollm3_config),
     "Phi3ForCausalLM": Family("phi3", splits=_phi3_splits,
                               layer_names={"self_attn.qkv_proj.weight": None, "mlp.gate_up_proj.weight": None}),

@@ -140,7 +140,7 @@ def dequantize(packed: np.ndarray, dtype, cols: int) -> np.ndarray:
 def _kind(name: str) -> str:
     if name in ("token_embd", "output"):
         return "embed"
-    if ".attn_" in name or ".conv_" in name:  # the token mixers (attention, LFM2's short convolutions)
+    if ".attn_" in name or ".conv_" in name or ".ssm_" in name:  # the token mixers (attention, LFM2's short convolutions, Gated DeltaNet)
         return "attn"
     return "mlp"
 
@@ -205,7 +205,7 @@ def stored_dtype(name: str, fmt_name: str, shape: Tuple[int, ...], head_dim: int
     x = INTERLEAVED.get(fmt_name)
     if layout == "rows" or not x or len(shape) != 2 or shape[0] % GROUP_ROWS:
         return fmt_name
-    if any(name.endswith(s) for s in (".attn_q", ".attn_k", ".attn_v")) and head_dim % GROUP_ROWS:
+    if any(name.endswith(s) for s in (".attn_q", ".attn_k", ".attn_v", ".attn_gate")) and head_dim % GROUP_ROWS:
         return fmt_name
     return x
 

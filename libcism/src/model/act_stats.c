@@ -100,7 +100,9 @@ static int64_t input_of(const cism_model *m, const char *name) {
     static const struct { const char *suffix; int which; } mats[] = {
         {"attn_q", CISM__AS_ATTN}, {"attn_k", CISM__AS_ATTN}, {"attn_v", CISM__AS_ATTN},
         {"attn_output", CISM__AS_WO}, {"ffn_gate", CISM__AS_FFN}, {"ffn_up", CISM__AS_FFN},
-        {"ffn_down", CISM__AS_DOWN}, {"conv_in", CISM__AS_ATTN}, {"conv_out", CISM__AS_WO}};  /* conv: layer_shortconv.c */
+        {"ffn_down", CISM__AS_DOWN}, {"conv_in", CISM__AS_ATTN}, {"conv_out", CISM__AS_WO}, /* conv: layer_shortconv.c */
+        {"attn_gate", CISM__AS_ATTN}, /* the DeltaNet input projections read the attention norm's output */
+        {"ssm_qkv", CISM__AS_ATTN}, {"ssm_z", CISM__AS_ATTN}, {"ssm_beta", CISM__AS_ATTN}, {"ssm_alpha", CISM__AS_ATTN}};
     const cism__hparams *hp = &m->hp;
     if (!strcmp(name, "output") || (hp->tied && !strcmp(name, "token_embd"))) return N_INPUTS(hp) - 1;
     if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9') {

@@ -8,6 +8,7 @@
  * batch's buffer and are copied to a member only when it succeeded, so a
  * cancelled or failed member keeps its previous logits and position. */
 #include "session.h"
+#include "deltanet.h"
 #include "../core/error.h"
 #include "../core/params.h"
 
@@ -197,6 +198,7 @@ static cism_status finish_member(cism_batch *b, int64_t i) {
                           "probably corrupt or overflowing; the tokens were not kept", (long long)i);
     memcpy(s->logits, rows, (size_t)(sq->rows_out * vocab) * sizeof(float));
     memcpy(s->tokens + s->n_past, sq->tokens, (size_t)sq->nt * sizeof(int32_t));
+    cism__dn_commit(s, sq->nt);
     s->n_past += (int32_t)sq->nt;
     s->logit_rows = (int32_t)sq->rows_out;
     s->last_n = (int32_t)sq->nt;

@@ -36,6 +36,7 @@
  * not the last). With several, every row runs the whole last layer. */
 #include "forward.h"
 #include "layer_shortconv.h"
+#include "deltanet.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
 
@@ -150,6 +151,8 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     if (u < hp->n_heads) { /* query head u */
         int64_t r0 = u * hd;
         cism__fwd_linear(w, &L->wq, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
+        if (L->wg.data) /* the output gate's rows of this head (applied in attention_unit) */
+            cism__fwd_linear(w, &L->wg, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->mix + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
         for (t = t_lo; t < nt; t++) {
             float *v = w->q + t * q_rows + r0;
             if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
@@ -193,6 +196,17 @@ int64_t cism__fwd_seq_lo(const fwd *f, const cism__seq *sq) {
     return f->t_lo > sq->row0 ? f->t_lo - sq->row0 : 0;
 }
 
+/* Output gate (Qwen3.5): att *= sigmoid(gate) on n_tok rows from row, heads h..h+hpu. */
+static void gate_rows(fwd *f, int64_t row, int64_t n_tok, int64_t h, int64_t hpu) {
+    const cism__hparams *hp = &f->m->hp;
+    int64_t q_rows = hp->n_heads * hp->head_dim, t, i;
+    for (t = row; t < row + n_tok; t++) {
+        float *a = f->w->att + t * q_rows + h * hp->head_dim;
+        const float *g = f->w->mix + t * q_rows + h * hp->head_dim;
+        for (i = 0; i < hpu * hp->head_dim; i++) a[i] *= 1.0f / (1.0f + expf(-g[i]));
+    }
+}
+
 static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu) {
     cism__work *w = f->w;
     const cism__hparams *hp = &f->m->hp;
@@ -217,6 +231,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
         w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, 0), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
                         sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
+        if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
         return;
     }
     /* sliding window: each query over the last `window` positions up to its
@@ -227,6 +242,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, first), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, first),
                         sq->s->kv_type, pos + 1 - first, hd, hp->attn_scale, scores);
     }
+    if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
 }
 
 /* rows [r0, r1) of y = W in, then x += y on them, for rows [t_lo, nt); with
@@ -331,6 +347,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     }
     if (l >= hp->n_layers) return -1;
     f->t_lo = l + 1 < hp->n_layers || f->n_seqs > 1 ? 0 : nt - f->rows_out;
+    if (m->layers[l].kind == CISM__LAYER_DELTANET && kind == ST_ATT) return cism__dn_begin(f, l, ST_ATT); /* every row: the state */
     if (kind != ST_QKV && f->t_lo == nt) return 0;  /* last layer, no logits wanted: K/V were all it had to give */
     if (m->layers[l].kind == CISM__LAYER_SHORTCONV && kind != ST_QKV && kind <= ST_WO) /* layer_shortconv.c */
         return cism__shortconv_begin(f, l, (int)kind);
@@ -344,6 +361,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         cism__fwd_quantize_rows(w, w->xb, dim, dim, 0, nt);
         cism__act_stats_add(s0, l, CISM__AS_ATTN, w->xb, dim, 0, nt);
         if (m->layers[l].kind == CISM__LAYER_SHORTCONV) return cism__shortconv_begin(f, l, ST_QKV);
+        if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_QKV);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
         return attention_units(f);
@@ -354,6 +372,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         cism__act_stats_add(s0, l, CISM__AS_FFN, w->xb, dim, f->t_lo, nt);
         return cism__fwd_units(hp->ffn_dim, f->c_ffn);
     case ST_WO:
+        if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_WO);
         cism__fwd_quantize_rows(w, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_WO, w->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);
@@ -385,6 +404,10 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
         cism__shortconv_unit(f, l, stage % ST_PER_LAYER, u);
         return;
     }
+    if (m->layers[l].kind == CISM__LAYER_DELTANET && stage % ST_PER_LAYER <= ST_WO) {
+        cism__dn_unit(f, l, stage % ST_PER_LAYER, u, ith);
+        return;
+    }
     switch (stage % ST_PER_LAYER) {
     case ST_QKV: qkv_unit(f, l, u, ith, w->xb, f->t_lo); break;
     case ST_ATT: attention_unit(f, l, u, ith, f->hpu); break;
@@ -414,6 +437,7 @@ cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, f
     for (q = 0; q < n_seqs; q++) {
         cism__seq *sq = &seqs[q];
         sq->stop = 0;
+        cism__dn_begin_pass(sq->s, sq->nt); /* DeltaNet checkpoints this pass overwrites */
         for (t = 0; t < sq->nt; t++) { /* embeddings, and RoPE angles as Hugging Face computes them:
                                           float32 position * float32 frequency */
             int64_t row = sq->row0 + t;

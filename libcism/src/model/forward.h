@@ -51,4 +51,8 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
 /* The first of seq sq's rows the current layer computes past its QKV stage. */
 int64_t cism__fwd_seq_lo(const fwd *f, const cism__seq *sq);
 
+/* Gated DeltaNet layers (layer_deltanet.c): the begin and the units of their stages ST_QKV..ST_WO. */
+int64_t cism__dn_begin(fwd *f, int64_t l, int stage);
+void cism__dn_unit(fwd *f, int64_t l, int stage, int64_t u, int ith);
+
 #endif

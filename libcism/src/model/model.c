@@ -117,9 +117,10 @@ static const family g_families[] = {
     {"gemma3", CISM__ARCH_GEMMA3, RULE_NO, RULE_YES, RULE_YES, RULE_YES},
     {"smollm3", CISM__ARCH_SMOLLM3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
     {"phi3", CISM__ARCH_PHI3, RULE_NO, RULE_NO, RULE_NO, RULE_NO},
+    {"qwen35", CISM__ARCH_QWEN35, RULE_NO, RULE_YES, RULE_NO, RULE_NO},
     {"lfm2", CISM__ARCH_LFM2, RULE_NO, RULE_YES, RULE_NO, RULE_NO},
 };
-#define SUPPORTED_NAMES "llama, mistral, qwen2, qwen3, gemma3, smollm3, phi3, lfm2"
+#define SUPPORTED_NAMES "llama, mistral, qwen2, qwen3, gemma3, smollm3, phi3, qwen35, lfm2"
 
 static cism_status family_rule(loadctx *c, const char *arch, int rule, int has, const char *what, const char *key) {
     if (has && rule == RULE_NO)
@@ -218,6 +219,12 @@ static cism_status read_hparams(loadctx *c, cism__hparams *hp, const char **arch
                           CISM__CONV_MAX_KERNEL);
     if (meta_int(c, "model.conv_bias", 0, &v) < 0) return CISM_ERR_FORMAT;
     hp->conv_bias = v != 0;
+    if (meta_int(c, "model.attn_output_gate", 0, &v) < 0) return CISM_ERR_FORMAT;
+    hp->attn_gate = v != 0;
+    if (meta_int(c, "model.linear_n_k_heads", 0, &hp->dn_k_heads) < 0 || meta_int(c, "model.linear_n_v_heads", 0, &hp->dn_v_heads) < 0 ||
+        meta_int(c, "model.linear_k_head_dim", 0, &hp->dn_k_dim) < 0 || meta_int(c, "model.linear_v_head_dim", 0, &hp->dn_v_dim) < 0 ||
+        meta_int(c, "model.linear_conv_kernel", 0, &hp->dn_conv) < 0)
+        return CISM_ERR_FORMAT;
 
     /* family rules */
     if ((st = family_rule(c, *arch_name, fam->qkv_bias, hp->qkv_bias, "q/k/v projection biases", "model.attn_qkv_bias = 1")) ||
@@ -248,10 +255,24 @@ static cism_status layer_ints(loadctx *c, const char *key, int64_t n, int64_t lo
     return CISM_OK;
 }
 
+/* The Gated DeltaNet sizes (model.linear_*), required once a layer is of that kind. */
+static cism_status check_deltanet_hparams(loadctx *c, const cism__hparams *hp) {
+    if (hp->dn_k_heads < 1 || hp->dn_k_heads > MAX_HEADS || hp->dn_v_heads < 1 || hp->dn_v_heads > MAX_HEADS ||
+        hp->dn_k_dim < 1 || hp->dn_k_dim > MAX_HEAD_DIM || hp->dn_v_dim < 1 || hp->dn_v_dim > MAX_HEAD_DIM ||
+        hp->dn_conv < 1 || hp->dn_conv > 64)
+        return cism__fail(CISM_ERR_FORMAT, "%s: linear_attention layers need model.linear_n_k_heads, linear_n_v_heads (1..%d), "
+                          "linear_k_head_dim, linear_v_head_dim (1..%d) and linear_conv_kernel (1..64)", c->label, MAX_HEADS,
+                          MAX_HEAD_DIM);
+    if (hp->dn_v_heads % hp->dn_k_heads)
+        return cism__fail(CISM_ERR_FORMAT, "%s: model.linear_n_v_heads (%lld) is not a multiple of linear_n_k_heads (%lld)", c->label,
+                          (long long)hp->dn_v_heads, (long long)hp->dn_k_heads);
+    return CISM_OK;
+}
+
 /* model.layer_types (STRING_ARRAY, one per layer; absent: all attention):
    each layer's token mixer. */
-static const char *const g_layer_kinds[] = {"attention", "shortconv"};
-#define LAYER_KIND_NAMES "attention, shortconv"
+static const char *const g_layer_kinds[] = {"attention", "shortconv", "linear_attention"};
+#define LAYER_KIND_NAMES "attention, shortconv, linear_attention"
 
 static cism_status read_layer_kinds(loadctx *c, cism_model *m) {
     const cism__meta_entry *e = cism__file_meta(c->f, "model.layer_types");
@@ -267,17 +288,18 @@ static cism_status read_layer_kinds(loadctx *c, cism_model *m) {
         uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
         int k, found = -1;
         for (k = 0; k < (int)(sizeof(g_layer_kinds) / sizeof(g_layer_kinds[0])); k++)
-            if (strlen(g_layer_kinds[k]) == n && memcmp(p + 4, g_layer_kinds[k], n) == 0) found = k;
+            if (g_layer_kinds[k] && strlen(g_layer_kinds[k]) == n && memcmp(p + 4, g_layer_kinds[k], n) == 0) found = k;
         if (found < 0)
             return cism__fail(CISM_ERR_UNSUPPORTED, "%s: layer %lld is of type '%.*s', which is not supported (supported: %s)", c->label,
                               (long long)l, (int)(n < 64 ? n : 64), (const char *)(p + 4), LAYER_KIND_NAMES);
         m->layers[l].kind = found;
         if (found == CISM__LAYER_SHORTCONV) m->layers[l].conv_slot = m->hp.n_shortconv++;
+        if (found == CISM__LAYER_DELTANET) m->layers[l].dn.index = m->hp.n_dn_layers++;
         p += 4 + n;
     }
     if (m->hp.n_shortconv > 0 && m->hp.conv_kernel == 0)
         return cism__fail(CISM_ERR_FORMAT, "%s: short-convolution layers need model.conv_kernel", c->label);
-    return CISM_OK;
+    return m->hp.n_dn_layers ? check_deltanet_hparams(c, &m->hp) : CISM_OK;
 }
 
 /* Per-layer attributes: the sliding-window layers (model.layer_sliding, 1 =
@@ -415,6 +437,43 @@ static cism_status bind_attention(loadctx *c, cism_model *m, int64_t l, int chec
     if (hp->qk_norm && ((st = bind_layer_vector(c, l, "attn_q_norm", hp->head_dim, &L->q_norm)) ||
                         (st = bind_layer_vector(c, l, "attn_k_norm", hp->head_dim, &L->k_norm))))
         return st;
+    if (hp->attn_gate && (st = bind_layer_matrix(c, m, l, "attn_gate", q_rows, hp->dim, 1, check_values, largest, &L->wg)))
+        return st;
+    return CISM_OK;
+}
+
+/* A Gated DeltaNet layer's tensors (convert.MIXER_TENSORS["linear_attention"]): the conv kernel is
+   [channels, 1, width] in f32, as the checkpoint's Conv1d holds it. */
+static cism_status bind_deltanet(loadctx *c, cism_model *m, int64_t l, int check_values, int64_t *largest) {
+    const cism__hparams *hp = &m->hp;
+    cism__layer *L = &m->layers[l];
+    int64_t kd = hp->dn_k_heads * hp->dn_k_dim, vd = hp->dn_v_heads * hp->dn_v_dim, ch = 2 * kd + vd, i;
+    char name[64];
+    cism__tensor_entry *t;
+    cism_status st;
+    if ((st = bind_layer_matrix(c, m, l, "ssm_qkv", ch, hp->dim, 0, check_values, largest, &L->dn.qkv)) ||
+        (st = bind_layer_matrix(c, m, l, "ssm_z", vd, hp->dim, 0, check_values, largest, &L->dn.z)) ||
+        (st = bind_layer_matrix(c, m, l, "ssm_beta", hp->dn_v_heads, hp->dim, 0, check_values, largest, &L->dn.beta)) ||
+        (st = bind_layer_matrix(c, m, l, "ssm_alpha", hp->dn_v_heads, hp->dim, 0, check_values, largest, &L->dn.alpha)) ||
+        (st = bind_layer_matrix(c, m, l, "ssm_out", hp->dim, vd, 0, check_values, largest, &L->dn.out)) ||
+        (st = bind_layer_vector(c, l, "ssm_dt_bias", hp->dn_v_heads, &L->dn.dt_bias)) ||
+        (st = bind_layer_vector(c, l, "ssm_a_log", hp->dn_v_heads, &L->dn.a_log)) ||
+        (st = bind_layer_vector(c, l, "ssm_norm", hp->dn_v_dim, &L->dn.norm)))
+        return st;
+    snprintf(name, sizeof(name), "blk.%lld.ssm_conv", (long long)l);
+    t = cism__file_tensor(c->f, name);
+    if (!t) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' is missing", c->label, name);
+    if (t->n_dims != 3 || t->dims[0] != ch || t->dims[1] != 1 || t->dims[2] != hp->dn_conv || t->dtype != CISM_DTYPE_F32)
+        return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' should be f32 of shape [%lld, 1, %lld]", c->label, name, (long long)ch,
+                          (long long)hp->dn_conv);
+    L->dn.conv = (const float *)(const void *)t->data;
+    for (i = 0; i < ch * hp->dn_conv; i++)
+        if (!isfinite(L->dn.conv[i])) return cism__fail(CISM_ERR_FORMAT, "%s: tensor '%s' holds NaN or infinity", c->label, name);
+    for (i = 0; i < hp->dn_v_heads; i++)
+        if (L->dn.a_log[i] > 80.0f)
+            return cism__fail(CISM_ERR_FORMAT, "%s: blk.%lld.ssm_a_log holds %g: exp of it overflows", c->label, (long long)l,
+                              (double)L->dn.a_log[i]);
+    t->used = 1;
     return CISM_OK;
 }
 
@@ -463,6 +522,7 @@ static cism_status bind_model(loadctx *c, cism_model *m, int check_values) {
         if ((st = bind_layer_vector(c, l, "attn_norm", hp->dim, &L->attn_norm))) return st;
         switch (L->kind) {
         case CISM__LAYER_SHORTCONV: st = bind_shortconv(c, m, l, check_values, &largest); break;
+        case CISM__LAYER_DELTANET: st = bind_deltanet(c, m, l, check_values, &largest); break;
         default: st = bind_attention(c, m, l, check_values, &largest); break;
         }
         if (st) return st;

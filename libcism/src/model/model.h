@@ -7,13 +7,13 @@
 
 enum {
     CISM__ARCH_LLAMA = 0, CISM__ARCH_MISTRAL = 1, CISM__ARCH_QWEN2 = 2, CISM__ARCH_QWEN3 = 3, CISM__ARCH_GEMMA3 = 4,
-    CISM__ARCH_SMOLLM3 = 5, CISM__ARCH_PHI3 = 6, CISM__ARCH_LFM2 = 8
+    CISM__ARCH_SMOLLM3 = 5, CISM__ARCH_PHI3 = 6, CISM__ARCH_QWEN35 = 7, CISM__ARCH_LFM2 = 8
 };
 enum { CISM__ROPE_NONE = 0, CISM__ROPE_LINEAR = 1, CISM__ROPE_LLAMA3 = 2 };
 /* the MLP's gate activation: SwiGLU (silu) or GeGLU (GELU, tanh approximation) */
 enum { CISM__FFN_SILU = 0, CISM__FFN_GELU_TANH = 1 };
 /* what a layer's token mixer is (model.layer_types) */
-enum { CISM__LAYER_ATTENTION = 0, CISM__LAYER_SHORTCONV = 1 };
+enum { CISM__LAYER_ATTENTION = 0, CISM__LAYER_SHORTCONV = 1, CISM__LAYER_DELTANET = 2 };
 /* the longest short-convolution kernel (model.conv_kernel) */
 #define CISM__CONV_MAX_KERNEL 16
 
@@ -34,6 +34,10 @@ typedef struct cism__hparams {
     int64_t conv_kernel;        /* short-convolution layers (LFM2): kernel length over time; 0 without them */
     int conv_bias;              /* their in/out projections and convolution have biases */
     int64_t n_shortconv;        /* layers of kind CISM__LAYER_SHORTCONV */
+    int attn_gate;              /* attention output multiplied by sigmoid of a second projection (Qwen3.5) */
+    /* Gated DeltaNet layers (Qwen3.5's linear attention, layer_deltanet.c): key heads, value heads (a
+       multiple), their dims, the causal conv's kernel; n_dn_layers of the layers are of that kind */
+    int64_t dn_k_heads, dn_v_heads, dn_k_dim, dn_v_dim, dn_conv, n_dn_layers;
     int64_t n_kv_layers;        /* layers with a KV cache (attention) */
 } cism__hparams;
 
@@ -59,6 +63,13 @@ typedef struct cism__layer {
     cism__weight conv_in, conv_out;
     const float *conv_w, *conv_b, *conv_in_bias, *conv_out_bias;
     int64_t conv_slot;
+    cism__weight wg;                         /* attention output gate (attn_gate) */
+    struct {                                 /* a Gated DeltaNet layer's (CISM__LAYER_DELTANET) */
+        cism__weight qkv, z, beta, alpha, out;
+        const float *conv;                   /* [2 k_heads k_dim + v_heads v_dim][dn_conv] */
+        const float *dt_bias, *a_log, *norm; /* [v_heads], [v_heads], [v_dim] */
+        int64_t index;                       /* among the model's DeltaNet layers (session state) */
+    } dn;
 } cism__layer;
 
 struct cism_model {

@@ -1,6 +1,7 @@
 /* session.c - sessions: creation, evaluation in chunks, logits, cancel. */
 #include "session.h"
 #include "layer_shortconv.h"
+#include "deltanet.h"
 #include "../core/error.h"
 #include "../core/params.h"
 #include "../kernels/quant.h"
@@ -19,6 +20,7 @@ void cism_session_free(cism_session *s) {
     free(s->conv_cache);
     free(s->logits);
     free(s->tokens);
+    cism__dn_session_free(s);
     cism__act_stats_free(s);
     cism__model_release(s->model);
     free(s);
@@ -32,7 +34,8 @@ int cism__model_has_packed(const cism_model *m) {
     for (l = 0; l < m->hp.n_layers; l++) {
         const cism__layer *L = &m->layers[l];
         if (is_packed(&L->wq) || is_packed(&L->wk) || is_packed(&L->wv) || is_packed(&L->wo) || is_packed(&L->gate) ||
-            is_packed(&L->up) || is_packed(&L->down) || is_packed(&L->conv_in) || is_packed(&L->conv_out))
+            is_packed(&L->up) || is_packed(&L->down) || is_packed(&L->conv_in) || is_packed(&L->conv_out) ||
+            is_packed(&L->wg) || is_packed(&L->dn.qkv) || is_packed(&L->dn.out))
             return 1;
     }
     return 0;
@@ -95,7 +98,7 @@ void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
     int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
-                cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->kv_elem);
+                cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->kv_elem) + cism__dn_session_bytes(hp);
     if (with_scratch) b += cism__work_bytes(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant);
     return b;
 }
@@ -201,6 +204,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->logits_cap = 1;
     s->tokens = (int32_t *)calloc((size_t)sh.n_ctx, sizeof(int32_t));
     if (!s->tokens) failed = 1;
+    if (cism__dn_session_init(s)) failed = 1;
     if (params->act_stats && cism__act_stats_init(s, params->act_stats)) failed = 1;
     if (failed) {
         cism_session_free(s);
@@ -217,6 +221,7 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
 cism_status cism_session_reset(cism_session *s) {
     cism__clear_error();
     if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_reset: session is NULL");
+    cism__dn_reset(s);
     s->n_past = 0;
     s->logit_rows = 0;
     s->kv_hi = 0;
@@ -252,6 +257,7 @@ static cism_status replay_prefix(cism_session *s, int32_t n_keep) {
     s->n_past = 0;
     s->kv_hi = 0;
     s->kv_min_keep = 0;
+    if (s->dn) cism__dn_reset(s);
     s->progress = NULL;
     s->chunk_hook = NULL;
     s->logits_all = 0;
@@ -277,8 +283,9 @@ cism_status cism_session_rewind(cism_session *s, int32_t n_keep) {
         return cism__fail(CISM_ERR_INVALID_ARG, "cannot rewind to n_keep = %d tokens: the session holds %d (use 0..%d)", (int)n_keep,
                           (int)s->n_past, (int)s->n_past);
     if (rewind_needs_replay(s, n_keep)) return replay_prefix(s, n_keep);
-    s->n_past = n_keep;
     s->logit_rows = 0;
+    if (s->dn) return cism__dn_rewind(s, n_keep); /* a checkpoint, then the tokens from it (deltanet.h) */
+    s->n_past = n_keep;
     return CISM_OK;
 }
 
@@ -319,11 +326,18 @@ static cism_status keep_completed(cism_session *s, const int32_t *tokens, int32_
         s->last_n = (int32_t)done;
     } else {
         cism_status st;
-        s->n_past -= 1;
-        s->replay = 1;
         int nonfinite = 0;
-        st = cism__forward(s, tokens + done - 1, 1, 1, 0, &nonfinite);
+        /* recurrent state (deltanet.h) is already past that token: back to before it */
+        st = s->dn ? cism__dn_rewind(s, s->n_past - 1) : CISM_OK;
+        if (st != CISM_OK) { /* out of memory for the scratch, or the session was reset: cism_last_error says */
+            s->logit_rows = 0;
+            return st;
+        }
+        if (!s->dn) s->n_past -= 1;
+        s->replay = 1;
+        if (st == CISM_OK) st = cism__forward(s, tokens + done - 1, 1, 1, 0, &nonfinite);
         s->replay = 0;
+        if (st == CISM_OK) cism__dn_commit(s, 1);
         s->n_past += 1;
         if (st != CISM_OK) { /* cannot happen (replay is not cancellable); never leave stale logits */
             s->logit_rows = 0;
@@ -385,12 +399,14 @@ cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n
         if (st == CISM_ERR_CANCELLED) return keep_completed(s, tokens, n_tokens, done, prev_rows, prev_last);
         if (st != CISM_OK) return st;
         memcpy(s->tokens + s->n_past, tokens + done, (size_t)nt * sizeof(int32_t));
+        cism__dn_commit(s, nt);
         s->n_past += (int32_t)nt;
         if (s->chunk_hook) s->chunk_hook(s, done + nt, s->chunk_hook_data);
         if (s->progress && s->progress(s->progress_data, (int32_t)(done + nt), n_tokens) != 0 && !last)
             return keep_completed(s, tokens, n_tokens, done + nt, prev_rows, prev_last);
     }
     if (nonfinite || !cism__all_finite(s->logits, (int64_t)(s->logits_all ? n_tokens : 1) * hp->vocab)) {
+        if (s->dn) cism__dn_rewind(s, n_past0); /* the recurrent state too */
         s->n_past = n_past0; /* as every failed eval: the session stays where it was (its old logits are overwritten) */
         s->last_n = 0;
         return cism__fail(CISM_ERR_FORMAT,

@@ -32,6 +32,8 @@ typedef struct cism__work {
                         each ending in its cism__act8_out table; then xo_tmp */
     int64_t xq_row_bytes;
     float *xo_tmp;   /* act_quant: a row of the widest matmul input (act_outliers.c) */
+    float *mix;      /* [n_rows][cism__mix_row_floats] then [nth][cism__mix_thread_floats] (deltanet.h): the
+                        attention output gate's rows, or a DeltaNet layer's planes */
     uint8_t *bad;    /* [n_rows] set by forward.c when a matmul input row held NaN/Inf (int8 activations hide them) */
 } cism__work;
 
@@ -97,6 +99,8 @@ struct cism_session {
     double *act_sums, *act_gram, *act_row;  /* act_row: one input row in double */
     int64_t *act_rows, *act_off;
     int64_t act_gram_block;
+
+    struct cism__dn_state *dn;  /* Gated DeltaNet layers' recurrent state and checkpoints (deltanet.h); NULL without */
 
     int32_t *tokens; /* [n_ctx] the ids at positions 0..n_past-1 (cism_session_tokens, state.c) */
 

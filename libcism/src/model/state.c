@@ -4,6 +4,7 @@
 #include "state.h"
 #include "session.h"
 #include "layer_shortconv.h"
+#include "deltanet.h"
 #include "../core/crc32.h"
 #include "../core/error.h"
 #include "../platform/platform.h"
@@ -19,6 +20,7 @@
 /* sliding-window rows older than the ring kept are zeros: rewinding below
    n_past re-evaluates (session.c) */
 #define STATE_FLAG_PARTIAL 4u
+#define STATE_FLAG_RECURRENT 8u  /* a Gated DeltaNet model's recurrent state and conv tails follow */
 
 /* Copies the K or V rows of positions [0, n) of (layer, head) to save_to, or
    from load_from; a ring keeps [kv_hi - ring, kv_hi): older rows save as zeros
@@ -91,9 +93,12 @@ static uint64_t model_fingerprint(const cism_model *m) {
 
 static uint64_t kv_elem_bytes(int32_t kv_type) { return kv_type == CISM_DTYPE_F32 ? 4u : 2u; }
 
+/* Bytes of the recurrent section: the current snapshot (deltanet.h), 0 without DeltaNet layers. */
+static uint64_t recurrent_bytes(const cism__hparams *hp) { return (uint64_t)cism__dn_snapshot_floats(hp) * 4u; }
+
 cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler, const char *path) {
     const cism__hparams *hp;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, total, off, layer_bytes;
+    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, total, off, layer_bytes, rec_bytes;
     uint8_t *buf;
     int has_layers;
     int64_t l, h;
@@ -103,19 +108,21 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     if (!s || !path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_save: %s is NULL", s ? "path" : "session");
     hp = &s->model->hp;
     row_bytes = (uint64_t)s->n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
-    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes;
+    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
     logit_bytes = (uint64_t)s->logit_rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = sampler ? cism__sampler_state_size(sampler) : 0;
     has_layers = hp->n_shortconv > 0;
     layer_bytes = cism__shortconv_state_bytes(s, s->n_past);
-    total = STATE_HEADER + kv_bytes + (has_layers ? 8u + layer_bytes : 0u) + 4u * (uint64_t)s->n_past + logit_bytes +
-            samp_bytes + 4u;
+    rec_bytes = recurrent_bytes(hp);
+    total = STATE_HEADER + kv_bytes + (has_layers ? 8u + layer_bytes : 0u) + rec_bytes + 4u * (uint64_t)s->n_past +
+            logit_bytes + samp_bytes + 4u;
     if ((uint64_t)(size_t)total != total || !(buf = (uint8_t *)malloc((size_t)total)))
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "out of memory for the session state (%.1f MiB)", (double)total / 1048576.0);
     memset(buf, 0, STATE_HEADER);
     memcpy(buf, STATE_MAGIC, 8);
     cism__put_u32(buf + 8, STATE_VERSION);
-    cism__put_u32(buf + 12, (sampler ? STATE_FLAG_SAMPLER : 0u) | (has_layers ? STATE_FLAG_LAYERS : 0u));
+    cism__put_u32(buf + 12, (sampler ? STATE_FLAG_SAMPLER : 0u) | (has_layers ? STATE_FLAG_LAYERS : 0u) |
+                                (rec_bytes ? STATE_FLAG_RECURRENT : 0u));
     cism__put_u64(buf + 16, model_fingerprint(s->model));
     cism__put_u32(buf + 24, (uint32_t)hp->vocab);
     cism__put_u32(buf + 28, (uint32_t)hp->n_layers);
@@ -149,6 +156,8 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
         cism__shortconv_state_write(s, s->n_past, buf + off + 8);
         off += 8u + layer_bytes;
     }
+    if (rec_bytes) memcpy(buf + off, s->dn->buf[s->dn->cur], (size_t)rec_bytes);
+    off += rec_bytes;
     for (l = 0; l < s->n_past; l++, off += 4) cism__put_u32(buf + off, (uint32_t)s->tokens[l]);
     if (logit_bytes) memcpy(buf + off, s->logits, (size_t)logit_bytes);
     off += logit_bytes;
@@ -164,7 +173,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
 static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8_t *d, uint64_t size, const char *path) {
     const cism__hparams *hp = &s->model->hp;
     uint32_t version, flags, kv_type, n_past, last_n, rows, keep_rows;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, off, fp, layer_bytes, layer_sec;
+    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, off, fp, layer_bytes, layer_sec, rec_bytes = recurrent_bytes(hp);
     int64_t l, h;
     int has_layers = hp->n_shortconv > 0;
     if (size < STATE_HEADER + 4u || memcmp(d, STATE_MAGIC, 8) != 0) {
@@ -185,8 +194,12 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         return cism__fail(CISM_ERR_FORMAT, "%s: session state is corrupted (checksum mismatch)", path);
     flags = cism__get_u32(d + 12);
     fp = cism__get_u64(d + 16);
-    if (flags & ~(STATE_FLAG_SAMPLER | STATE_FLAG_LAYERS | STATE_FLAG_PARTIAL))
+    if (flags & ~(STATE_FLAG_SAMPLER | STATE_FLAG_LAYERS | STATE_FLAG_PARTIAL | STATE_FLAG_RECURRENT))
         return cism__fail(CISM_ERR_FORMAT, "%s: unknown flags 0x%x", path, flags);
+    if (((flags & STATE_FLAG_RECURRENT) != 0) != (rec_bytes != 0))
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state %s the recurrent state of linear-attention layers, which this "
+                          "model %s: load it with the model it was saved from", path,
+                          (flags & STATE_FLAG_RECURRENT) ? "holds" : "lacks", rec_bytes ? "needs" : "does not have");
     if (cism__get_u32(d + 24) != (uint32_t)hp->vocab || cism__get_u32(d + 28) != (uint32_t)hp->n_layers ||
         cism__get_u32(d + 32) != (uint32_t)hp->n_kv_heads || cism__get_u32(d + 36) != (uint32_t)hp->head_dim)
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state comes from another model (vocab %u, %u layers, %u KV heads "
@@ -211,7 +224,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     if (rows == 0 ? last_n != 0 : (last_n < 1 || last_n > n_past || (rows != 1 && rows != last_n)))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's position fields are inconsistent", path);
     row_bytes = (uint64_t)n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
-    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes;
+    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
     logit_bytes = (uint64_t)rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = cism__get_u64(d + 80);
     if (((flags & STATE_FLAG_LAYERS) != 0) != has_layers)
@@ -220,13 +233,13 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     layer_bytes = cism__shortconv_state_bytes(s, n_past);
     layer_sec = has_layers ? 8u + layer_bytes : 0u;
     if (cism__get_u64(d + 64) != kv_bytes || cism__get_u64(d + 72) != logit_bytes || samp_bytes > size ||
-        STATE_HEADER + kv_bytes + layer_sec + 4u * (uint64_t)n_past + logit_bytes + samp_bytes + 4u != size ||
+        STATE_HEADER + kv_bytes + layer_sec + rec_bytes + 4u * (uint64_t)n_past + logit_bytes + samp_bytes + 4u != size ||
         ((flags & STATE_FLAG_SAMPLER) != 0) != (samp_bytes != 0) ||
         (has_layers && cism__get_u64(d + STATE_HEADER + kv_bytes) != layer_bytes))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's section sizes do not match its header", path);
     if (sampler && !(flags & STATE_FLAG_SAMPLER))
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state was saved without a sampler: load it with sampler NULL", path);
-    for (off = STATE_HEADER + kv_bytes + layer_sec, l = 0; l < (int64_t)n_past; l++, off += 4)
+    for (off = STATE_HEADER + kv_bytes + layer_sec + rec_bytes, l = 0; l < (int64_t)n_past; l++, off += 4)
         if ((int64_t)cism__get_u32(d + off) >= hp->vocab)
             return cism__fail(CISM_ERR_FORMAT, "%s: session state's token %lld is outside the vocabulary", path, (long long)l);
     /* room for the logits rows this session keeps */
@@ -237,7 +250,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         s->logits = p;
         s->logits_cap = keep_rows;
     }
-    off = STATE_HEADER + kv_bytes + layer_sec + 4u * (uint64_t)n_past + logit_bytes;
+    off = STATE_HEADER + kv_bytes + layer_sec + rec_bytes + 4u * (uint64_t)n_past + logit_bytes;
     if (sampler) {
         cism_status st = cism__sampler_state_read(sampler, d + off, samp_bytes, path);
         if (st != CISM_OK) return st;
@@ -257,6 +270,11 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     s->kv_min_keep = flags & STATE_FLAG_PARTIAL ? (int32_t)n_past : 0;
     if (has_layers) cism__shortconv_state_read(s, n_past, d + off + 8);
     off += layer_sec;
+    if (rec_bytes) { /* the saved position's state; no checkpoints before it (a rewind evaluates again from 0) */
+        cism__dn_reset(s);
+        memcpy(s->dn->buf[s->dn->cur], d + off, (size_t)rec_bytes);
+    }
+    off += rec_bytes;
     for (l = 0; l < (int64_t)n_past; l++, off += 4) s->tokens[l] = (int32_t)cism__get_u32(d + off);
     if (keep_rows)
         memcpy(s->logits, d + off + (uint64_t)(rows - keep_rows) * (uint64_t)hp->vocab * 4u,

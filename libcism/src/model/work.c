@@ -1,6 +1,7 @@
 /* work.c - the scratch of a forward pass (cism__work, session.h): a session's
  * for its own evals, a batch's for the rows of several sessions. */
 #include "session.h"
+#include "deltanet.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
 
@@ -15,6 +16,7 @@ static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
 
 static int64_t widest_input(const cism__hparams *hp) {
     int64_t q_rows = hp->n_heads * hp->head_dim, widest = hp->dim > q_rows ? hp->dim : q_rows;
+    if (hp->n_dn_layers && hp->dn_v_heads * hp->dn_v_dim > widest) widest = hp->dn_v_heads * hp->dn_v_dim; /* DeltaNet out_proj */
     return hp->ffn_dim > widest ? hp->ffn_dim : widest;
 }
 
@@ -28,8 +30,8 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
     int64_t q_rows = hp->n_heads * hp->head_dim;
     return n_rows * hp->dim * 3 + n_rows * q_rows * 2 + n_rows * hp->ffn_dim * 2 +
            (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
-           n_rows * hp->rope_dim * 2 + (hp->n_shortconv ? n_rows * hp->dim * 3 : 0) +
-           (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + widest_input(hp) : 0);
+           n_rows * hp->rope_dim * 2 + (hp->n_shortconv ? n_rows * hp->dim * 3 : 0) + n_rows * cism__mix_row_floats(hp) +
+           (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + widest_input(hp) : 0);
 }
 
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
@@ -46,8 +48,8 @@ void *cism__alloc_floats(int64_t n, int *failed) {
 
 void cism__work_free_buffers(cism__work *w) {
     free(w->x); free(w->xb); free(w->q); free(w->att); free(w->ob); free(w->hb); free(w->hb2);
-    free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->bad); free(w->conv);
-    w->x = w->xb = w->q = w->att = w->ob = w->hb = w->hb2 = w->conv = w->tmp = w->scores = w->rope_cos = w->rope_sin = NULL;
+    free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->bad); free(w->conv); free(w->mix);
+    w->x = w->xb = w->q = w->att = w->ob = w->hb = w->hb2 = w->conv = w->mix = w->tmp = w->scores = w->rope_cos = w->rope_sin = NULL;
     w->xq = w->bad = NULL;
     w->xo_tmp = NULL;
     w->n_rows = w->n_ctx = 0;
@@ -77,6 +79,7 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
         w->rope_cos = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed); /* two tables of rope_dim / 2 */
         w->rope_sin = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed);
         if (hp->n_shortconv) w->conv = (float *)cism__alloc_floats(n_rows * hp->dim * 3, &failed);
+        w->mix = (float *)cism__alloc_floats(n_rows * cism__mix_row_floats(hp) + (int64_t)w->nth * cism__mix_thread_floats(hp), &failed);
         w->bad = (uint8_t *)calloc((size_t)n_rows, 1);
         if (!w->bad) failed = 1;
         if (w->act_quant) { /* one quantized row per token, for the widest matmul input */
