@@ -276,6 +276,8 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", metavar="PNG", help="also draw KLD against bits per weight (the plot extra: matplotlib)")
+    ap.add_argument("--recipes", default="",
+                    help="only these libcism rows (comma-separated labels of OURS, e.g. f32,q8,q4a); default all")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="also each model with its quantization grid broken: noise of +-F/2 of a Q4_1 step")
     a = ap.parse_args()
@@ -308,6 +310,8 @@ def main():
         base = None
         base_lp = None   # libcism f32's log-probabilities: the reference of every KLD
         for label, recipe, act, calib in OURS:
+            if a.recipes and label != "f32" and label not in a.recipes.split(","):
+                continue
             path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}{'.calibrated-' + calib if calib else ''}.cism")
             if not os.path.exists(path):
                 convert(folder, path, quant=recipe, overwrite=True, progress=None, calibrate=calib, n_threads=a.threads)
