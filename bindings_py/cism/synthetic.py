@@ -107,6 +107,10 @@ PRESETS: Dict[str, Preset] = {p.name: p for p in [
            1000000.0, 1e-6, True, _gemma3(26, 1152)),
     Preset("smollm3-3b", "HuggingFaceTB/SmolLM3-3B", "smollm3", 128256, 2048, 36, 16, 4, 128, 11008, 65536,
            5000000.0, 1e-6, True, {"model.layer_rope": [int((i + 1) % 4 != 0) for i in range(36)]}),
+    Preset("lfm2-1.2b", "LiquidAI/LFM2-1.2B", "lfm2", 65536, 2048, 16, 32, 8, 64, 8192, 128000,
+           1000000.0, 1e-5, True, {"model.layer_types": ["attention" if i in (2, 5, 8, 10, 12, 14) else "shortconv"
+                                                        for i in range(16)],
+                                   "model.conv_kernel": 3, "model.qk_norm": 1}),
     Preset("phi3-mini", "microsoft/Phi-3-mini-4k-instruct", "phi3", 32064, 3072, 32, 32, 32, 96, 8192, 4096,
            10000.0, 1e-5, False, {"model.sliding_window": 2047}),
 ]}
