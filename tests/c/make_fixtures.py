@@ -40,6 +40,12 @@ FAMILY_CONFIGS = {
     "smollm3": dict(architectures=["SmolLM3ForCausalLM"], num_hidden_layers=4, tie_word_embeddings=True),
     "phi3": dict(architectures=["Phi3ForCausalLM"], num_hidden_layers=2, sliding_window=12,
                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    "lfm2": dict(architectures=["Lfm2ForCausalLM"], num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"],
+                 conv_L_cache=3, conv_bias=True, block_auto_adjust_ff_dim=False),
+    "qwen35": dict(architectures=["Qwen3_5ForCausalLM"], num_hidden_layers=3, head_dim=24, linear_num_key_heads=1,
+                   linear_num_value_heads=3, linear_key_head_dim=10, linear_value_head_dim=14,
+                   linear_conv_kernel_dim=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+                   rope_parameters={"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5}),
 }
 
 

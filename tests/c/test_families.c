@@ -1,16 +1,17 @@
 /* test_families.c - the families beyond the Llama layout (Gemma 3: sliding
  * windows with their own RoPE base, post norms, GeGLU, scaled embeddings;
- * SmolLM3: NoPE layers; Phi-3: partial RoPE, a window on every layer) on
+ * SmolLM3: NoPE layers; Phi-3: partial RoPE, a window on every layer; LFM2:
+ * short convolutions; Qwen3.5: Gated DeltaNet, gated attention) on
  * random fixtures (make_fixtures.py), with every kernel tier this CPU runs:
- *   - a 48-token prefill within 1e-4 of the scalar tier (f32 weights, f32 KV)
- *     or, with q8 weights and int8 activations, within 0.5 (test_tiers.c
+ *   - an 80-token prefill (past a 64-position DeltaNet block) within 1e-4 of
+ *     the scalar tier (f32 weights, f32 KV) or, with q8 weights and int8 activations, within 0.5 (test_tiers.c
  *     says why) with the same argmax on most rows;
- *   - bit-identical rows for 1 and 2 threads and for chunks of 1, 7 and 48;
+ *   - bit-identical rows for 1 and 2 threads and for chunks of 1, 7 and 80;
  *   - Gemma 3's sliding-window ring (n_ctx 1024, n_batch 5: rings of
  *     8 + 5 + 256 positions): 700 tokens give the bits of a session without
  *     rings; rewinding 100 (within the slack) or 600 (past the ring: the kept
  *     tokens are evaluated again) and continuing gives a fresh session's bits.
- * Parity with transformers is tests/python/test_parity_families.py; these
+ * Parity with transformers is tests/python/test_parity_*.py; these
  * run on every build, the ARM tiers under qemu included. */
 #include "cism.h"
 #include "test_util.h"
@@ -19,7 +20,7 @@
 #include <string.h>
 
 #define VOCAB 256
-#define N 48
+#define N 80
 
 static int g_quick;
 
@@ -165,13 +166,13 @@ done:
 }
 
 int main(void) {
-    const char *names[3] = {"gemma3", "smollm3", "phi3"};
+    const char *names[5] = {"gemma3", "smollm3", "phi3", "lfm2", "qwen35"};
     int32_t tok[N];
     char path[64];
     int i;
     g_quick = getenv("CISM_TEST_QUICK") && strcmp(getenv("CISM_TEST_QUICK"), "1") == 0;
     for (i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 11) % (VOCAB - 3)) + 3;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 5; i++) {
         snprintf(path, sizeof(path), "family-%s.cism", names[i]);
         check_model(path, 0, tok);
         snprintf(path, sizeof(path), "family-%s.q8.cism", names[i]);
