@@ -126,9 +126,10 @@ enum {
                                    1 = the session sums the squares of every weight matrix's inputs
                                    per column (cism_session_act_stats); G >= 2 = also the G x G
                                    blocks along the diagonal of their Gram matrix (cism_session_act_gram) */
-    CISM_PARAM_ACT_OUTLIERS = 10, /* int bool, default 1: with int8 activations, the few channels of a
-                                   row larger than 8x its RMS are left out of the int8 blocks and
-                                   their products computed exactly in float (docs/QUANTIZATION.md) */
+    CISM_PARAM_ACT_OUTLIERS = 10, /* int bool, default 1: with int8 activations, up to 8 channels of a
+                                   row that dominate their blocks of 32 are left out of the int8
+                                   blocks and their products computed exactly in float
+                                   (docs/QUANTIZATION.md, "Outlier channels") */
     CISM_PARAM_VERIFY_CHECKSUMS = 11 /* int bool, default 0: at load, compare every tensor's data with
                                    its checksum (format version 3; a read of the whole file). The
                                    header, metadata and tensor directory are checked on every load.

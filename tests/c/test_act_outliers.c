@@ -1,13 +1,15 @@
 /* test_act_outliers.c - int8 activations with outlier channels computed
  * exactly (model/act_outliers.c), for every packed dtype and every tier:
- *   - the table holds the channels above the threshold, largest first, and
- *     their exact values; a row without outliers quantizes as before;
+ *   - the table holds the channels of the greedy rule (quant.h, computed here
+ *     the slow way), in its order, and their exact values; a row without
+ *     outliers quantizes as before, Gaussian-like rows get few;
  *   - the epilogue's weight decode: a one-entry table of value 1 on y = 0
  *     gives exactly the dequantized column, for every row;
  *   - a row with strong outlier channels lands much closer to the exact
  *     float product than plain int8 activations;
- *   - every tier gives the scalar tier's bits (same int8 kernel bits, the same
- *     epilogue code), whatever the row range of the call. */
+ *   - every tier gives the scalar tier's bits (same int8 kernel bits, the
+ *     tier epilogues the same operations as the C code), whatever the row
+ *     range of the call and the number of tokens; every E4M3 scale byte. */
 #include "cism.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
@@ -23,7 +25,7 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xffffffu) / 8388608.0f - 1.0f;
 }
 
-enum { ROWS = 48, COLS = 200 };
+enum { ROWS = 48, COLS = 200, TMP = COLS + 3 * ((COLS + 31) / 32) };
 static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A};
 
@@ -31,38 +33,54 @@ static int64_t ldq_of(int64_t cols) {
     return (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
 
-/* The table against its definition, computed here the slow way: the channels
-   above ratio x RMS by decreasing magnitude (ties: lower index first). */
+/* The table against its definition, computed here the slow way: repeatedly,
+   over the blocks of 32 of the row with the channels taken so far set to 0,
+   the block whose max squared minus its second largest squared (the drop of
+   the noise sum N = sum of block max^2 when its max is taken out) is largest
+   (ties: the first block; the first index of its max), taken while that drop
+   exceeds CISM__A8_OUT_GAIN x N / blocks, at most CISM__A8_MAX_OUT. */
 static void check_table(const cism__kernels *ref, const float *x, uint8_t *q, int64_t ldq, float *tmp, int want_n) {
     const cism__act8_out *o = (const cism__act8_out *)(const void *)(q + ldq - (int64_t)sizeof(cism__act8_out));
-    double ss = 0;
-    int64_t i, j, n = 0, order[COLS];
-    float thr;
-    for (i = 0; i < COLS; i++) ss += (double)x[i] * x[i];
-    thr = (float)(CISM__A8_OUT_RATIO * sqrt(ss / COLS));
-    for (i = 0; i < COLS; i++)
-        if (fabsf(x[i]) > thr) order[n++] = i;
-    for (i = 1; i < n; i++)
-        for (j = i; j > 0 && fabsf(x[order[j]]) > fabsf(x[order[j - 1]]); j--) {
-            int64_t t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+    enum { NB = (COLS + 31) / 32 };
+    float t[COLS];
+    int64_t i, b, n = 0, order[CISM__A8_MAX_OUT];
+    memcpy(t, x, sizeof(t));
+    while (n < CISM__A8_MAX_OUT) {
+        double N = 0, g[NB], best;
+        int64_t at[NB], pick = -1;
+        for (b = 0; b < NB; b++) {
+            float m1 = 0, m2 = 0;
+            at[b] = b * 32;
+            for (i = b * 32; i < (b + 1) * 32 && i < COLS; i++) {
+                if (fabsf(t[i]) > m1) { m2 = m1; m1 = fabsf(t[i]); at[b] = i; }
+                else if (fabsf(t[i]) > m2) m2 = fabsf(t[i]);
+            }
+            N += (double)m1 * m1;
+            g[b] = (double)m1 * m1 - (double)m2 * m2;
         }
-    if (n > CISM__A8_MAX_OUT) n = CISM__A8_MAX_OUT;
+        best = CISM__A8_OUT_GAIN * N / NB;
+        for (b = 0; b < NB; b++)
+            if (g[b] > best) { best = g[b]; pick = b; }
+        if (pick < 0) break;
+        order[n++] = at[pick];
+        t[at[pick]] = 0.0f;
+    }
     cism__act8_quantize_split(ref->quantize_act, x, COLS, q, ldq, tmp);
-    CHECK_MSG(o->n == n && n == want_n, "table of %d channels, expected %d (and %d)", o->n, (int)n, want_n);
+    CHECK_MSG(o->n == n && (want_n < 0 || n == want_n), "table of %d channels, expected %d (and %d)", o->n, (int)n, want_n);
     for (i = 0; i < n && i < o->n; i++) CHECK(o->idx[i] == order[i] && o->val[i] == x[order[i]]);
-    for (i = 0; i < COLS; i++) tmp[i] = x[i];
-    for (i = 0; i < o->n; i++) tmp[o->idx[i]] = 0.0f;  /* the int8 blocks are those of the row without them */
+    for (i = 0; i < COLS; i++) t[i] = x[i];
+    for (i = 0; i < o->n; i++) t[o->idx[i]] = 0.0f;  /* the int8 blocks are those of the row without them */
     {
         uint8_t *q2 = (uint8_t *)calloc(1, (size_t)ldq);
-        ref->quantize_act(tmp, COLS, q2);
+        ref->quantize_act(t, COLS, q2);
         CHECK(memcmp(q, q2, (size_t)cism__act8_row_bytes(COLS)) == 0);
         free(q2);
     }
 }
 
 static void test_table(const cism__kernels *ref) {
-    float x[COLS], tmp[COLS];
-    int64_t ldq = ldq_of(COLS), i;
+    float x[COLS], tmp[TMP];
+    int64_t ldq = ldq_of(COLS), i, r;
     uint8_t *q = (uint8_t *)calloc(1, (size_t)ldq), *q2 = (uint8_t *)calloc(1, (size_t)ldq);
     const cism__act8_out *o = (const cism__act8_out *)(const void *)(q + ldq - (int64_t)sizeof(cism__act8_out));
     for (i = 0; i < COLS; i++) x[i] = 0.1f * frand();
@@ -70,14 +88,38 @@ static void test_table(const cism__kernels *ref) {
     CHECK(o->n == 0);
     ref->quantize_act(x, COLS, q2);
     CHECK(memcmp(q, q2, (size_t)cism__act8_row_bytes(COLS)) == 0);
-    x[7] = 9.0f; x[150] = -12.0f; x[33] = 5.0f; x[199] = 7.5f; x[120] = 1.0f;
-    check_table(ref, x, q, ldq, tmp, 3);  /* 5.0 and 1.0 stay below 6 x RMS */
-    /* at most ratio^-2 x COLS channels can exceed the threshold (5 of 200 at 6 x RMS): five nearly
-       equal ones, more than CISM__A8_MAX_OUT, of which the largest are kept */
+    /* 9 and -40 share a block (the drop of taking -40 is 40^2 - 9^2, later 9's 9^2 - 0.1^2): the largest
+       drop first; once the others are out, 1.0 stands out of the 0.1 around it too */
+    x[7] = 9.0f; x[20] = -40.0f; x[33] = 5.0f; x[199] = 20.0f; x[120] = 1.0f;
+    check_table(ref, x, q, ldq, tmp, 5);
+    CHECK(o->idx[0] == 20 && o->idx[1] == 199 && o->idx[2] == 7 && o->idx[3] == 33 && o->idx[4] == 120);
+    /* two equal maxima in a block: taking one lowers nothing */
     for (i = 0; i < COLS; i++) x[i] = 0.1f * frand();
-    for (i = 0; i < 5; i++) x[10 + i] = 30.0f + 0.1f * (float)i;
-    check_table(ref, x, q, ldq, tmp, CISM__A8_MAX_OUT < 5 ? CISM__A8_MAX_OUT : 5);
-    for (i = 0; i < o->n; i++) CHECK(o->idx[i] == 14 - i);
+    x[40] = 30.0f; x[41] = -30.0f;
+    check_table(ref, x, q, ldq, tmp, 0);
+    /* more strong channels than CISM__A8_MAX_OUT: the largest drops are taken, two in one block */
+    for (i = 0; i < COLS; i++) x[i] = 0.1f * frand();
+    for (i = 0; i < 12; i++) x[3 + 2 * i] = 1000.0f / (float)(1 << i); /* one block */
+    x[150] = -700.0f;
+    check_table(ref, x, q, ldq, tmp, CISM__A8_MAX_OUT);
+    /* random rows, plain and heavy-tailed */
+    for (r = 0; r < 200; r++) {
+        for (i = 0; i < COLS; i++) {
+            float u = frand();
+            x[i] = r % 2 ? u * u * u * u * u * 8.0f : u;
+        }
+        check_table(ref, x, q, ldq, tmp, -1);
+    }
+    /* a Gaussian-like row (sum of uniforms) rarely has one */
+    {
+        int n = 0;
+        for (r = 0; r < 100; r++) {
+            for (i = 0; i < COLS; i++) x[i] = frand() + frand() + frand() + frand();
+            cism__act8_quantize_split(ref->quantize_act, x, COLS, q, ldq, tmp);
+            n += o->n;
+        }
+        CHECK_MSG(n < 20, "%d outlier channels in 100 rows without outliers", n);
+    }
     free(q); free(q2);
 }
 
@@ -86,7 +128,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     float *w = (float *)malloc(sizeof(float) * ROWS * COLS), *wd = (float *)malloc(sizeof(float) * ROWS * COLS);
     uint8_t *wq = (uint8_t *)malloc((size_t)(rb * ROWS));
     uint8_t *xq = (uint8_t *)calloc(1, (size_t)ldq), *xp = (uint8_t *)calloc(1, (size_t)ldq);
-    float x[COLS], tmp[COLS], col[ROWS], ys[ROWS], yk[ROWS], yp[ROWS];
+    float x[COLS], tmp[TMP], col[ROWS], ys[ROWS], yk[ROWS], yp[ROWS];
     double err_split = 0, err_plain = 0;
     cism__act8_out *o = (cism__act8_out *)(void *)(xq + ldq - (int64_t)sizeof(cism__act8_out));
     int64_t got = 0;
@@ -97,7 +139,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     for (c = 0; c < COLS; c++) {
         memset(col, 0, sizeof(col));
         o->n = 1; o->idx[0] = (int32_t)c; o->val[0] = 1.0f;
-        cism__act8_add_outliers(dt, wq, (uint64_t)rb, xq, ldq, col, 1, 1, 0, ROWS);
+        cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, col, 1, 1, 0, ROWS);
         for (r = 0; r < ROWS; r++)
             if (col[r] != wd[r * COLS + c]) {
                 CHECK_MSG(0, "%s: column %d row %d: %g, dequantized %g", cism_dtype_name(dt), (int)c, (int)r,
@@ -113,7 +155,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     CHECK(o->n == 3);
     ref->quantize_act(x, COLS, xp);
     ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xq, ldq, ys, ROWS, 1, 0, ROWS);
-    cism__act8_add_outliers(dt, wq, (uint64_t)rb, xq, ldq, ys, ROWS, 1, 0, ROWS);
+    cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xq, ldq, ys, ROWS, 1, 0, ROWS);
     ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xp, ldq, yp, ROWS, 1, 0, ROWS);
     for (r = 0; r < ROWS; r++) {
         double e = 0;
@@ -125,10 +167,48 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
               err_plain);
     /* this tier, in two row ranges (whole groups of 16), gives the scalar tier's bits */
     k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 0, 16);
-    cism__act8_add_outliers(dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 0, 16);
+    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 0, 16);
     k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 16, ROWS);
-    cism__act8_add_outliers(dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 16, ROWS);
+    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 16, ROWS);
     CHECK_MSG(memcmp(yk, ys, sizeof(ys)) == 0, "%s on %s: not the scalar tier's bits", cism_dtype_name(dt), k->name);
+    /* several tokens with different tables (the column cache across tokens), in three row ranges */
+    {
+        enum { NT = 4 };
+        uint8_t *xs = (uint8_t *)calloc(NT, (size_t)ldq);
+        float *y1 = (float *)calloc(NT * ROWS, sizeof(float)), *y2 = (float *)calloc(NT * ROWS, sizeof(float));
+        int64_t t;
+        for (t = 0; t < NT; t++) {
+            for (c = 0; c < COLS; c++) x[c] = 0.5f * frand();
+            x[3 + 32 * t] = 30.0f; x[64] = -25.0f + (float)t; x[130 + t] = 20.0f; x[199 - 16 * t] = 12.0f;
+            cism__act8_quantize_split(ref->quantize_act, x, COLS, xs + t * ldq, ldq, tmp);
+        }
+        ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y1, ROWS, NT, 0, ROWS);
+        cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
+        for (r = 0; r < ROWS; r += 16) {
+            k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y2, ROWS, NT, r, r + 16);
+            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, ROWS, NT, r, r + 16);
+        }
+        CHECK_MSG(memcmp(y1, y2, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
+                  cism_dtype_name(dt), k->name, (int)NT);
+        free(xs); free(y1); free(y2);
+    }
+    /* q4sx16: every E4M3 scale byte (subnormals, NaNs) decodes as the C code does (last: it edits wq) */
+    if (dt == CISM_DTYPE_Q4SX16) {
+        cism__x16 g = cism__x16_geom(dt, (uint64_t)rb);
+        uint8_t *sc = (uint8_t *)(uintptr_t)cism__x16_scales(&g, wq, 0);
+        float c1[16], c2[16];
+        int v, i;
+        for (v = 0; v < 16; v++) {
+            for (i = 0; i < 16; i++) sc[i] = (uint8_t)(16 * v + i);
+            memset(c1, 0, sizeof(c1));
+            memset(c2, 0, sizeof(c2));
+            o->n = 1; o->idx[0] = 5; o->val[0] = 1.0f;
+            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xq, ldq, c1, 16, 1, 0, 16);
+            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, c2, 16, 1, 0, 16);
+            CHECK_MSG(memcmp(c1, c2, sizeof(c1)) == 0, "q4sx16 on %s: E4M3 scales %d..%d decode differently", k->name,
+                      16 * v, 16 * v + 15);
+        }
+    }
     free(w); free(wd); free(wq); free(xq); free(xp);
 }
 

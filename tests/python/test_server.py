@@ -164,7 +164,8 @@ def test_logprobs_are_log_softmax_of_the_logits(client, offline):
     r = client.chat.completions.create(model="smol", messages=Q1, max_tokens=8, temperature=0, logprobs=True,
                                        top_logprobs=3)
     content = r.choices[0].logprobs.content
-    assert len(content) == r.usage.completion_tokens == 8
+    # 8 tokens, or fewer when the greedy reply ends first ("The capital of France is Paris." is 7)
+    assert len(content) == r.usage.completion_tokens and 1 <= len(content) <= 8
     assert "".join(e.token for e in content) == r.choices[0].message.content
     for e in content:   # greedy: the chosen token is the most likely one
         assert len(e.top_logprobs) == 3 and e.logprob <= 0

@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include "dtype.h"
 
+struct cism__x16; /* quant.h */
+
 /* y[t*ldy + r] = dot(W row r, x[t*ldx .. t*ldx+cols))  for r in [r0, r1), t in [0, nt).
    W rows are row_bytes apart, in the matmul's dtype. */
 typedef void (*cism__matmul_fn)(const void *w, uint64_t row_bytes, int64_t cols,
@@ -86,6 +88,21 @@ typedef struct cism__kernels {
        smull + sadalp; SDOT; SMMLA) on register operands. Returns the
        multiply-adds done; folds the result into *sink. */
     int64_t (*int8_mac_loop)(int64_t iters, int32_t *sink);
+    /* The outlier epilogue of the interleaved formats (model/act_outliers.c)
+       on groups [g0, g1) of a q8x16 (base CISM_DTYPE_Q8) or q4sx16
+       (CISM_DTYPE_Q4S) matrix w (geometry g) for nt tokens: the quantized rows
+       xq (ldq bytes apart, each ending in its cism__act8_out table) and y (the
+       outputs of each token from row 0, ldy apart). For each token and
+       k = 0..n-1 of its table in order, y[r] = y[r] + val[k] * w(r, idx[k]),
+       the weight decoded exactly (q8: f16 scale x int8 code; q4s: E4M3 scale
+       x scale_mul x level), one rounding per product and per sum, so every
+       tier has the C code's bits. NULL: act_outliers.c's C code. */
+    void (*outliers_x16)(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
+                         const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1);
+    /* The same for rows [r0, r1) of q4a (r1 - r0 a multiple of 16); weight =
+       d * code + m, the product then the sum, as the C code. */
+    void (*outliers_q4a)(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                         int64_t ldy, int64_t r0, int64_t r1);
 } cism__kernels;
 
 /* The reference tier; always available. */

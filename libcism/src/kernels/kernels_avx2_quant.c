@@ -729,7 +729,184 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 7 * 32;
 }
 
+/* The outlier epilogues (kernels.h), 8 rows per register. A column's place in
+   a group, the same for every group: where its codes and scales are, and the
+   shift that brings its code to the top (q8, then sign-extended) or the
+   bottom (4-bit, then masked) of each row's 32-bit lane. */
+enum { OSLOTS = 64 }; /* decoded columns kept per group (a power of two) */
+
+typedef struct ocol {
+    int64_t code, scale;
+    int shift;
+} ocol;
+
+static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, int q8, int64_t B, int32_t c) {
+    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    ocol p;
+    p.code = (int64_t)(cism__x16_codes(g, grp, b) - grp) + (byte / 4) * 64;
+    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    return p;
+}
+
+/* 8 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
+   normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
+   m x 2^-9 (exact), the NaN codes as the table's. */
+CISM__INLINE __m256 e4m3_8(__m256i b) {
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 3), _mm256_set1_epi32(15)), m = _mm256_and_si256(b, _mm256_set1_epi32(7));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    const __m256i nrm = _mm256_or_si256(sign, _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                                                              _mm256_slli_epi32(m, 20)));
+    const __m256i sub = _mm256_or_si256(sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0.001953125f))));
+    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+    __m256i v = _mm256_blendv_epi8(nrm, sub, _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    if (!_mm256_testz_si256(nan, nan)) {
+        const __m256i pn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0x7f]));
+        const __m256i nn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0xff]));
+        const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), _mm256_set1_epi32(0x80));
+        v = _mm256_blendv_epi8(v, _mm256_blendv_epi8(pn, nn, neg), nan);
+    }
+    return _mm256_castsi256_ps(v);
+}
+
+/* Rows 8h..8h+7 of column p of a group, decoded exactly: q8x16: the f16
+   scales widened, the codes sign-extended, their product; q4sx16: the E4M3
+   scales times scale_mul, the nibbles through the levels,
+   their product. */
+CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const float *lv, __m256 smul) {
+    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + p.code + 32 * h));
+    if (q8) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p.scale + 16 * h)));
+        q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm_cvtsi32_si128(24));
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+    } else {
+        uint32_t s8[8];
+        __m256 d;
+        int i;
+        for (i = 0; i < 8; i++) s8[i] = grp[p.scale + 8 * h + i];
+        d = _mm256_mul_ps(e4m3_8(_mm256_loadu_si256((const __m256i *)(const void *)s8)), smul);
+        q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm256_set1_epi32(15));
+        return _mm256_mul_ps(d, _mm256_i32gather_ps(lv, q, 4));
+    }
+}
+
+CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
+}
+
+/* One token: the columns' places once, then group after group. Several: per
+   group, decoded columns kept for the next tokens in a small direct-mapped
+   cache. Either way one product and one sum per entry, as the C code. */
+static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
+                         const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int q8 = base == CISM_DTYPE_Q8;
+    const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
+    const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
+    const __m256 smul = _mm256_set1_ps(q8 ? 1.0f : f->scale_mul);
+    __m256 col[OSLOTS][2];
+    float lv[16];
+    int32_t tag[OSLOTS], k;
+    int64_t t, gi;
+    for (k = 0; k < 16; k++) lv[k] = q8 ? 0.0f : (float)f->levels[k];
+    if (nt == 1) {
+        const cism__act8_out *o = out_table(xq, ldq, 0);
+        ocol p[CISM__A8_MAX_OUT];
+        if (!o->n) return;
+        for (k = 0; k < o->n; k++) p[k] = x16_place(w, g, q8, B, o->idx[k]);
+        for (gi = g0; gi < g1; gi++) {
+            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+            float *yg = y + gi * CISM__X16;
+            __m256 a0 = _mm256_loadu_ps(yg), a1 = _mm256_loadu_ps(yg + 8);
+            for (k = 0; k < o->n; k++) {
+                const __m256 v = _mm256_set1_ps(o->val[k]);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, x16_col8(grp, p[k], 0, q8, lv, smul)));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, x16_col8(grp, p[k], 1, q8, lv, smul)));
+            }
+            _mm256_storeu_ps(yg, a0);
+            _mm256_storeu_ps(yg + 8, a1);
+        }
+        return;
+    }
+    for (gi = g0; gi < g1; gi++) {
+        const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+        for (t = 0; t < nt; t++) {
+            const cism__act8_out *o = out_table(xq, ldq, t);
+            float *yt = y + t * ldy + gi * CISM__X16;
+            __m256 a0, a1;
+            if (!o->n) continue;
+            a0 = _mm256_loadu_ps(yt);
+            a1 = _mm256_loadu_ps(yt + 8);
+            for (k = 0; k < o->n; k++) {
+                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                __m256 v;
+                if (tag[s] != c) {
+                    const ocol p = x16_place(grp, g, q8, B, c);
+                    col[s][0] = x16_col8(grp, p, 0, q8, lv, smul);
+                    col[s][1] = x16_col8(grp, p, 1, q8, lv, smul);
+                    tag[s] = c;
+                }
+                v = _mm256_set1_ps(o->val[k]);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
+            }
+            _mm256_storeu_ps(yt, a0);
+            _mm256_storeu_ps(yt + 8, a1);
+        }
+    }
+}
+
+/* q4a: column c of 8 rows gathered, the dword at the block's start (d, m) and
+   the one ending in the code's byte (inside the block), d and m widened
+   exactly, then d * code + m. */
+CISM__INLINE __m256 q4a_half(const uint8_t *p, __m256i offs, int64_t j) {
+    const __m256i dm = _mm256_i32gather_epi32((const int *)(const void *)p, offs, 1);
+    const __m256i cb = _mm256_i32gather_epi32((const int *)(const void *)(p + 1 + j % 16), offs, 1);
+    const __m256i lo = _mm256_and_si256(dm, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(dm, 16);
+    const __m256 d = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+    const __m256 m = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+    const __m256i code = _mm256_and_si256(_mm256_srli_epi32(cb, j < 16 ? 24 : 28), _mm256_set1_epi32(15));
+    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(code)), m);
+}
+
+static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                         int64_t ldy, int64_t r0, int64_t r1) {
+    const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int32_t)row_bytes));
+    __m256 col[OSLOTS][2];
+    int32_t tag[OSLOTS], k;
+    int64_t t, r;
+    for (r = r0; r < r1; r += 16) {
+        const uint8_t *wr = w + (uint64_t)r * row_bytes;
+        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+        for (t = 0; t < nt; t++) {
+            const cism__act8_out *o = out_table(xq, ldq, t);
+            float *yt = y + t * ldy + r;
+            __m256 a0, a1;
+            if (!o->n) continue;
+            a0 = _mm256_loadu_ps(yt);
+            a1 = _mm256_loadu_ps(yt + 8);
+            for (k = 0; k < o->n; k++) {
+                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                __m256 v;
+                if (nt == 1 || tag[s] != c) {
+                    const uint8_t *p = wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES;
+                    col[s][0] = q4a_half(p, offs, c % CISM__Q4A_BLOCK);
+                    col[s][1] = q4a_half(p + 8 * row_bytes, offs, c % CISM__Q4A_BLOCK);
+                    tag[s] = c;
+                }
+                v = _mm256_set1_ps(o->val[k]);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
+            }
+            _mm256_storeu_ps(yt, a0);
+            _mm256_storeu_ps(yt + 8, a1);
+        }
+    }
+}
+
 void cism__fill_avx2_quant(cism__kernels *k) {
+    k->outliers_x16 = outliers_x16;
+    k->outliers_q4a = outliers_q4a;
     k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;

@@ -701,7 +701,177 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 12 * 64;
 }
 
+/* The outlier epilogues (kernels.h). A column's place in a group or block,
+   the same for every group: where its codes and scales are, and the shift
+   that brings its code to the top (q8, then sign-extended) or the bottom
+   (4-bit, then masked) of each row's 32-bit lane. */
+enum { OSLOTS = 64 }; /* decoded columns kept per group (a power of two) */
+
+typedef struct ocol {
+    int64_t code, scale;
+    int shift;
+} ocol;
+
+static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, int q8, int64_t B, int32_t c) {
+    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    ocol p;
+    p.code = (int64_t)(cism__x16_codes(g, grp, b) - grp) + (byte / 4) * 64;
+    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    return p;
+}
+
+/* 16 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
+   normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
+   m x 2^-9 (exact), the NaN codes as the table's. */
+CISM__INLINE __m512 e4m3_16(__m512i b) {
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(b, 3), _mm512_set1_epi32(15)), m = _mm512_and_si512(b, _mm512_set1_epi32(7));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+    const __m512i nrm = _mm512_or_si512(sign, _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
+                                                              _mm512_slli_epi32(m, 20)));
+    const __m512i sub = _mm512_or_si512(sign, _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0.001953125f))));
+    __m512i v = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), nrm, sub);
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    if (nan) {
+        const __m512i pn = _mm512_castps_si512(_mm512_set1_ps(cism__e4m3_table[0x7f]));
+        const __m512i nn = _mm512_castps_si512(_mm512_set1_ps(cism__e4m3_table[0xff]));
+        v = _mm512_mask_blend_epi32(nan, v, _mm512_mask_blend_epi32(_mm512_cmpneq_epi32_mask(sign, _mm512_setzero_si512()), pn, nn));
+    }
+    return _mm512_castsi512_ps(v);
+}
+
+/* Column p of a group, decoded exactly: q8x16: the f16 scales widened, the
+   codes sign-extended, their product; q4sx16: the E4M3 scales times scale_mul, the nibbles through the levels, their product. */
+CISM__INLINE __m512 x16_col(const uint8_t *grp, ocol p, int q8, __m512 levels, __m512 smul) {
+    __m512i q = _mm512_loadu_si512((const void *)(grp + p.code));
+    if (q8) {
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p.scale)));
+        q = _mm512_sra_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm_cvtsi32_si128(24));
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    } else {
+        const __m512i si = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(grp + p.scale)));
+        const __m512 d = _mm512_mul_ps(e4m3_16(si), smul);
+        q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm512_set1_epi32(15));
+        return _mm512_mul_ps(d, _mm512_permutexvar_ps(q, levels));
+    }
+}
+
+CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
+}
+
+/* One token: the columns' places once, then group after group. Several: per
+   group, decoded columns kept for the next tokens in a small direct-mapped
+   cache. Either way one product and one sum per entry, as the C code. */
+static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
+                         const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int q8 = base == CISM_DTYPE_Q8;
+    const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
+    const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
+    __m512 col[OSLOTS], levels = _mm512_setzero_ps(), smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
+    int32_t tag[OSLOTS], k;
+    int64_t t, gi;
+    if (!q8) {
+        float lv[16];
+        for (k = 0; k < 16; k++) lv[k] = (float)f->levels[k];
+        levels = _mm512_loadu_ps(lv);
+    }
+    if (nt == 1) {
+        const cism__act8_out *o = out_table(xq, ldq, 0);
+        ocol p[CISM__A8_MAX_OUT];
+        if (!o->n) return;
+        for (k = 0; k < o->n; k++) p[k] = x16_place(w, g, q8, B, o->idx[k]);
+        for (gi = g0; gi < g1; gi++) {
+            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+            __m512 acc = _mm512_loadu_ps(y + gi * CISM__X16);
+            for (k = 0; k < o->n; k++)
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), x16_col(grp, p[k], q8, levels, smul)));
+            _mm512_storeu_ps(y + gi * CISM__X16, acc);
+        }
+        return;
+    }
+    for (gi = g0; gi < g1; gi++) {
+        const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+        for (t = 0; t < nt; t++) {
+            const cism__act8_out *o = out_table(xq, ldq, t);
+            float *yt = y + t * ldy + gi * CISM__X16;
+            __m512 acc;
+            if (!o->n) continue;
+            acc = _mm512_loadu_ps(yt);
+            for (k = 0; k < o->n; k++) {
+                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                if (tag[s] != c) {
+                    col[s] = x16_col(grp, x16_place(grp, g, q8, B, c), q8, levels, smul);
+                    tag[s] = c;
+                }
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
+            }
+            _mm512_storeu_ps(yt, acc);
+        }
+    }
+}
+
+/* q4a: column c of 16 rows gathered, the dword at the block's start (d, m)
+   and the one ending in the code's byte (inside the block), d and m widened
+   exactly, then d * code + m. */
+CISM__INLINE __m512 q4a_col(const uint8_t *p, __m512i offs, int64_t j) {
+    const __m512i dm = _mm512_i32gather_epi32(offs, (const void *)p, 1);
+    const __m512i cb = _mm512_i32gather_epi32(offs, (const void *)(p + 1 + j % 16), 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    const __m512 m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    const __m512i code = _mm512_and_si512(_mm512_srli_epi32(cb, j < 16 ? 24 : 28), _mm512_set1_epi32(15));
+    return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
+}
+
+static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                         int64_t ldy, int64_t r0, int64_t r1) {
+    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int32_t)row_bytes));
+    __m512 col[OSLOTS];
+    int32_t tag[OSLOTS], k;
+    int64_t t, r;
+    if (nt == 1) {
+        const cism__act8_out *o = out_table(xq, ldq, 0);
+        if (!o->n) return;
+        for (r = r0; r < r1; r += 16) {
+            const uint8_t *wr = w + (uint64_t)r * row_bytes;
+            __m512 acc = _mm512_loadu_ps(y + r);
+            for (k = 0; k < o->n; k++) {
+                const int32_t c = o->idx[k];
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]),
+                                                       q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, offs,
+                                                               c % CISM__Q4A_BLOCK)));
+            }
+            _mm512_storeu_ps(y + r, acc);
+        }
+        return;
+    }
+    for (r = r0; r < r1; r += 16) {
+        const uint8_t *wr = w + (uint64_t)r * row_bytes;
+        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+        for (t = 0; t < nt; t++) {
+            const cism__act8_out *o = out_table(xq, ldq, t);
+            float *yt = y + t * ldy + r;
+            __m512 acc;
+            if (!o->n) continue;
+            acc = _mm512_loadu_ps(yt);
+            for (k = 0; k < o->n; k++) {
+                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                if (tag[s] != c) {
+                    col[s] = q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, offs, c % CISM__Q4A_BLOCK);
+                    tag[s] = c;
+                }
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
+            }
+            _mm512_storeu_ps(yt, acc);
+        }
+    }
+}
+
 void cism__fill_avx512_quant(cism__kernels *k) {
+    k->outliers_x16 = outliers_x16;
+    k->outliers_q4a = outliers_q4a;
     k->int8_mac_loop = int8_mac_loop;
     k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
     k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;

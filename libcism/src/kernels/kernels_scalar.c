@@ -223,6 +223,8 @@ static const cism__kernels g_scalar = {
     cism__quantize_act_scalar,
     gelu_tanh_mul,
     int8_mac_loop,
+    NULL, /* outliers_x16: act_outliers.c's C code */
+    NULL, /* outliers_q4a: the same */
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

@@ -2,14 +2,20 @@
  * exactly (CISM_PARAM_ACT_OUTLIERS, docs/QUANTIZATION.md "Outlier channels").
  *
  * Real models have a few activation channels far larger than the rest; a block
- * of 32 that holds one quantizes its other 31 values coarsely. Each quantized
- * row therefore keeps, after its int8 blocks, a small table: the channels
- * whose magnitude exceeds CISM__A8_OUT_RATIO times the row's RMS (at most
- * CISM__A8_MAX_OUT of them, the largest; ties by index), with their float
- * values. Those channels are zeroed before the row is quantized, so the int8
- * bulk gets a clean absmax, and after the integer-dot kernel each output
- * element adds value * weight (the weight decoded from its packed block) for
- * every channel of the table, in table order.
+ * of 32 that holds one quantizes its other 31 values coarsely: the int8 step
+ * of a block is its max / 127, so the row's int8 noise is proportional to
+ * N = sum over blocks of max^2. Each quantized row therefore keeps, after its
+ * int8 blocks, a small table of channels taken out greedily: the max of the
+ * block whose removal lowers N the most (max^2 - second largest^2; ties: the
+ * first block, the first index of its max), while that drop exceeds
+ * CISM__A8_OUT_GAIN x N / blocks (1.5 mean blocks' noise), at most
+ * CISM__A8_MAX_OUT of them, with their float values. Those channels are
+ * zeroed before the row is quantized, and after the integer-dot kernel each
+ * output element adds value * weight (the weight decoded exactly from its
+ * packed block) for every channel of the table, in table order: in the C
+ * code here, or for q8x16, q4sx16 and q4a in the tier's kernels (kernels.h
+ * outliers_x16, outliers_q4a), which do the same operations in the same
+ * order, so every tier has the same bits.
  *
  * Determinism: the table depends only on the row, and each output element
  * gets its additions in the same order whatever the row range of the call,
@@ -17,6 +23,7 @@
 #include "session.h"
 #include "../kernels/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -24,95 +31,114 @@ static cism__act8_out *table_of(uint8_t *qrow, int64_t ldq) {
     return (cism__act8_out *)(void *)(qrow + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
+/* The two largest |p[i]| of a whole block of 32. On the bits (sign cleared)
+   as unsigned integers, whose order is the floats' (a NaN is above every
+   number, so a row holding one gets a NaN noise sum, and no table): integer
+   min/max vectorize without assumptions on NaNs. A tournament: pairs, then
+   each level keeps the larger max and the larger of the seconds and the
+   smaller max. */
+static void block_top2(const float *p, float *m1, float *m2) {
+    uint32_t u[CISM__A8_BLOCK], M[16], S[16];
+    int i, w;
+    memcpy(u, p, sizeof(u));
+    for (i = 0; i < 16; i++) {
+        uint32_t a = u[i] & 0x7fffffffu, b = u[i + 16] & 0x7fffffffu;
+        M[i] = a > b ? a : b;
+        S[i] = a > b ? b : a;
+    }
+    for (w = 8; w >= 1; w /= 2)
+        for (i = 0; i < w; i++) {
+            uint32_t a = M[i], b = M[i + w], hi = a > b ? a : b, lo = a > b ? b : a;
+            uint32_t s = S[i] > S[i + w] ? S[i] : S[i + w];
+            S[i] = s > lo ? s : lo;
+            M[i] = hi;
+        }
+    memcpy(m1, &M[0], 4);
+    memcpy(m2, &S[0], 4);
+}
+
+/* Block b's two largest |t| (elements 32b .. 32b+31 below n). */
+static void block_stats(const float *t, int64_t n, int64_t b, float *m1, float *m2) {
+    float c[CISM__A8_BLOCK];
+    int64_t i, m = (b + 1) * CISM__A8_BLOCK <= n ? CISM__A8_BLOCK : n - b * CISM__A8_BLOCK;
+    if (m == CISM__A8_BLOCK) {
+        block_top2(t + b * CISM__A8_BLOCK, m1, m2);
+        return;
+    }
+    for (i = 0; i < CISM__A8_BLOCK; i++) c[i] = i < m ? t[b * CISM__A8_BLOCK + i] : 0.0f;
+    block_top2(c, m1, m2);
+}
+
+/* The first index of block b whose |t| is m1 (its max). */
+static int32_t block_argmax(const float *t, int64_t n, int64_t b, float m1) {
+    int64_t i, e = (b + 1) * CISM__A8_BLOCK < n ? (b + 1) * CISM__A8_BLOCK : n;
+    for (i = b * CISM__A8_BLOCK; i < e; i++)
+        if (fabsf(t[i]) == m1) return (int32_t)i;
+    return (int32_t)(b * CISM__A8_BLOCK);
+}
+
 void cism__act8_quantize_split(void (*quant)(const float *, int64_t, void *), const float *x, int64_t n,
                                uint8_t *qrow, int64_t ldq, float *tmp) {
     cism__act8_out *o = table_of(qrow, ldq);
-    float ss[8] = {0, 0, 0, 0, 0, 0, 0, 0}, mx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, thr, amax = 0.0f;
-    double sum = 0.0;
-    int64_t i;
-    int j, k;
+    const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK;
+    float *m1 = tmp + n, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
+    const float *src = x;
+    double N = 0.0;
+    int64_t b;
     o->n = 0;
-    /* eight independent lanes (vectorizable), then a fixed-order reduction */
-    for (i = 0; i + 8 <= n; i += 8)
-        for (j = 0; j < 8; j++) {
-            float v = x[i + j], a = fabsf(v);
-            ss[j] += v * v;
-            mx[j] = a > mx[j] ? a : mx[j];
-        }
-    for (j = 0; j < 8; j++) {
-        sum += ss[j];
-        amax = mx[j] > amax ? mx[j] : amax;
+    /* the int8 noise of a block is proportional to its max squared; N is the row's */
+    for (b = 0; b < nb; b++) {
+        block_stats(x, n, b, &m1[b], &m2[b]);
+        N += (double)m1[b] * m1[b];
     }
-    for (; i < n; i++) {
-        sum += (double)x[i] * x[i];
-        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    }
-    thr = (float)(CISM__A8_OUT_RATIO * sqrt(sum / (double)(n > 0 ? n : 1)));
-    if (!(amax > thr)) { /* no outlier (or NaN: the plain quantizer, the caller flags it) */
-        quant(x, n, qrow);
-        return;
-    }
-    for (i = 0; i < n; i++) {
-        float a;
-        if ((i & 7) == 0 && i + 8 <= n) { /* skip whole groups of 8 below the threshold */
-            float g = 0.0f;
-            for (j = 0; j < 8; j++) g = fabsf(x[i + j]) > g ? fabsf(x[i + j]) : g;
-            if (!(g > thr)) {
-                i += 7;
-                continue;
+    while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
+        /* the block whose max, taken out, lowers N the most, if by more than
+           CISM__A8_OUT_GAIN mean blocks; ties: the first block */
+        double best = CISM__A8_OUT_GAIN * N / (double)nb;
+        int64_t pick = -1;
+        int32_t at;
+        for (b = 0; b < nb; b++) {
+            double g = (double)m1[b] * m1[b] - (double)m2[b] * m2[b];
+            if (g > best) {
+                best = g;
+                pick = b;
             }
         }
-        a = fabsf(x[i]);
-        if (!(a > thr) || a == 0.0f) continue;
-        /* keep the CISM__A8_MAX_OUT largest, sorted by decreasing magnitude (stable: earlier index first) */
-        for (j = o->n; j > 0 && fabsf(o->val[j - 1]) < a; j--) {
-            if (j < CISM__A8_MAX_OUT) { o->idx[j] = o->idx[j - 1]; o->val[j] = o->val[j - 1]; }
+        if (pick < 0) break;
+        if (src == x) {
+            memcpy(tmp, x, (size_t)n * sizeof(float));
+            src = tmp;
         }
-        if (j < CISM__A8_MAX_OUT) {
-            o->idx[j] = (int32_t)i;
-            o->val[j] = x[i];
-            if (o->n < CISM__A8_MAX_OUT) o->n++;
-        }
+        at = block_argmax(tmp, n, pick, m1[pick]);
+        o->idx[o->n] = at;
+        o->val[o->n] = tmp[at];
+        o->n++;
+        tmp[at] = 0.0f;
+        N -= best;
+        block_stats(tmp, n, pick, &m1[pick], &m2[pick]);
     }
-    if (o->n == 0) {
-        quant(x, n, qrow);
-        return;
-    }
-    memcpy(tmp, x, (size_t)n * sizeof(float));
-    for (k = 0; k < o->n; k++) tmp[o->idx[k]] = 0.0f;
-    quant(tmp, n, qrow);
+    quant(src, n, qrow);
 }
 
-/* Column c of rows [r0, r1) of a packed matrix, as f32 into out. */
+/* f16 -> f32: branch-free for normal numbers and zero (most scales), the
+   exact conversion for the others; the same value either way. */
+static float f16(const uint8_t *p) {
+    uint32_t h = (uint32_t)p[0] | ((uint32_t)p[1] << 8), m = (h & 0x7fffu) << 13, e = h & 0x7c00u, bits;
+    float f;
+    if (e == 0x7c00u || (e == 0 && m != 0)) return cism__f16_to_f32((uint16_t)h);
+    bits = ((h & 0x8000u) << 16) | (m ? m + 0x38000000u : 0u);
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Column c of rows [r0, r1) of a packed matrix of a row layout, as f32 into out. */
 static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int64_t r0, int64_t r1, int64_t c, float *out) {
     int64_t r;
-    if (cism__dtype_is_x16(dtype)) { /* group by group: the 16 rows' scales and codes sit together */
-        cism__x16 g = cism__x16_geom(dtype, row_bytes);
-        int32_t base = cism__dtype_base(dtype);
-        int64_t B = cism_dtype_block_size(base), b = c / B, j = c % B, half = B / 2;
-        int64_t byte = base == CISM_DTYPE_Q8 ? j : (j < half ? j : j - half);
-        int64_t off = (byte / 4) * 64 + byte % 4;
-        const cism__fmt4 *f = cism__fmt4_of(base);
-        for (r = r0; r < r1;) {
-            const uint8_t *grp = w + (uint64_t)(r / CISM__X16) * CISM__X16 * row_bytes;
-            const uint8_t *sc = cism__x16_scales(&g, grp, b), *codes = cism__x16_codes(&g, grp, b) + off;
-            int64_t i = r % CISM__X16, end = r - i + CISM__X16 < r1 ? r - i + CISM__X16 : r1;
-            for (; r < end; r++, i++) {
-                if (base == CISM_DTYPE_Q8) {
-                    out[r - r0] = cism__f16_to_f32((uint16_t)(sc[2 * i] | (sc[2 * i + 1] << 8))) * (float)(int8_t)codes[i * 4];
-                } else {
-                    uint8_t q = codes[i * 4];
-                    out[r - r0] = cism__fmt4_scale(f, sc + i) * (float)f->levels[j < half ? (q & 15) : (q >> 4)];
-                }
-            }
-        }
-        return;
-    }
     if (dtype == CISM_DTYPE_Q8) {
         const uint8_t *p = w + (uint64_t)(c / CISM__Q8_BLOCK) * CISM__Q8_BYTES;
         for (r = r0; r < r1; r++) {
             const uint8_t *blk = p + (uint64_t)r * row_bytes;
-            out[r - r0] = cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))) * (float)(int8_t)blk[2 + c % CISM__Q8_BLOCK];
+            out[r - r0] = f16(blk) * (float)(int8_t)blk[2 + c % CISM__Q8_BLOCK];
         }
         return;
     }
@@ -122,7 +148,7 @@ static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int6
         for (r = r0; r < r1; r++) {
             const uint8_t *blk = p + (uint64_t)r * row_bytes;
             int code = j < 16 ? (blk[4 + j] & 15) : (blk[4 + j - 16] >> 4);
-            out[r - r0] = cism__q4a_d(blk) * (float)code + cism__q4a_m(blk);
+            out[r - r0] = f16(blk) * (float)code + f16(blk + 2); /* cism__q4a_d, cism__q4a_m */
         }
         return;
     }
@@ -138,15 +164,99 @@ static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int6
     }
 }
 
-/* A small direct-mapped cache of decoded weight columns (CHUNK rows each):
-   the outlier channels are mostly the same few for every token of a chunk. */
-enum { CHUNK = 64, SLOTS = 32 };
+/* Column c of the 16 rows of an interleaved group as f32 (q8x16: f16 scale x
+   int8 code, exact in f32; q4sx16: E4M3 scale x level, exact). The f16 scales
+   take a branch-free conversion that is exact for normal numbers and zero,
+   and the exact one when a group holds another kind. */
+static void group_col(const cism__x16 *g, int32_t base, const cism__fmt4 *f, const uint8_t *grp, int64_t c, float *out) {
+    int64_t B = base == CISM_DTYPE_Q8 ? CISM__Q8_BLOCK : f->block, b = c / B, j = c % B, half = B / 2;
+    int64_t byte = base == CISM_DTYPE_Q8 ? j : (j < half ? j : j - half);
+    const uint8_t *sc = cism__x16_scales(g, grp, b), *codes = cism__x16_codes(g, grp, b) + (byte / 4) * 64 + byte % 4;
+    int i;
+    if (base == CISM_DTYPE_Q8) {
+        uint32_t odd = 0;
+        for (i = 0; i < CISM__X16; i++) {
+            uint32_t h = (uint32_t)sc[2 * i] | ((uint32_t)sc[2 * i + 1] << 8), m = (h & 0x7fffu) << 13, e = h & 0x7c00u;
+            uint32_t bits = ((h & 0x8000u) << 16) | (m ? m + 0x38000000u : 0u);
+            float d;
+            odd |= (uint32_t)(e == 0x7c00u) | (uint32_t)(e == 0 && m != 0);
+            memcpy(&d, &bits, 4);
+            out[i] = d * (float)(int8_t)codes[4 * i];
+        }
+        if (odd)
+            for (i = 0; i < CISM__X16; i++)
+                out[i] = cism__f16_to_f32((uint16_t)(sc[2 * i] | (sc[2 * i + 1] << 8))) * (float)(int8_t)codes[4 * i];
+        return;
+    }
+    for (i = 0; i < CISM__X16; i++) {
+        uint8_t q = codes[4 * i];
+        out[i] = cism__fmt4_scale(f, sc + i) * (float)f->levels[j < half ? (q & 15) : (q >> 4)];
+    }
+}
 
-void cism__act8_add_outliers(int32_t dtype, const void *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
-                             float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+/* A small direct-mapped cache of decoded weight columns per group of 16 rows
+   (row layouts: per CHUNK rows): the outlier channels are mostly the same few
+   for every token of a call. */
+enum { CHUNK = 64, SLOTS = 64, GSLOTS = 16 };
+
+static void add_outliers_x16(const cism__kernels *kt, int32_t dtype, const uint8_t *w, uint64_t row_bytes,
+                             const uint8_t *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    cism__x16 g = cism__x16_geom(dtype, row_bytes);
+    int32_t base = cism__dtype_base(dtype);
+    const cism__fmt4 *f = cism__fmt4_of(base);
+    float col[GSLOTS][CISM__X16];
+    int64_t tag[GSLOTS], gi, t;
+    int64_t g0 = (r0 + CISM__X16 - 1) / CISM__X16, g1 = r1 / CISM__X16;
+    if (kt->outliers_x16 && g0 < g1) { /* whole groups in the tier, any partial ones below */
+        kt->outliers_x16(w, row_bytes, &g, base, xq, ldq, nt, y, ldy, g0, g1);
+        if (r0 % CISM__X16 == 0 && r1 % CISM__X16 == 0) return;
+    } else {
+        g0 = g1 = -1;
+    }
+    for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
+        const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+        int64_t lo = gi * CISM__X16 < r0 ? r0 - gi * CISM__X16 : 0;
+        int64_t hi = (gi + 1) * CISM__X16 > r1 ? r1 - gi * CISM__X16 : CISM__X16;
+        int s;
+        if (gi >= g0 && gi < g1) continue;
+        for (s = 0; s < GSLOTS; s++) tag[s] = -1;
+        for (t = 0; t < nt; t++) {
+            const cism__act8_out *o = table_of((uint8_t *)(uintptr_t)(xq + t * ldq), ldq);
+            float *yt = y + t * ldy + gi * CISM__X16;
+            int k;
+            for (k = 0; k < o->n; k++) {
+                int64_t c = o->idx[k], i;
+                const float v = o->val[k];
+                const float *wc;
+                s = (int)(c % GSLOTS);
+                if (tag[s] != c) {
+                    group_col(&g, base, f, grp, c, col[s]);
+                    tag[s] = c;
+                }
+                wc = col[s];
+                if (lo == 0 && hi == CISM__X16)
+                    for (i = 0; i < CISM__X16; i++) yt[i] += v * wc[i];
+                else
+                    for (i = lo; i < hi; i++) yt[i] += v * wc[i];
+            }
+        }
+    }
+}
+
+void cism__act8_add_outliers(const cism__kernels *kt, int32_t dtype, const void *w, uint64_t row_bytes,
+                             const uint8_t *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     float col[SLOTS][CHUNK];
     int64_t tag[SLOTS];
     int64_t t, a, r;
+    if (cism__dtype_is_x16(dtype)) {
+        add_outliers_x16(kt, dtype, (const uint8_t *)w, row_bytes, xq, ldq, y, ldy, nt, r0, r1);
+        return;
+    }
+    if (dtype == CISM_DTYPE_Q4A && kt->outliers_q4a && r1 - r0 >= CISM__X16) { /* whole groups of 16 rows in the tier */
+        int64_t e = r0 + (r1 - r0) / CISM__X16 * CISM__X16;
+        kt->outliers_q4a((const uint8_t *)w, row_bytes, xq, ldq, nt, y, ldy, r0, e);
+        r0 = e;
+    }
     for (a = r0; a < r1; a += CHUNK) {
         int64_t b = a + CHUNK < r1 ? a + CHUNK : r1;
         int i;

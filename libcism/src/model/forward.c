@@ -67,7 +67,7 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
             for (a = r0; a < r1; a = b) {
                 b = a + CISM__OUTLIER_ROWS < r1 ? a + CISM__OUTLIER_ROWS : r1;
                 mq(w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
-                cism__act8_add_outliers(w->dtype, w->data, w->row_bytes, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
+                cism__act8_add_outliers(k, w->dtype, w->data, w->row_bytes, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
             }
             return;
         }

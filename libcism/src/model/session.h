@@ -172,8 +172,8 @@ void cism__act_stats_free(cism_session *s);
    quantized row is ldq bytes and ends in its cism__act8_out table. */
 void cism__act8_quantize_split(void (*quant)(const float *, int64_t, void *), const float *x, int64_t n,
                                uint8_t *qrow, int64_t ldq, float *tmp);
-void cism__act8_add_outliers(int32_t dtype, const void *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
-                             float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+void cism__act8_add_outliers(const cism__kernels *k, int32_t dtype, const void *w, uint64_t row_bytes,
+                             const uint8_t *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
 /* Adds rows [t0, t1) of x (rows ld apart, cols wide) to the sums of input
    `which` of layer l (l = n_layers: the output head, which 0); no-op when the
    session does not collect. */
