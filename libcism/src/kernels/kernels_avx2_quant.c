@@ -729,25 +729,9 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 7 * 32;
 }
 
-/* The outlier epilogues (kernels.h), 8 rows per register. A column's place in
-   a group, the same for every group: where its codes and scales are, and the
-   shift that brings its code to the top (q8, then sign-extended) or the
-   bottom (4-bit, then masked) of each row's 32-bit lane. */
-enum { OSLOTS = 64 }; /* decoded columns kept per group (a power of two) */
-
-typedef struct ocol {
-    int64_t code, scale;
-    int shift;
-} ocol;
-
-static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, int q8, int64_t B, int32_t c) {
-    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
-    ocol p;
-    p.code = (int64_t)(cism__x16_codes(g, grp, b) - grp) + (byte / 4) * 64;
-    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
-    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
-    return p;
-}
+/* The outlier epilogues (kernels.h), 8 rows per register: the column places
+   and tables of x86_outliers.h. */
+#include "x86_outliers.h"
 
 /* 8 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
    normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
@@ -790,9 +774,6 @@ CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const fl
     }
 }
 
-CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
-    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
-}
 
 /* One token: the columns' places once, then group after group. Several: per
    group, decoded columns kept for the next tokens in a small direct-mapped

@@ -1,0 +1,32 @@
+/* x86_outliers.h - what the x86 tiers' outlier epilogues (kernels_avx2_quant.c,
+ * kernels_avx512_quant.c; model/act_outliers.c has the C reference) share:
+ * where a column's codes and scales sit in an interleaved group, and a
+ * quantized row's outlier table. Included after the tier's headers. */
+#ifndef CISM_X86_OUTLIERS_H
+#define CISM_X86_OUTLIERS_H
+
+enum { OSLOTS = 64 }; /* decoded columns kept per group (a power of two) */
+
+/* A column's place in a group, the same for every group: where its codes
+   and scales are, and the shift that brings its code to the top (q8, then
+   sign-extended) or the bottom (4-bit, then masked) of each row's 32-bit lane. */
+typedef struct ocol {
+    int64_t code, scale;
+    int shift;
+} ocol;
+
+static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, int q8, int64_t B, int32_t c) {
+    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    ocol p;
+    p.code = (int64_t)(cism__x16_codes(g, grp, b) - grp) + (byte / 4) * 64;
+    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    return p;
+}
+
+/* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
+CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
+}
+
+#endif
