@@ -16,9 +16,12 @@
 #                      greedy tokens through the Python API == examples/c/generate on the
 #                      normal build ($BUILD/release)
 #   x86_64-c           examples/c/generate linked to the x86-64 wheel's libcism.so == the
-#                      normal build (3 models, greedy and sampled), natively and under
-#                      qemu-x86_64 on the AVX2 and scalar tiers
+#                      normal build on the same tier (3 models, greedy and sampled),
+#                      natively and under qemu-x86_64 on the AVX2 and scalar tiers (the
+#                      normal build run there too: int8 activations give each tier's own
+#                      bits, so sampled tokens are compared tier for tier)
 #   aarch64-qemu       the same, cross-built and linked to the aarch64 wheel's libcism.so,
+#                      against the normal ARM64 cross build ($BUILD/a64) on the same cpu,
 #                      under qemu-aarch64 on cpus max (i8mm tier), neoverse-n1 (dotprod)
 #                      and cortex-a53 (plain NEON); each run checks the tier picked
 #   aarch64-python     the aarch64 wheel and its dependencies (pip --target --platform) in
@@ -36,6 +39,7 @@ OUT=$BUILD/wheel-checks
 CLEAN_VENV=$OUT/venv
 SHARED=${CISM_SHARED_DIR:-$ROOT/../shared}
 REF_GENERATE=$BUILD/release/examples/c/generate
+REF_GENERATE_A64=$BUILD/a64/examples/c/generate
 GLIBC_MAX=2.17
 mkdir -p "$OUT"
 PASSED=0
@@ -147,19 +151,23 @@ x86_64_venv() {
     echo "same $(wc -w <"$OUT/tokens-ref-greedy.txt") greedy tokens as the normal build"
 }
 
-# compare_runs LABEL RUNNER...: examples/c/generate through RUNNER == the normal
-# build, on each model, greedy and sampled
+# compare_runs LABEL REF PROG [RUNNER...]: examples/c/generate linked to the wheel
+# (PROG) == the normal build's (REF), each through RUNNER (nothing: natively), on
+# each model, greedy and sampled
 compare_runs() {
     label=$1
-    shift
+    ref=$2
+    prog=$3
+    shift 3
     for model in $MODELS; do
         for run in "48 0 0" "48 0.8 42" "32 1.0 7"; do
             n=${run%% *}
             rest=${run#* }
             temp=${rest%% *}
             seed=${rest#* }
-            "$REF_GENERATE" "$OUT/$model.cism" "$n" "$temp" "$seed" >"$OUT/tokens-ref.txt" 2>/dev/null || return 1
-            "$@" "$OUT/$model.cism" "$n" "$temp" "$seed" >"$OUT/tokens-run.txt" 2>"$OUT/run-stderr.txt" ||
+            "$@" "$ref" "$OUT/$model.cism" "$n" "$temp" "$seed" >"$OUT/tokens-ref.txt" 2>/dev/null ||
+                { echo "the normal build's $ref did not run"; return 1; }
+            "$@" "$prog" "$OUT/$model.cism" "$n" "$temp" "$seed" >"$OUT/tokens-run.txt" 2>"$OUT/run-stderr.txt" ||
                 { cat "$OUT/run-stderr.txt"; return 1; }
             if ! cmp -s "$OUT/tokens-ref.txt" "$OUT/tokens-run.txt"; then
                 echo "$model n=$n temperature=$temp seed=$seed, $label: differs from the normal build"
@@ -212,22 +220,23 @@ x86_64_c() {
     # qemu-x86_64, which emulates AVX2 but not AVX-512
     native=$("$OUT/wheel_tier-x86_64" | sed -n 's/.*kernel tier: \([a-z0-9_]*\).*/\1/p')
     echo "native kernel tier: $native"
-    compare_runs "x86-64 wheel, native $native" "$OUT/generate-x86_64" || return 1
+    compare_runs "x86-64 wheel, native $native" "$REF_GENERATE" "$OUT/generate-x86_64" || return 1
     for cpu_tier in Haswell-v4:avx2 Nehalem:scalar; do
         cpu=${cpu_tier%%:*}
         tier_is "${cpu_tier#*:}" qemu-x86_64 -cpu "$cpu" "$OUT/wheel_tier-x86_64" &&
-            compare_runs "x86-64 wheel, qemu cpu $cpu" qemu-x86_64 -cpu "$cpu" "$OUT/generate-x86_64" || return 1
+            compare_runs "x86-64 wheel, qemu cpu $cpu" "$REF_GENERATE" "$OUT/generate-x86_64" qemu-x86_64 -cpu "$cpu" || return 1
     done
 }
 
 aarch64_qemu() {
     models_ready && link_wheel aarch64 aarch64-linux-gnu-gcc || return 1
+    [ -x "$REF_GENERATE_A64" ] || { echo "no $REF_GENERATE_A64 (the ARM64 cross build of tests/run_all.sh)"; return 1; }
     # the three ARM64 tiers: i8mm (max), dotprod (neoverse-n1), plain NEON (cortex-a53)
     for cpu_tier in max:neon_i8mm neoverse-n1:neon_dotprod cortex-a53:neon; do
         cpu=${cpu_tier%%:*}
         q="qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu"
         tier_is "${cpu_tier#*:}" $q "$OUT/wheel_tier-aarch64" &&
-            compare_runs "aarch64 wheel, qemu cpu $cpu" $q "$OUT/generate-aarch64" || return 1
+            compare_runs "aarch64 wheel, qemu cpu $cpu" "$REF_GENERATE_A64" "$OUT/generate-aarch64" $q || return 1
     done
 }
 
