@@ -14,6 +14,7 @@
 #define SPIN_ROUNDS 2000
 
 #define STAGE_END INT32_MAX
+#define CLOSED 1   /* odd: never a generation */
 
 /* Fields written by different threads live on different cache lines. */
 #define LINE 64
@@ -36,8 +37,8 @@ struct cism__pool {
     const cism__stages *stages;
     void *arg;
     char pad0[LINE];
-    padded generation;     /* bumped by thread 0 for every region */
-    padded open;           /* 1 while the current region may be joined */
+    padded generation;     /* bumped by 2 by thread 0 for every region (always even) */
+    padded open;           /* the generation of the region that may be joined, or CLOSED */
     padded active;         /* workers inside the current region */
     padded n_done;         /* workers finished with a cism__pool_run region */
     padded n_sleeping;     /* threads asleep (or about to sleep) on cond */
@@ -136,6 +137,11 @@ static void run_stages(cism__pool *pool, int ith) {
         if (cur == STAGE_END) return;
         s = cur;   /* the current stage (later than ours if we fell behind) */
         n = cism__atomic_load64(&pool->n_units[s & 1].v);
+        /* If the stage moved on meanwhile, n may already be that of stage s + 2
+           (same parity) while our counters still say s: with a larger n, take
+           would hand out units stage s never had. Stage s still current after
+           the read means n is s's. */
+        if (cism__atomic_load(&pool->stage.v) != s) continue;
         for (k = 0; k < nth; k++)
             while (take(pool, s, (ith + k) % nth, n, &u)) {
                 st->unit(pool->arg, s, u, ith, nth);
@@ -154,9 +160,13 @@ static void worker_main(void *p) {
         int32_t g = wait_change(pool, &pool->generation.v, seen);
         if (cism__atomic_load(&pool->stop.v)) break;
         /* Count ourselves in before looking: thread 0 closes a region and then
-           waits for `active` to drain, so region g cannot end while we are in. */
+           waits for `active` to drain, so region g cannot end while we are in.
+           `open` names the region, not just "a region": a worker that woke for
+           region g late, after g closed and while g + 2 is opening, must not join
+           g + 2 as if it were g (it would join g + 2 again on its next wake-up and
+           run a simple region's function twice). */
         cism__atomic_add(&pool->active.v, 1);
-        if (cism__atomic_load(&pool->generation.v) == g && cism__atomic_load(&pool->open.v)) {
+        if (cism__atomic_load(&pool->open.v) == g) {
             if (pool->stages) {
                 run_stages(pool, w->ith);
             } else {
@@ -177,6 +187,7 @@ cism__pool *cism__pool_create(int n_threads) {
     pool = (cism__pool *)calloc(1, sizeof(*pool));
     if (!pool) return NULL;
     pool->nth = n_threads;
+    pool->open.v = CLOSED;
     pool->workers = (worker *)calloc((size_t)n_threads, sizeof(worker));
     pool->shares = (padded64 *)calloc(2 * (size_t)n_threads, sizeof(padded64));
     pool->mutex = cism__mutex_create();
@@ -204,7 +215,7 @@ void cism__pool_free(cism__pool *pool) {
     if (pool->workers && pool->mutex && pool->cond) {
         cism__mutex_lock(pool->mutex);
         cism__atomic_store(&pool->stop.v, 1);
-        cism__atomic_add(&pool->generation.v, 1);
+        cism__atomic_add(&pool->generation.v, 2);
         cism__cond_broadcast(pool->cond);
         cism__mutex_unlock(pool->mutex);
         for (i = 1; i < pool->nth; i++) cism__thread_join(pool->workers[i].thread);
@@ -218,17 +229,20 @@ void cism__pool_free(cism__pool *pool) {
 
 int cism__pool_size(const cism__pool *pool) { return pool ? pool->nth : 1; }
 
+/* `open` before `generation`: a worker that sees the new generation also sees
+   the region open (unsigned arithmetic: the generation wraps around). */
 static void open_region(cism__pool *pool) {
+    int32_t g = (int32_t)((uint32_t)cism__atomic_load(&pool->generation.v) + 2u);
     cism__atomic_store(&pool->n_done.v, 0);
-    cism__atomic_store(&pool->open.v, 1);
-    cism__atomic_add(&pool->generation.v, 1);
+    cism__atomic_store(&pool->open.v, g);
+    cism__atomic_store(&pool->generation.v, g);
     wake_sleepers(pool);
 }
 
 /* No worker may touch the region once this returns. */
 static void close_region(cism__pool *pool) {
     int32_t a;
-    cism__atomic_store(&pool->open.v, 0);
+    cism__atomic_store(&pool->open.v, CLOSED);
     a = cism__atomic_load(&pool->active.v);
     while (a != 0) a = wait_change(pool, &pool->active.v, a);
 }
