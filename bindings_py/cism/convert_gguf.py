@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -31,7 +31,11 @@ FLOAT_DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM", "smollm3": "SmolLM3ForCausalLM",
-                 "phi3": "Phi3ForCausalLM", "lfm2": "Lfm2ForCausalLM"}
+                 "phi3": "Phi3ForCausalLM", "lfm2": "Lfm2ForCausalLM", "qwen35": "Qwen3_5ForCausalLM"}
+# llama.cpp architectures next to a supported one: why they are refused
+REFUSED = {"qwen35moe": "Qwen3.5 MoE: its mixture-of-experts feed-forward layers are not supported (dense Qwen3.5, "
+                        "qwen35, is)",
+           "qwen3next": "Qwen3-Next: its mixture-of-experts feed-forward layers are not supported"}
 # llama.cpp's converter permutes the Q/K rows of these architectures (LlamaModel.permute)
 PERMUTED = ("llama", "mistral", "smollm3")
 # per architecture: GGUF layer tensor -> .cism layer tensors over the shared names,
@@ -39,6 +43,11 @@ PERMUTED = ("llama", "mistral", "smollm3")
 _ARCH_LAYER_NAMES = {
     "gemma3": {"post_attention_norm.weight": "post_attn_norm", "post_ffw_norm.weight": "post_ffn_norm"},
     "phi3": {"attn_qkv.weight": None, "ffn_up.weight": None},
+    # Qwen3.5: llama.cpp names the DeltaNet's in_proj_qkv attn_qkv and its z gate attn_gate; the tensors
+    # mapped to None are reordered or split (gguf_splits)
+    "qwen35": {"post_attention_norm.weight": "ffn_norm", "ssm_norm.weight": "ssm_norm", "attn_q.weight": None,
+               "attn_qkv.weight": None, "attn_gate.weight": None, "ssm_conv1d.weight": None, "ssm_beta.weight": None,
+               "ssm_alpha.weight": None, "ssm_dt.bias": None, "ssm_a": None, "ssm_out.weight": None},
 }
 
 _LAYER_NAMES = {"attn_norm.weight": "attn_norm", "attn_q.weight": "attn_q", "attn_k.weight": "attn_k",
@@ -151,6 +160,8 @@ def _llama3_scaling(g: G.GGUFFile, freqs: np.ndarray, theta: float, head_dim: in
 def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     """The Hugging Face config.json equivalent of a GGUF file's hyper-parameters."""
     arch = _key(g, "general.architecture", kind="str")
+    if arch in REFUSED:
+        raise ConversionError(f"{g.path}: architecture {arch!r} is not supported: {REFUSED[arch]}")
     if arch not in ARCHITECTURES:
         raise ConversionError(f"{g.path}: architecture {arch!r} is not supported "
                               f"(supported: {', '.join(sorted(ARCHITECTURES))})")
@@ -169,9 +180,9 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     if vdim is not None and vdim != head_dim:
         raise ConversionError(f"{g.path}: key length {head_dim} and value length {vdim} differ (not supported)")
     rot = _key(g, p + "rope.dimension_count", False)
-    if rot is not None and rot != head_dim and arch != "phi3":
+    if rot is not None and rot != head_dim and arch not in ("phi3", "qwen35"):
         raise ConversionError(f"{g.path}: RoPE on {rot} of {head_dim} dimensions per head (partial rotary "
-                              f"embeddings are supported for phi3, not {arch})")
+                              f"embeddings are supported for phi3 and qwen35, not {arch})")
     for t in ("rope_factors_long.weight", "rope_factors_short.weight"):
         if t in g.tensors:
             raise ConversionError(f"{g.path}: tensor {t!r}: longrope RoPE scaling (Phi-3 128k, Phi-4-mini) is not "
@@ -206,9 +217,11 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
     if window:
         cfg["sliding_window"] = window
     if arch == "phi3" and rot is not None and rot != head_dim:
-        cfg["partial_rotary_factor"] = rot / head_dim
+        cfg["partial_rotary_factor"] = _rotary_factor(rot, head_dim)
     if arch == "gemma3":
         _gemma3_config(g, cfg, window, theta)
+    if arch == "qwen35":
+        _qwen35_config(g, cfg, _rotary_factor(rot or head_dim, head_dim))
     stype = _key(g, p + "rope.scaling.type", False, "str")
     if stype in (None, "none"):
         pass
@@ -224,6 +237,14 @@ def config_from_gguf(g: G.GGUFFile) -> Dict[str, Any]:
         if scaling:
             cfg["rope_scaling"] = scaling
     return cfg
+
+
+def _rotary_factor(rot: int, head_dim: int) -> float:
+    """The partial_rotary_factor that rotates `rot` of `head_dim` dimensions: transformers (and
+    hparams_from_config) rotate int(head_dim * factor), and rot / head_dim times head_dim can
+    fall just below rot (30 / 44 * 44 = 29.999...), so then the next float up."""
+    f = rot / head_dim
+    return f if int(head_dim * f) == rot else math.nextafter(f, 2.0)
 
 
 def _gemma3_config(g: G.GGUFFile, cfg: Dict[str, Any], window: Optional[int], theta: float) -> None:
@@ -278,6 +299,39 @@ def _lfm2_config(g: G.GGUFFile, p: str) -> Dict[str, Any]:
     return cfg
 
 
+def _qwen35_config(g: G.GGUFFile, cfg: Dict[str, Any], partial: float) -> None:
+    """Qwen3.5's fields from its GGUF keys, as llama.cpp's qwen35 loader reads them: the
+    DeltaNet sizes from ssm.* (state_size the key head width, group_count the key heads,
+    time_step_rank the value heads, inner_size all value heads' width: llama.cpp assumes
+    value heads as wide as key heads, the sizes here need not), the layer types from
+    attention.recurrent_layers (else full_attention_interval), and block_count less the
+    nextn_predict_layers multi-token-prediction block llama.cpp appends (left out, as the
+    HF import leaves out mtp.*). The partial RoPE factor is always given: without one,
+    Qwen3.5 rotates a quarter of each head."""
+    p = "qwen35."
+    n_all = cfg["num_hidden_layers"]
+    n = n_all - (_key(g, p + "nextn_predict_layers", False) or 0)
+    if not 0 < n <= n_all:
+        raise ConversionError(f"{g.path}: {p}nextn_predict_layers leaves {n} of the {n_all} layers")
+    nv, inner = _key(g, p + "ssm.time_step_rank"), _key(g, p + "ssm.inner_size")
+    if nv <= 0 or inner % nv:  # the other sizes are checked as the config.json fields they become
+        raise ConversionError(f"{g.path}: {p}ssm.inner_size {inner} is not {p}ssm.time_step_rank ({nv}) value "
+                              "heads of one width")
+    flags = g.metadata.get(p + "attention.recurrent_layers")
+    if flags is None:
+        every = _key(g, p + "full_attention_interval", False) or 4
+        if every <= 0:
+            raise ConversionError(f"{g.path}: {p}full_attention_interval is {every}")
+        flags = [(i + 1) % every != 0 for i in range(n)]
+    elif not (isinstance(flags, np.ndarray) and flags.dtype == np.bool_ and flags.shape == (n_all,)):
+        raise ConversionError(f"{g.path}: {p}attention.recurrent_layers must hold {n_all} flags (one per layer)")
+    cfg.update(num_hidden_layers=n, partial_rotary_factor=partial,
+               layer_types=["linear_attention" if x else "full_attention" for x in flags[:n]],
+               linear_num_key_heads=_key(g, p + "ssm.group_count"), linear_num_value_heads=nv,
+               linear_key_head_dim=_key(g, p + "ssm.state_size"), linear_value_head_dim=inner // nv,
+               linear_conv_kernel_dim=_key(g, p + "ssm.conv_kernel"))
+
+
 def map_gguf_name(name: str, arch: str = "") -> Optional[str]:
     """The .cism name of a GGUF tensor, None for tensors that are consumed elsewhere or
     split (gguf_splits), or raises."""
@@ -294,16 +348,88 @@ def map_gguf_name(name: str, arch: str = "") -> Optional[str]:
     raise ConversionError(f"tensor {name!r} is not part of a supported model (unknown name)")
 
 
-def gguf_splits(name: str, arch: str, meta: Dict[str, Any]) -> List[Tuple[str, int, int]]:
-    """The .cism tensors (name, first row, end row) cut from a fused GGUF tensor (Phi-3's
-    attn_qkv and its ffn_up, which holds the gate's rows and then the up projection's)."""
+class Part(NamedTuple):
+    """A .cism tensor read from part of a GGUF tensor, or from all of it reordered."""
+    name: str
+    rows: Optional[np.ndarray]          # the source rows, in order (None: all of them, as they are)
+    cols: Optional[np.ndarray] = None   # the source columns, in order (None: all of them, as they are)
+
+
+def gguf_splits(name: str, arch: str, meta: Dict[str, Any]) -> List[Part]:
+    """The .cism tensors cut from a fused GGUF tensor (Phi-3's attn_qkv and its ffn_up,
+    which holds the gate's rows and then the up projection's) or reordered from one
+    (Qwen3.5's: _qwen35_parts)."""
     m = _LAYER_RE.match(name)
-    if arch != "phi3" or not m:
+    if not m or arch not in ("phi3", "qwen35"):
         return []
-    b, hd, f = f"blk.{int(m.group(1))}.", meta["model.head_dim"], meta["model.ffn_dim"]
+    b = f"blk.{int(m.group(1))}."
+    if arch == "qwen35":
+        return _qwen35_parts(b, meta).get(m.group(2), [])
+    hd, f = meta["model.head_dim"], meta["model.ffn_dim"]
     q, kv = meta["model.n_heads"] * hd, meta["model.n_kv_heads"] * hd
-    return {"attn_qkv.weight": [(b + "attn_q", 0, q), (b + "attn_k", q, q + kv), (b + "attn_v", q + kv, q + 2 * kv)],
-            "ffn_up.weight": [(b + "ffn_gate", 0, f), (b + "ffn_up", f, 2 * f)]}.get(m.group(2), [])
+    r = np.arange(q + 2 * kv)
+    return {"attn_qkv.weight": [Part(b + "attn_q", r[:q]), Part(b + "attn_k", r[q:q + kv]),
+                                Part(b + "attn_v", r[q + kv:])],
+            "ffn_up.weight": [Part(b + "ffn_gate", np.arange(f)), Part(b + "ffn_up", np.arange(f, 2 * f))]
+            }.get(m.group(2), [])
+
+
+def _hf_v_order(nk: int, nv: int, width: int) -> np.ndarray:
+    """Undoes llama.cpp's reordering of the DeltaNet's value heads (_LinearAttentionVReorderBase):
+    HF groups them by key head (value head k * r + j is the j-th of key head k's r), llama.cpp
+    tiles them (j * nk + k) so that ggml broadcasts the key heads. Gives, in HF order, the index
+    in llama.cpp's order of every value head's `width` values."""
+    return np.arange(nv * width).reshape(nv // nk, nk, width).transpose(1, 0, 2).reshape(-1)
+
+
+def _qwen35_parts(b: str, meta: Dict[str, Any]) -> Dict[str, List[Part]]:
+    """Qwen3.5's tensors as llama.cpp reorders them, back in the HF import's order: the value
+    heads' rows (conv channels, z, beta, alpha, dt_bias, A) and out_proj's columns, and q_proj,
+    kept whole (per head its query, then its output gate) and cut into attn_q and attn_gate."""
+    nh, hd = meta["model.n_heads"], meta["model.head_dim"]
+    nk, nv = meta["model.linear_n_k_heads"], meta["model.linear_n_v_heads"]
+    qk = np.arange(2 * nk * meta["model.linear_k_head_dim"])
+    v = _hf_v_order(nk, nv, meta["model.linear_v_head_dim"])
+    qkv, heads = np.concatenate([qk, qk.size + v]), _hf_v_order(nk, nv, 1)
+    q_gate = np.arange(2 * nh * hd).reshape(nh, 2, hd)
+    return {"attn_q.weight": [Part(b + "attn_q", q_gate[:, 0].reshape(-1)),
+                              Part(b + "attn_gate", q_gate[:, 1].reshape(-1))],
+            "attn_qkv.weight": [Part(b + "ssm_qkv", qkv)], "ssm_conv1d.weight": [Part(b + "ssm_conv", qkv)],
+            "attn_gate.weight": [Part(b + "ssm_z", v)], "ssm_beta.weight": [Part(b + "ssm_beta", heads)],
+            "ssm_alpha.weight": [Part(b + "ssm_alpha", heads)], "ssm_dt.bias": [Part(b + "ssm_dt_bias", heads)],
+            "ssm_a": [Part(b + "ssm_a_log", heads)], "ssm_out.weight": [Part(b + "ssm_out", None, v)]}
+
+
+def _a_log(a: np.ndarray, name: str) -> np.ndarray:
+    """Qwen3.5's A_log from llama.cpp's ssm_a, which holds A = -exp(A_log) (.cism keeps A_log:
+    libcism exponentiates it): log(-A) in float64, rounded to float32. float32 exp and log are
+    not inverses, so this is the checkpoint's A_log to within a unit in the last place."""
+    bad = ~(a < 0)
+    if bad.any():
+        raise ConversionError(f"tensor {name} holds {a[bad][0]}: it must be A = -exp(A_log), negative")
+    return np.log(-a.astype(np.float64)).astype(np.float32)
+
+
+# values llama.cpp changes and the importer changes back, by .cism tensor suffix
+_VALUES = {"ssm_a_log": _a_log}
+
+
+def _block_order(cols: np.ndarray, per_block: int) -> Optional[np.ndarray]:
+    """The source blocks that give a row's columns `cols` in order, when the reordering
+    moves whole blocks of `per_block` values (so packed bytes are reordered as they are);
+    None when it does not."""
+    if cols.size % per_block:
+        return None
+    c = cols.reshape(-1, per_block)
+    if np.any(c[:, 0] % per_block) or np.any(c - c[:, :1] != np.arange(per_block)):
+        return None
+    return c[:, 0] // per_block
+
+
+def _mtp_tensor(name: str, n_layers: int, block_count: int) -> bool:
+    """A tensor of the layers after the model's own (llama.cpp's nextn/MTP block: qwen35)."""
+    m = _LAYER_RE.match(name)
+    return bool(m) and n_layers <= int(m.group(1)) < block_count
 
 
 # ---------------------------------------------------------------------------
@@ -533,40 +659,56 @@ def convert_gguf(path: str, out: str, dtype: str = "auto", overwrite: bool = Fal
         g.close()
 
 
+def _map_tensors(g: G.GGUFFile, arch: str, meta: Dict[str, Any], expected: Dict[str, Tuple[int, ...]]
+                 ) -> Tuple[Dict[str, str], Dict[str, Part]]:
+    """The GGUF tensor of every .cism tensor, and the parts cut or reordered from one
+    (gguf_splits); refuses tensors the model does not have and names those it lacks."""
+    mapping: Dict[str, str] = {}
+    parts: Dict[str, Part] = {}
+    blocks = _key(g, arch + ".block_count")
+    for name in g.tensors:
+        if _mtp_tensor(name, meta["model.n_layers"], blocks):
+            continue
+        cname = map_gguf_name(name, arch)
+        if cname is not None:
+            mapping[cname] = name
+        for part in gguf_splits(name, arch, meta):
+            mapping[part.name] = name
+            parts[part.name] = part
+    extra = [mapping[n] for n in mapping if n not in expected]
+    if extra:
+        raise ConversionError(f"{g.path}: unexpected tensors for {arch}: {extra[:5]}"
+                              + (" (biases are not supported for this family)" if any(".bias" in e for e in extra)
+                                 else ""))
+    missing = [n for n in expected if n not in mapping]
+    if missing:
+        raise ConversionError(f"{g.path}: missing tensors: {[m + '.weight' for m in missing[:5]]}"
+                              f"{' ...' if len(missing) > 5 else ''}")
+    return mapping, parts
+
+
+def _shape_ok(got: Tuple[int, ...], want: Tuple[int, ...], flat: bool) -> bool:
+    """Matrices and vectors must have their shape; the conv kernels only their values: LFM2's
+    [dim, L] kernels are stored flat, Qwen3.5's [channels, 1, K] ones come as [channels, K]."""
+    if flat:
+        return math.prod(got) == math.prod(want)
+    if len(want) == 3:
+        return got[:1] == want[:1] and math.prod(got) == math.prod(want)
+    return got == want
+
+
 def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, progress: Optional[ProgressFn],
              quant: Optional[str], layout: str, calibration: Any, q: Any) -> Report:
     cfg = config_from_gguf(g)
     meta = hparams_from_config(cfg, f"{path} (GGUF metadata as config.json)")
     arch = meta["general.architecture"]
     expected = expected_tensors(meta)
-    mapping: Dict[str, str] = {}
-    rows_of: Dict[str, Tuple[int, int]] = {}  # tensors cut from a fused one: their rows
-    for name in g.tensors:
-        cname = map_gguf_name(name, arch)
-        if cname is not None:
-            mapping[cname] = name
-        for part, r0, r1 in gguf_splits(name, arch, meta):
-            mapping[part] = name
-            rows_of[part] = (r0, r1)
-    extra = [mapping[n] for n in mapping if n not in expected]
-    if extra:
-        raise ConversionError(f"{path}: unexpected tensors for {arch}: {extra[:5]}"
-                              + (" (biases are not supported for this family)" if any(".bias" in e for e in extra)
-                                 else ""))
-    missing = [n for n in expected if n not in mapping]
-    if missing:
-        raise ConversionError(f"{path}: missing tensors: {[m + '.weight' for m in missing[:5]]}"
-                              f"{' ...' if len(missing) > 5 else ''}")
-    flat = {n for n in expected if n.endswith(".conv_kernel")}  # LFM2's [dim, L] kernels, stored flat (f32)
+    mapping, parts = _map_tensors(g, arch, meta, expected)
     for name, shape in expected.items():
         t = g.tensors[mapping[name]]
-        if name in rows_of:
-            end = max(r1 for n, (_, r1) in rows_of.items() if mapping[n] == mapping[name])
-            if t.shape != (end, shape[1]):
-                raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
-                                      f"hyper-parameters imply {(end, shape[1])}")
-            continue
-        if (int(np.prod(t.shape)),) != shape if name in flat else t.shape != shape:
+        if name in parts:  # the source's rows: those of every part cut from it
+            shape = (sum(expected[n][0] for n in parts if mapping[n] == t.name),) + shape[1:]
+        if not _shape_ok(t.shape, shape, name.endswith(".conv_kernel")):
             raise ConversionError(f"{path}: tensor {t.name!r} has shape {t.shape} (rows, columns), the "
                                   f"hyper-parameters imply {shape}")
         if t.type_name not in G.DEQUANTIZABLE:
@@ -583,11 +725,15 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             permute[f"blk.{i}.attn_q"] = meta["model.n_heads"]
             permute[f"blk.{i}.attn_k"] = meta["model.n_kv_heads"]
 
+    # the tensors whose columns are reordered: the order of the source's blocks in a row (None: blocks split)
+    col_blocks = {n: _block_order(p.cols, G.GGML_TYPES[g.tensors[mapping[n]].type][1])
+                  for n, p in parts.items() if p.cols is not None}
+
     # the stored dtype of every matrix and how it gets there
     plan: Dict[str, Tuple[int, str]] = {}  # name -> (cism dtype, "lossless" | "requantized")
     for name, shape in expected.items():
         src = g.tensors[mapping[name]].type_name
-        if len(shape) == 1:
+        if len(shape) != 2:
             plan[name] = (fmt.DTYPE_F32, "lossless")   # every supported type's values are float32 numbers
             continue
         if quant:
@@ -598,7 +744,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             continue
         base = LOSSLESS_NATIVE.get(src)
         how = "lossless"
-        if base is None:
+        if base is None or (name in col_blocks and col_blocks[name] is None):
             base, how = "q8", "requantized"
         if base in FLOAT_DTYPES:
             dt = FLOAT_DTYPES[base]
@@ -611,15 +757,17 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
         plan[name] = (dt, how)
 
     def load(name: str) -> np.ndarray:
-        gname = mapping[name]
-        arr = g.dequantize(gname)
-        if name in rows_of:
-            arr = arr[rows_of[name][0]:rows_of[name][1]]
-        if name in flat:
-            arr = arr.reshape(-1)
+        arr = g.dequantize(mapping[name])
+        part = parts.get(name)
+        if part is not None and part.rows is not None:
+            arr = arr[part.rows]
+        if part is not None and part.cols is not None:
+            arr = arr[:, part.cols]
+        arr = arr.reshape(expected[name])
         if name in permute:
             arr = _unpermute_rows(arr, permute[name])
-        return arr
+        fix = _VALUES.get(name.rsplit(".", 1)[-1])
+        return fix(arr, mapping[name]) if fix is not None else arr
 
     def raw_for(name: str) -> Optional[np.ndarray]:
         if name not in plan or plan[name][1] != "lossless" or len(expected[name]) != 2:
@@ -628,8 +776,12 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
         t = g.tensors[mapping[name]]
         src = t.type_name
         rows = g.blocks(mapping[name])
-        if name in rows_of:
-            rows = rows[rows_of[name][0]:rows_of[name][1]]
+        part = parts.get(name)
+        if part is not None and part.rows is not None:
+            rows = rows[part.rows]
+        if name in col_blocks:  # whole blocks move (else the plan requantizes)
+            order = col_blocks[name]
+            rows = rows.reshape(rows.shape[0], order.size, -1)[:, order].reshape(rows.shape[0], -1)
         if name in permute:
             rows = _unpermute_rows(rows, permute[name])
         if dt in FLOAT_DTYPES.values():
