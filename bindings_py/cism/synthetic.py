@@ -113,6 +113,15 @@ PRESETS: Dict[str, Preset] = {p.name: p for p in [
                                    "model.conv_kernel": 3, "model.qk_norm": 1}),
     Preset("phi3-mini", "microsoft/Phi-3-mini-4k-instruct", "phi3", 32064, 3072, 32, 32, 32, 96, 8192, 4096,
            10000.0, 1e-5, False, {"model.sliding_window": 2047}),
+    # the text model of Qwen/Qwen3.5-0.8B (its vision tower and MTP head left out, as the converter does):
+    # three Gated DeltaNet layers to one gated full-attention layer, a quarter of each head rotated
+    Preset("qwen3.5-0.8b", "Qwen/Qwen3.5-0.8B (text)", "qwen35", 248320, 1024, 24, 8, 2, 256, 3584, 262144,
+           10000000.0, 1e-6, True, {"model.layer_types": ["attention" if i % 4 == 3 else "linear_attention"
+                                                          for i in range(24)],
+                                    "model.rope_dim": 64, "model.qk_norm": 1, "model.attn_output_gate": 1,
+                                    "model.linear_n_k_heads": 16, "model.linear_n_v_heads": 16,
+                                    "model.linear_k_head_dim": 128, "model.linear_v_head_dim": 128,
+                                    "model.linear_conv_kernel": 4}),
 ]}
 
 
@@ -176,7 +185,7 @@ def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0
         meta["general.quantization"] = dtype
     w = fmt.Writer(meta)
     for name, shape in shapes.items():
-        if len(shape) == 1:
+        if len(shape) != 2:  # vectors and Gated DeltaNet's conv kernels stay f32, as `cism convert` keeps them
             dt = fmt.DTYPE_F32
         elif dtype in DTYPES:
             dt = DTYPES[dtype]

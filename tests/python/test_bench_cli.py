@@ -25,6 +25,7 @@ REAL_TOTALS = {
     "gemma3-1b": 999_885_952,
     "phi3-mini": 3_821_079_552,
     "lfm2-1.2b": 1_170_340_608,
+    "qwen3.5-0.8b": 752_393_024,   # transformers' Qwen3_5ForCausalLM with the published text config
 }
 
 
