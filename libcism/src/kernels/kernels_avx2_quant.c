@@ -765,12 +765,17 @@ CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const fl
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
     } else {
         uint32_t s8[8];
-        __m256 d;
+        __m256 d, lo, hi;
         int i;
         for (i = 0; i < 8; i++) s8[i] = grp[p.scale + 8 * h + i];
         d = _mm256_mul_ps(e4m3_8(_mm256_loadu_si256((const __m256i *)(const void *)s8)), smul);
+        /* the 16 levels by two in-register lookups rather than a gather (under
+           qemu-x86_64 -cpu Haswell-v4 the gather gave wrong lanes once this
+           function was inlined in more places; the values are the same) */
         q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm256_set1_epi32(15));
-        return _mm256_mul_ps(d, _mm256_i32gather_ps(lv, q, 4));
+        lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv), q);
+        hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + 8), q);
+        return _mm256_mul_ps(d, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(7)))));
     }
 }
 
@@ -786,6 +791,7 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
     const __m256 smul = _mm256_set1_ps(q8 ? 1.0f : f->scale_mul);
     __m256 col[OSLOTS][2];
     float lv[16];
+    odense d;
     int32_t tag[OSLOTS], k;
     int64_t t, gi;
     for (k = 0; k < 16; k++) lv[k] = q8 ? 0.0f : (float)f->levels[k];
@@ -805,6 +811,31 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
             }
             _mm256_storeu_ps(yg, a0);
             _mm256_storeu_ps(yg + 8, a1);
+        }
+        return;
+    }
+    if (odense_build(&d, w, g, q8, B, xq, ldq, nt)) {
+        for (gi = g0; gi < g1; gi++) {
+            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+            for (k = 0; k < d.n; k++) {
+                col[k][0] = x16_col8(grp, d.p[k], 0, q8, lv, smul);
+                col[k][1] = x16_col8(grp, d.p[k], 1, q8, lv, smul);
+            }
+            for (t = 0; t < nt; t++) {
+                const cism__act8_out *o = out_table(xq, ldq, t);
+                float *yt = y + t * ldy + gi * CISM__X16;
+                __m256 a0, a1;
+                if (!o->n) continue;
+                a0 = _mm256_loadu_ps(yt);
+                a1 = _mm256_loadu_ps(yt + 8);
+                for (k = 0; k < o->n; k++) {
+                    const __m256 v = _mm256_set1_ps(o->val[k]);
+                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[d.ix[t][k]][0]));
+                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[d.ix[t][k]][1]));
+                }
+                _mm256_storeu_ps(yt, a0);
+                _mm256_storeu_ps(yt + 8, a1);
+            }
         }
         return;
     }

@@ -750,6 +750,7 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
     const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
     const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
     __m512 col[OSLOTS], levels = _mm512_setzero_ps(), smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
+    odense d;
     int32_t tag[OSLOTS], k;
     int64_t t, gi;
     if (!q8) {
@@ -768,6 +769,22 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
             for (k = 0; k < o->n; k++)
                 acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), x16_col(grp, p[k], q8, levels, smul)));
             _mm512_storeu_ps(y + gi * CISM__X16, acc);
+        }
+        return;
+    }
+    if (odense_build(&d, w, g, q8, B, xq, ldq, nt)) {
+        for (gi = g0; gi < g1; gi++) {
+            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+            for (k = 0; k < d.n; k++) col[k] = x16_col(grp, d.p[k], q8, levels, smul);
+            for (t = 0; t < nt; t++) {
+                const cism__act8_out *o = out_table(xq, ldq, t);
+                float *yt = y + t * ldy + gi * CISM__X16;
+                __m512 acc;
+                if (!o->n) continue;
+                acc = _mm512_loadu_ps(yt);
+                for (k = 0; k < o->n; k++) acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[d.ix[t][k]]));
+                _mm512_storeu_ps(yt, acc);
+            }
         }
         return;
     }

@@ -29,4 +29,40 @@ CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int
     return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
+/* Calls of a few tokens (speculative verifies, batched decode): the distinct
+   channels of their tables and the places of those channels, found once per
+   call (a place is the same in every group), and each entry's index among
+   them, so a group decodes each distinct column once and then only adds,
+   without the cache's tag checks. */
+enum { ODENSE_TOK = 16 };
+typedef struct odense {
+    int n;
+    ocol p[OSLOTS];
+    uint8_t ix[ODENSE_TOK][CISM__A8_MAX_OUT];
+} odense;
+
+/* 0 when the call has more than ODENSE_TOK tokens or OSLOTS distinct channels (the cache path then) */
+static int odense_build(odense *d, const uint8_t *w, const struct cism__x16 *g, int q8, int64_t B, const uint8_t *xq,
+                        int64_t ldq, int64_t nt) {
+    int32_t ch[OSLOTS];
+    int64_t t;
+    int k, j;
+    d->n = 0;
+    if (nt > ODENSE_TOK) return 0;
+    for (t = 0; t < nt; t++) {
+        const cism__act8_out *o = out_table(xq, ldq, t);
+        for (k = 0; k < o->n; k++) {
+            for (j = 0; j < d->n && ch[j] != o->idx[k]; j++) {}
+            if (j == d->n) {
+                if (d->n == OSLOTS) return 0;
+                ch[j] = o->idx[k];
+                d->p[j] = x16_place(w, g, q8, B, o->idx[k]);
+                d->n++;
+            }
+            d->ix[t][k] = (uint8_t)j;
+        }
+    }
+    return 1;
+}
+
 #endif
