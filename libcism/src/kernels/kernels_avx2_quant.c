@@ -478,7 +478,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const 
         __m256 sc = x16_scales(cism__x16_scales(g, grp, b), h, q8);
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
-        if (T <= 2 && h == 0) { /* decode: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
+        if (pf_end && h == 0) { /* few tokens: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
             uintptr_t pf, pe;
             cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
             for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
@@ -616,9 +616,10 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    uintptr_t p, end;
+    uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    if (nt <= 2) { /* decode: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+    pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
+    if (pf_end) { /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
     }
@@ -631,7 +632,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm,
-                      end, q8);
+                      pf_end, q8);
         }
     }
 }

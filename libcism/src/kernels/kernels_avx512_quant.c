@@ -524,7 +524,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
-        if (T <= 2 && CISM__X16_PF_DIST > 0) { /* decode: fetch ahead (the hardware prefetcher alone falls behind), not past */
+        if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: fetch ahead (the hardware prefetcher alone falls behind), not past */
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
             /* sweep covers every line of the following groups                                                */
             uintptr_t pf, pe;
@@ -595,9 +595,10 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    uintptr_t p, end;
+    uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    if (nt <= 2 && CISM__X16_PF_DIST > 0) { /* decode: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+    pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
+    if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
         for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
     }
@@ -610,7 +611,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (__mmask16)mm, end, q8);
+                      (__mmask16)mm, pf_end, q8);
         }
     }
 }
