@@ -292,6 +292,8 @@ _fn("cism_session_cancel", None, cism_session_p)
 # cism_status cism_session_set_progress_callback(cism_session *session, cism_progress_callback callback,
 #                                                void *user_data);
 _fn("cism_session_set_progress_callback", c_int32, cism_session_p, cism_progress_callback, c_void_p)
+# cism_status cism_session_set_logits_all(cism_session *session, int32_t on);
+_fn("cism_session_set_logits_all", c_int32, cism_session_p, c_int32)
 # cism_status cism_session_act_stats(const cism_session *session, const char *tensor, double *sums,
 #                                    int64_t capacity, int64_t *n_cols, int64_t *n_rows);
 _fn("cism_session_act_stats", c_int32, cism_session_p, c_char_p, POINTER(c_double), c_int64, POINTER(c_int64),

@@ -399,7 +399,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(_model_or_default(args), host=args.host, port=args.port, n_slots=args.slots, n_ctx=args.ctx,
           n_threads=args.threads, kv_type=args.kv_type, api_key=api_key, max_queue=args.max_queue,
           max_tokens=args.max_tokens, max_body_bytes=args.max_body_bytes, prefill_chunk=args.prefill_chunk,
-          model_id=args.model_name)
+          model_id=args.model_name, lookup=args.lookup, draft_max=args.draft_max)
     return 0
 
 
@@ -527,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-body-bytes", type=_count, default=1 << 20, help="request body size limit (default 1 MiB)")
     sv.add_argument("--prefill-chunk", type=_count, default=64,
                     help="prompt tokens evaluated per step while other requests generate (default 64)")
+    sv.add_argument("--lookup", action="store_true",
+                    help="speculative decoding by prompt lookup: drafts from the request's own text, verified in "
+                         "the batched step (same tokens for greedy requests; docs/SERVER.md)")
+    sv.add_argument("--draft-max", type=_count, default=7, help="with --lookup: the most drafts per step (default 7)")
     sv.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 and /metrics (default: the "
                     "environment variable CISM_API_KEY; none = open)")
     sv.add_argument("--model-name", help="the model id in responses and /v1/models (default: the file name)")

@@ -252,6 +252,14 @@ class Session:
             rows += 1
         return rows
 
+    def set_logits_all(self, on: bool) -> None:
+        """Switches logits_all for the next evals (also in a cism.Batch): on, they keep
+        every row's logits; off, only the last row's. The last eval's rows stay
+        readable until the next eval."""
+        with self._lock:
+            check(_lib.lib.cism_session_set_logits_all(self._h(), int(bool(on))))
+            self.logits_all = bool(on)
+
     def cancel(self) -> None:
         """Stops a running eval (CancelledError) or generation (ends it) soon.
         Thread-safe. Cleared when the next eval or generation starts."""

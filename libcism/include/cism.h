@@ -343,6 +343,12 @@ CISM_API void        cism_session_cancel(cism_session *session);
 typedef int32_t (*cism_progress_callback)(void *user_data, int32_t n_done, int32_t n_total);
 CISM_API cism_status cism_session_set_progress_callback(cism_session *session, cism_progress_callback callback,
                                                         void *user_data);
+/* Switches CISM_PARAM_LOGITS_ALL for the session's next evals (also inside
+   a cism_batch): on, they keep every row's logits; off, the last row's. For
+   callers that need every row of some evals only (a speculative verify in a
+   server's batch) without holding a prompt-sized logits buffer for the
+   others. The current rows stay readable until the next eval. */
+CISM_API cism_status cism_session_set_logits_all(cism_session *session, int32_t on);
 /* Experimental (quantization calibration; docs/QUANTIZATION.md). For a session
    created with CISM_PARAM_ACT_STATS: the activation statistics of weight
    matrix `tensor` (a matrix name of the file: "blk.3.ffn_down", "output", or

@@ -107,6 +107,42 @@ static void check_schedule(cism_model *m, int tier, int threads, int kv_type, co
     cism_batch_free(b);
 }
 
+/* cism_session_set_logits_all: a member switched on keeps every row of its
+   next eval, in a batch as alone, with the bits of a session created with
+   LOGITS_ALL; switched off again, only the last row. */
+static void check_logits_switch(cism_model *m) {
+    cism_session *s = make_session(m, CISM_TIER_AUTO, 1, CISM_DTYPE_F32, 0);
+    cism_session *r = make_session(m, CISM_TIER_AUTO, 1, CISM_DTYPE_F32, 1);
+    cism_batch *b = make_batch(m, CISM_TIER_AUTO, 1, CISM_DTYPE_F32, 64);
+    int32_t toks[8] = {5, 77, 301, 12, 9, 400, 23, 64};
+    const float *ls = NULL, *lr = NULL;
+    int32_t nv = 0;
+    int i;
+    CHECK(cism_session_set_logits_all(NULL, 1) == CISM_ERR_INVALID_ARG);
+    if (!s || !r || !b) goto done;
+    CHECK_OK(cism_session_set_logits_all(s, 1));
+    CHECK_OK(cism_batch_add(b, s, toks, 5));
+    CHECK_OK(cism_batch_eval(b));
+    CHECK_OK(cism_session_eval(r, toks, 5));
+    for (i = 0; i < 5; i++) {
+        CHECK_OK(cism_session_logits(s, i, &ls, &nv));
+        CHECK_OK(cism_session_logits(r, i, &lr, &nv));
+        CHECK_MSG(ls && lr && memcmp(ls, lr, (size_t)nv * 4) == 0, "row %d of a switched-on member differs", i);
+    }
+    CHECK_OK(cism_session_set_logits_all(s, 0));
+    CHECK_OK(cism_batch_add(b, s, toks + 5, 3));
+    CHECK_OK(cism_batch_eval(b));
+    CHECK_OK(cism_session_eval(r, toks + 5, 3));
+    CHECK(cism_session_logits(s, 0, &ls, &nv) == CISM_ERR_STATE);
+    CHECK_OK(cism_session_logits(s, -1, &ls, &nv));
+    CHECK_OK(cism_session_logits(r, -1, &lr, &nv));
+    CHECK(ls && lr && memcmp(ls, lr, (size_t)nv * 4) == 0);
+done:
+    cism_batch_free(b);
+    cism_session_free(s);
+    cism_session_free(r);
+}
+
 /* A member cancelled before the eval starts (its first layer passes, the next
    check stops it) keeps nothing; the others are unaffected. */
 static void check_cancel(cism_model *m, int tier) {
@@ -281,6 +317,7 @@ int main(int argc, char **argv) {
     }
     if (models[1] && models[0]) check_refusals(models[1], models[0]);
     if (models[1]) check_cancel_thread(models[1]);
+    if (models[1]) check_logits_switch(models[1]);
     for (f = 0; f < 3; f++) cism_model_free(models[f]);
     return test_finish("test_batch");
 }

@@ -56,7 +56,8 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots: int = 4, n_ctx: int = 0,
           n_threads: int = 0, kv_type: str = "f16", api_key: Optional[str] = None, max_queue: int = 64,
           max_tokens: int = 4096, max_body_bytes: int = 1 << 20, prefill_chunk: int = 64,
-          model_id: Optional[str] = None, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> None:
+          model_id: Optional[str] = None, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+          lookup: bool = False, draft_max: int = 7) -> None:
     """Loads the model, starts the scheduler and serves until interrupted."""
     require()
     import uvicorn
@@ -71,10 +72,13 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
         raise ValueError(f"--max-body-bytes {max_body_bytes}: give 1024 or more")
     if max_queue < 0:
         raise ValueError(f"--max-queue {max_queue} is negative")
+    if lookup and not 1 <= draft_max <= 64:
+        raise ValueError(f"--draft-max {draft_max}: give 1 to 64")
     with Model(model_path) as model:
         metrics = Metrics()
         sched = Scheduler(model, n_slots=n_slots, n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type,
-                          max_queue=max_queue, prefill_chunk=prefill_chunk, metrics=metrics)
+                          max_queue=max_queue, prefill_chunk=prefill_chunk, metrics=metrics, lookup=lookup,
+                          draft_max=draft_max)
         try:
             state = ServerState(model, sched, metrics, Limits(max_tokens=max_tokens, max_body_bytes=max_body_bytes),
                                 model_id or model_id_of(model_path), api_key)
@@ -84,7 +88,8 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
             where = f"http://[{host}]:{sock.getsockname()[1]}" if ":" in host else \
                 f"http://{host}:{sock.getsockname()[1]}"
             say(f"cism: serving {state.model_id} on {where} ({n_slots} slots of {sched.n_ctx} tokens, "
-                f"queue {max_queue}{', API key required' if api_key else ''}); Ctrl-C stops")
+                f"queue {max_queue}{', API key required' if api_key else ''}"
+                f"{f', prompt lookup up to {draft_max} drafts' if lookup else ''}); Ctrl-C stops")
             if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
                 say(f"cism: warning: {host} is reachable from other machines and no API key is set "
                     "(--api-key or CISM_API_KEY)")

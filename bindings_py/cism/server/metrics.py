@@ -27,6 +27,8 @@ class Metrics:
         self.decode_tokens = 0          # tokens evaluated as generated
         self.steps = 0
         self.step_seconds = 0.0
+        self.drafted_tokens = 0         # prompt-lookup drafts verified (--lookup)
+        self.accepted_tokens = 0        # ... and emitted
         self._recent: Deque[Tuple[float, int, int]] = collections.deque()   # (time, prefill, decode)
 
     def request(self, endpoint: str, outcome: str, prompt: int = 0, cached: int = 0, completion: int = 0) -> None:
@@ -45,6 +47,11 @@ class Metrics:
             self.decode_tokens += decode
             self._recent.append((now, prefill, decode))
             self._trim(now)
+
+    def drafts(self, drafted: int, accepted: int) -> None:
+        with self._lock:
+            self.drafted_tokens += drafted
+            self.accepted_tokens += accepted
 
     def _trim(self, now: float) -> None:
         while self._recent and self._recent[0][0] < now - WINDOW:
@@ -82,6 +89,8 @@ class Metrics:
                 ("cism_decode_tokens_total", "generated tokens evaluated", self.decode_tokens),
                 ("cism_steps_total", "scheduler steps (one batched evaluation each)", self.steps),
                 ("cism_step_seconds_total", "time spent in scheduler steps", self.step_seconds),
+                ("cism_draft_tokens_total", "prompt-lookup drafts verified (--lookup)", self.drafted_tokens),
+                ("cism_draft_tokens_accepted_total", "prompt-lookup drafts emitted (--lookup)", self.accepted_tokens),
             ]
         endpoints = sorted({e for e, _ in reqs} | {"chat", "completion"})
         metric("cism_requests_total", "counter", "finished generation requests by endpoint and outcome",

@@ -16,6 +16,11 @@ parameters). One scheduler thread runs steps; each step
 5. samples the next token of every slot whose prompt is done (cism.Sampler,
    per request) and hands text to the request's event queue.
 
+With `lookup` (cism serve --lookup) a decoding slot's input is its sampled token
+plus the drafts of prompt lookup (server/lookup.py), verified in the same
+batched forward; the slot emits the drafts its sampler reproduces, then the
+sampler's own next token, and rewinds past the others.
+
 A request that finishes frees its slot at the end of the step; the slot keeps
 its KV cache for the next request with the same prefix. Cancelling a request
 (client disconnect) interrupts its running evaluation (Session.cancel) and
@@ -38,6 +43,7 @@ from typing import Deque, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import CancelledError
+from .lookup import Lookup
 from .metrics import Metrics
 from .output import LogprobWriter, TextOutput
 from .protocol import APIError, GenRequest, usage
@@ -66,6 +72,7 @@ class Job:
         self.lp: Optional[LogprobWriter] = None
         self.entries: List[tuple] = []   # logprob entries not yet sent
         self.prefill_total = 0           # prompt tokens to evaluate (past the reused prefix)
+        self.lookup: Optional[Lookup] = None   # drafting state (the scheduler's lookup option)
         self.t_submit = time.monotonic()
 
     def emit(self, *event) -> None:
@@ -82,6 +89,7 @@ class Slot:
         self.cached: List[int] = []      # the tokens in the session's KV cache
         self.job: Optional[Job] = None
         self.pending: List[int] = []     # tokens to evaluate next
+        self.drafts: List[int] = []      # the lookup drafts at the end of pending (their rows are kept)
         self.prefilling = False
         self.idle_since = time.monotonic()
 
@@ -96,9 +104,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 class Scheduler:
     def __init__(self, model, *, n_slots: int, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
-                 max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Optional[Metrics] = None):
+                 max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Optional[Metrics] = None,
+                 lookup: bool = False, draft_max: int = 7):
         if n_slots < 1:
             raise ValueError(f"--slots {n_slots}: give 1 or more")
+        if lookup and not 1 <= draft_max <= 64:
+            raise ValueError(f"--draft-max {draft_max}: give 1 to 64")
         if prefill_chunk < 1:
             raise ValueError(f"--prefill-chunk {prefill_chunk}: give 1 or more")
         self.model = model
@@ -107,6 +118,8 @@ class Scheduler:
         self.metrics = metrics or Metrics()
         self.max_queue = int(max_queue)
         self.prefill_chunk = int(prefill_chunk)
+        self.lookup = bool(lookup)
+        self.draft_max = int(draft_max) if lookup else 0
         self.slots: List[Slot] = []
         try:
             for i in range(n_slots):
@@ -119,8 +132,8 @@ class Scheduler:
             raise
         self.n_ctx = self.slots[0].session.n_ctx
         from ..batch import Batch
-        # one step takes every decoding slot's token plus the step's prompt budget
-        self.max_step_tokens = n_slots + max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
+        # one step takes every decoding slot's token (and drafts) plus the step's prompt budget
+        self.max_step_tokens = n_slots * (1 + self.draft_max) + max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
         try:
             self._batch = Batch(model, n_threads=n_threads, max_tokens=self.max_step_tokens, n_ctx=self.n_ctx,
                                 kv_type=kv_type)
@@ -231,6 +244,8 @@ class Scheduler:
             for t in ids:   # the penalty history starts with the prompt, as offline generation
                 job.sampler.accept(t)
             job.out = TextOutput(self.tokenizer, ids, job.req.stop)
+            if self.lookup:
+                job.lookup = Lookup(ids, self.n_ctx + 1, self.draft_max)
             if job.req.logprobs:
                 job.lp = LogprobWriter(self.tokenizer, job.req.top_logprobs)
 
@@ -260,6 +275,7 @@ class Scheduler:
             job = slot.job
             if err is not None:
                 slot.cached = slot.session.tokens()   # an eval that failed leaves whole chunks or nothing
+                self._drop_drafts(slot)
                 if isinstance(err, CancelledError) or job.cancelled.is_set():
                     finished.append((slot, "cancelled", None))
                 else:
@@ -294,10 +310,45 @@ class Scheduler:
         return self._batch.eval(pairs)
 
     def _sample(self, slot: Slot, job: Job) -> Optional[str]:
-        """Samples the slot's next token and sends its text; the finish reason, or
-        None when the request goes on (then the token is the slot's next input)."""
+        """Samples the slot's next token (after lookup drafts, each verified row in
+        order while the sampler reproduces the draft) and sends its text; the finish
+        reason, or None when the request goes on (then the last token, with new
+        drafts, is the slot's next input)."""
         s = slot.session
-        logits = s.logits()
+        drafts = slot.drafts
+        rows = s.all_logits() if drafts else None
+        self._drop_drafts(slot)
+        base = s.n_past - len(drafts)      # valid positions: up to the sampled token of the last step
+        accepted, reason, tok = 0, None, -1
+        for i in range(len(drafts) + 1):
+            logits = s.logits() if rows is None else rows[i]
+            reason, tok = self._emit(job, logits, base + i, s.n_ctx)
+            if reason is not None or i == len(drafts) or tok != drafts[i]:
+                break
+            accepted += 1
+        if drafts:
+            job.lookup.adapt(accepted, len(drafts))
+            self.metrics.drafts(len(drafts), accepted)
+            keep = base + accepted
+            if keep < s.n_past:
+                s.rewind(keep)
+                del slot.cached[keep:]
+        if reason is not None:
+            return reason
+        slot.pending = [tok]
+        if job.lookup is not None:
+            job.lookup.push([tok])
+            room = min(s.n_ctx - 2 - (base + accepted), job.req.max_tokens - len(job.tokens) - 1)
+            k = job.lookup.depth(room)
+            slot.drafts = job.lookup.propose(k) if k > 0 else []
+            if slot.drafts:
+                slot.pending = [tok] + slot.drafts
+                s.set_logits_all(True)
+        return None
+
+    def _emit(self, job: Job, logits: np.ndarray, n_valid: int, n_ctx: int) -> Tuple[Optional[str], int]:
+        """Samples one token from logits (the row after n_valid evaluated positions)
+        and sends its text: (finish reason or None, the token)."""
         if logits.size > self.n_ids:   # never an id past the tokenizer (the embedding may have more rows)
             logits = logits[:self.n_ids]
         tok = job.sampler.sample(logits)
@@ -306,20 +357,24 @@ class Scheduler:
         if tok in job.req.stop_ids:   # end of generation: not decoded, not evaluated
             text, hit = job.out.flush()
             self._send(job, text)
-            return "stop"
+            return "stop", tok
         piece, text, hit = job.out.push(tok)
         if job.lp is not None:
             job.entries.append(job.lp.entry(logits, tok, piece))
         if hit:
             self._send(job, text)
-            return "stop"
-        if len(job.tokens) >= job.req.max_tokens or s.n_past >= s.n_ctx:
+            return "stop", tok
+        if len(job.tokens) >= job.req.max_tokens or n_valid >= n_ctx:
             more, hit = job.out.flush()
             self._send(job, text + more)
-            return "stop" if hit else "length"
+            return ("stop" if hit else "length"), tok
         self._send(job, text)
-        slot.pending = [tok]
-        return None
+        return None, tok
+
+    def _drop_drafts(self, slot: Slot) -> None:
+        if slot.drafts:
+            slot.drafts = []
+            slot.session.set_logits_all(False)
 
     def _send(self, job: Job, text: str) -> None:
         if text:
@@ -347,6 +402,7 @@ class Scheduler:
     def _release(self, slot: Slot) -> None:
         slot.job.slot = None
         slot.job = None
+        self._drop_drafts(slot)
         slot.pending = []
         slot.prefilling = False
         slot.idle_since = time.monotonic()

@@ -464,6 +464,13 @@ cism_status cism_session_set_progress_callback(cism_session *s, cism_progress_ca
     return CISM_OK;
 }
 
+cism_status cism_session_set_logits_all(cism_session *s, int32_t on) {
+    cism__clear_error();
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_set_logits_all: session is NULL");
+    s->logits_all = on != 0;
+    return CISM_OK;
+}
+
 void cism_session_cancel(cism_session *s) {
     if (s) cism__atomic_store(&s->cancel, 1);
 }
