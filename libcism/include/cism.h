@@ -448,7 +448,13 @@ CISM_API cism_status cism_sampler_sample(cism_sampler *sampler, const float *log
 /* ---- generation loop ----------------------------------------------------- */
 /* Called once per generated token; return 0 to continue, non-zero to stop. */
 typedef int32_t (*cism_token_callback)(void *user_data, int32_t token);
-enum { CISM_GENERATE_IGNORE_EOS = 1 };  /* flags */
+/* flags: IGNORE_EOS: do not stop at end-of-generation tokens. LOOKUP:
+   speculative decoding by prompt lookup (cism_generate_spec with a lookup
+   speculator the session keeps for its later calls, freed with it): the same
+   tokens in greedy decoding, the same distribution when sampling (not the
+   same draws for a seed), several tokens per eval where the text repeats its
+   input (docs/SPECULATIVE.md). */
+enum { CISM_GENERATE_IGNORE_EOS = 1, CISM_GENERATE_LOOKUP = 2 };
 /* Evaluates the prompt (may be empty to continue from the current state),
    then samples and evaluates up to max_tokens tokens, calling callback (may
    be NULL) with each. Stops at an end-of-generation token (which is reported

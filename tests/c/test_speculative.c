@@ -127,6 +127,48 @@ static void check_contract(cism_model *m, int tier, int threads, const int32_t *
     cism_session_free(one);
 }
 
+/* CISM_GENERATE_LOOKUP: cism_generate_v2 / cism_generate speculate with the
+   session's own lookup speculator: greedy tokens and state as plain; sampled,
+   the draws of cism_generate_spec with a lookup speculator (not plain
+   sampling's, which shows the flag is not ignored); cism_generate's full
+   context stays an error. */
+static void check_generate_flag(cism_model *m, const int32_t *prompt, int n_prompt) {
+    const uint32_t F = CISM_GENERATE_IGNORE_EOS;
+    collect a, b, c;
+    end_state ea, eb, ec;
+    cism_stop_reason wa, wb, wc;
+    cism_spec *sp = NULL;
+    int k;
+    plain(m, CISM_TIER_AUTO, 1, prompt, n_prompt, 160, F, 0.0, &a, &ea, &wa);
+    plain(m, CISM_TIER_AUTO, 1, prompt, n_prompt, 160, F | CISM_GENERATE_LOOKUP, 0.0, &b, &eb, &wb);
+    CHECK_MSG(a.n == b.n && memcmp(a.tok, b.tok, (size_t)a.n * 4) == 0 && wa == wb && same_state(&ea, &eb),
+              "CISM_GENERATE_LOOKUP: greedy differs from plain greedy");
+    CHECK_OK(cism_spec_create_lookup(&sp));
+    plain(m, CISM_TIER_AUTO, 1, prompt, n_prompt, 160, F, 1.0, &a, &ea, &wa);
+    plain(m, CISM_TIER_AUTO, 1, prompt, n_prompt, 160, F | CISM_GENERATE_LOOKUP, 1.0, &b, &eb, &wb);
+    spec(sp, m, CISM_TIER_AUTO, 1, prompt, n_prompt, 160, F, 1.0, &c, &ec, &wc);
+    CHECK_MSG(b.n == c.n && memcmp(b.tok, c.tok, (size_t)b.n * 4) == 0 && same_state(&eb, &ec),
+              "CISM_GENERATE_LOOKUP: sampled tokens are not cism_generate_spec's");
+    CHECK_MSG(stat(sp, CISM_SPEC_STAT_ACCEPTED) > 0 && (a.n != b.n || memcmp(a.tok, b.tok, (size_t)a.n * 4) != 0),
+              "CISM_GENERATE_LOOKUP: sampled like plain sampling (%lld drafts accepted)",
+              (long long)stat(sp, CISM_SPEC_STAT_ACCEPTED));
+    cism_spec_free(sp);
+    for (k = 0; k < 2; k++) { /* cism_generate: the context (256) fills before 300 tokens */
+        cism_session *s = new_session(m, CISM_TIER_AUTO, 1);
+        cism_sampler *smp = new_sampler(0.0, 7);
+        int32_t n = 0;
+        collect *out = k ? &b : &a;
+        memset(out, 0, sizeof(*out));
+        CHECK(cism_generate(s, smp, prompt, n_prompt, 300, F | (k ? CISM_GENERATE_LOOKUP : 0), on_token, out, &n) ==
+              CISM_ERR_CONTEXT_FULL);
+        CHECK(n == out->n);
+        cism_sampler_free(smp);
+        cism_session_free(s);
+    }
+    CHECK_MSG(a.n == b.n && a.n > 0 && memcmp(a.tok, b.tok, (size_t)(a.n < MAX_TOK ? a.n : MAX_TOK) * 4) == 0,
+              "cism_generate with CISM_GENERATE_LOOKUP: %d tokens to the full context, %d without", b.n, a.n);
+}
+
 int main(int argc, char **argv) {
     const char *names[3] = {"stories260K-hf.cism", "stories260K-hf.q8.cism", "stories260K-hf.4bit.cism"};
     cism_model *models[3] = {NULL, NULL, NULL}, *other = NULL;
@@ -146,6 +188,7 @@ int main(int argc, char **argv) {
     }
     {
         const int n_prompt = i;
+        check_generate_flag(models[1], prompt, n_prompt);
         for (tier = CISM_TIER_SCALAR; cism_kernel_tier_name(tier); tier++) {
             if (!cism_kernel_tier_supported(tier)) continue;
             for (threads = 1; threads <= 2; threads++) {

@@ -26,12 +26,19 @@ public actor Session {
         public var batchSize: Int
         /// float32 KV cache instead of float16 (twice the memory).
         public var kvCacheF32: Bool
+        /// Speculative decoding by prompt lookup in `generate` / `generateText`
+        /// (CISM_GENERATE_LOOKUP): the same tokens when greedy, the same
+        /// distribution when sampling, several tokens per step where the reply
+        /// repeats its input (rewrites, quotes, code edits).
+        public var promptLookup: Bool
 
-        public init(threads: Int = 0, contextLength: Int = 0, batchSize: Int = 0, kvCacheF32: Bool = false) {
+        public init(threads: Int = 0, contextLength: Int = 0, batchSize: Int = 0, kvCacheF32: Bool = false,
+                    promptLookup: Bool = false) {
             self.threads = threads
             self.contextLength = contextLength
             self.batchSize = batchSize
             self.kvCacheF32 = kvCacheF32
+            self.promptLookup = promptLookup
         }
 
         /// A cism_params with the session keys set; the caller frees it.
@@ -73,7 +80,8 @@ public actor Session {
             }
         }
         self.model = model
-        self.native = NativeSession(pointer: session, detokenizer: detokenizer, model: model)
+        self.native = NativeSession(pointer: session, detokenizer: detokenizer, model: model,
+                                    promptLookup: configuration.promptLookup)
         self.queue = DispatchQueue(label: "org.libcism.session", qos: .userInitiated)
     }
 
@@ -233,12 +241,15 @@ final class NativeSession: @unchecked Sendable {
     /// Streaming detokenizer of generateText (nil when the model has no tokenizer).
     let detokenizer: OpaquePointer?
     let model: Model
+    /// Configuration.promptLookup
+    let promptLookup: Bool
     var history: [Int32] = []
 
-    init(pointer: OpaquePointer, detokenizer: OpaquePointer?, model: Model) {
+    init(pointer: OpaquePointer, detokenizer: OpaquePointer?, model: Model, promptLookup: Bool) {
         self.pointer = pointer
         self.detokenizer = detokenizer
         self.model = model
+        self.promptLookup = promptLookup
     }
 
     deinit {
@@ -312,7 +323,8 @@ final class NativeSession: @unchecked Sendable {
         defer { sampler.lock.unlock() }
         let sink = TokenSink(onToken)
         var produced: Int32 = 0
-        let flags: UInt32 = ignoreEndOfText ? UInt32(CISM_GENERATE_IGNORE_EOS) : 0
+        let flags: UInt32 = (ignoreEndOfText ? UInt32(CISM_GENERATE_IGNORE_EOS) : 0) |
+            (promptLookup ? UInt32(CISM_GENERATE_LOOKUP) : 0)
         let status = withExtendedLifetime(sink) {
             prompt.withUnsafeBufferPointer { p in
                 cism_generate_v2(pointer, sampler.handle, p.baseAddress, Int32(p.count), Int32(clamping: maxTokens), flags,

@@ -81,11 +81,29 @@ done:
     return st;
 }
 
+/* CISM_GENERATE_LOOKUP: cism_generate_spec with the session's own lookup
+   speculator (its measured costs carry over to the session's next calls);
+   cism_generate's full context is an error, as without the flag. */
+static cism_status generate_lookup(cism_session *s, cism_sampler *sampler, const int32_t *prompt, int32_t n_prompt,
+                                   int32_t max_tokens, uint32_t flags, cism_token_callback callback, void *user_data,
+                                   int32_t *n_generated, cism_stop_reason *reason, int v2) {
+    cism_status st;
+    *reason = CISM_STOP_ERROR;
+    if (!s->lookup && (st = cism_spec_create_lookup(&s->lookup)) != CISM_OK) return st;
+    st = cism_generate_spec(s->lookup, s, sampler, prompt, n_prompt, max_tokens, flags & ~(uint32_t)CISM_GENERATE_LOOKUP,
+                            callback, user_data, n_generated, reason);
+    if (!v2 && st == CISM_OK && *reason == CISM_STOP_CONTEXT_FULL)
+        st = cism__fail(CISM_ERR_CONTEXT_FULL, "the context is full (%d tokens)", (int)s->n_ctx);
+    return st;
+}
+
 cism_status cism_generate(cism_session *s, cism_sampler *sampler, const int32_t *prompt, int32_t n_prompt,
                           int32_t max_tokens, uint32_t flags, cism_token_callback callback, void *user_data,
                           int32_t *n_generated) {
     cism_stop_reason reason;
     cism__clear_error();
+    if (s && (flags & CISM_GENERATE_LOOKUP))
+        return generate_lookup(s, sampler, prompt, n_prompt, max_tokens, flags, callback, user_data, n_generated, &reason, 0);
     return generate(s, sampler, prompt, n_prompt, max_tokens, flags, callback, user_data, n_generated, &reason, 0);
 }
 
@@ -95,7 +113,10 @@ cism_status cism_generate_v2(cism_session *s, cism_sampler *sampler, const int32
     cism_stop_reason reason;
     cism_status st;
     cism__clear_error();
-    st = generate(s, sampler, prompt, n_prompt, max_tokens, flags, callback, user_data, n_generated, &reason, 1);
+    if (s && (flags & CISM_GENERATE_LOOKUP))
+        st = generate_lookup(s, sampler, prompt, n_prompt, max_tokens, flags, callback, user_data, n_generated, &reason, 1);
+    else
+        st = generate(s, sampler, prompt, n_prompt, max_tokens, flags, callback, user_data, n_generated, &reason, 1);
     if (stop_reason) *stop_reason = reason;
     return st;
 }

@@ -13,6 +13,7 @@
 
 void cism_session_free(cism_session *s) {
     if (!s) return;
+    cism_spec_free(s->lookup);
     cism__work_free(&s->w);
     free(s->k_cache);
     free(s->v_cache);

@@ -71,7 +71,9 @@ int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int6
 void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
 void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
 
+struct cism_spec;
 struct cism_session {
+    struct cism_spec *lookup;  /* CISM_GENERATE_LOOKUP's speculator, made on first use (speculative.c) */
     cism_model *model;
     const cism__kernels *k;
     int nth;

@@ -124,6 +124,29 @@ public class HostJvmTest {
         assertArrayEquals("vs the Python API", python, toArray(got));
     }
 
+    /** Prompt lookup (CISM_GENERATE_LOOKUP through the same generate call): greedy tokens and
+        position as without it, on a generation long enough to repeat itself. */
+    @Test
+    public void promptLookupKeepsGreedyTokens() {
+        int[][] runs = new int[2][];
+        int[] positions = new int[2];
+        for (int k = 0; k < 2; k++) {
+            List<Integer> got = new ArrayList<>();
+            try (Model model = Model.load(modelPath);
+                 Session session = new Session(model, new Session.Options().threads(2));
+                 Sampler sampler = Sampler.greedy()) {
+                session.setPromptLookup(k == 1);
+                assertEquals(k == 1, session.promptLookup());
+                GenerationResult r = session.generate(new int[] {1}, 160, sampler, true, token -> got.add(token));
+                assertEquals(GenerationResult.StopReason.MAX_TOKENS, r.getStopReason());
+                positions[k] = session.position();
+            }
+            runs[k] = toArray(got);
+        }
+        assertArrayEquals("with prompt lookup", runs[0], runs[1]);
+        assertEquals(positions[0], positions[1]);
+    }
+
     /** Seeded sampling is reproducible and equals the Python API's. */
     @Test
     public void sampledMatchesPython() throws IOException {

@@ -53,11 +53,13 @@ public final class Session implements AutoCloseable {
     }
 
     private static final int GENERATE_IGNORE_EOS = 1;
+    private static final int GENERATE_LOOKUP = 2;
 
     private final Model model;
     private final Object cancelLock = new Object();
     private long handle;            // guarded by this; read under cancelLock by cancel()
     private boolean generating;     // guarded by this
+    private boolean promptLookup;   // guarded by this
     private boolean closeRequested; // guarded by this
     private int[] history = new int[256]; // the tokens in the context; guarded by this
     private int historyLength;
@@ -183,6 +185,24 @@ public final class Session implements AutoCloseable {
         historyLength = restored.length;
     }
 
+    /**
+     * Speculative decoding by prompt lookup in this session's generate and
+     * generateText calls (CISM_GENERATE_LOOKUP): the same tokens when greedy,
+     * the same distribution when sampling, several tokens per step where the
+     * reply repeats its input (rewrites, quotes, code edits). Off by default.
+     */
+    public synchronized void setPromptLookup(boolean on) {
+        promptLookup = on;
+    }
+
+    public synchronized boolean promptLookup() {
+        return promptLookup;
+    }
+
+    private int flags(boolean ignoreEos) {
+        return (ignoreEos ? GENERATE_IGNORE_EOS : 0) | (promptLookup ? GENERATE_LOOKUP : 0);
+    }
+
     public GenerationResult generate(int[] prompt, int maxTokens, Sampler sampler, TokenCallback callback) {
         return generate(prompt, maxTokens, sampler, false, callback);
     }
@@ -206,8 +226,7 @@ public final class Session implements AutoCloseable {
             generating = true;
             try {
                 synchronized (sampler) {
-                    nativeGenerate(h, sampler.handle(), prompt, maxTokens, ignoreEos ? GENERATE_IGNORE_EOS : 0,
-                                   recorder, out);
+                    nativeGenerate(h, sampler.handle(), prompt, maxTokens, flags(ignoreEos), recorder, out);
                 }
             } finally {
                 generating = false;
@@ -256,8 +275,8 @@ public final class Session implements AutoCloseable {
             generating = true;
             try {
                 synchronized (sampler) {
-                    nativeGenerateText(h, sampler.handle(), detokenizer, prompt, maxTokens,
-                                       ignoreEos ? GENERATE_IGNORE_EOS : 0, sink, out);
+                    nativeGenerateText(h, sampler.handle(), detokenizer, prompt, maxTokens, flags(ignoreEos), sink,
+                                       out);
                 }
             } finally {
                 generating = false;
