@@ -192,6 +192,37 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
                   cism_dtype_name(dt), k->name, (int)NT);
         free(xs); free(y1); free(y2);
     }
+    /* 40 tokens: the tier epilogues take them in chunks of 16; the middle chunk has more distinct
+       channels (80) than their 64 slots (the direct-mapped cache path), the others a few shared ones */
+    {
+        enum { NT = 40 };
+        static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
+        uint8_t *xs = (uint8_t *)calloc(NT, (size_t)ldq);
+        float *y1 = (float *)calloc(NT * ROWS, sizeof(float)), *y2 = (float *)calloc(NT * ROWS, sizeof(float));
+        int seen[COLS] = {0}, distinct = 0, j;
+        int64_t t;
+        for (t = 0; t < NT; t++) {
+            const cism__act8_out *ot = (const cism__act8_out *)(const void *)(xs + (t + 1) * ldq - (int64_t)sizeof(cism__act8_out));
+            for (c = 0; c < COLS; c++) x[c] = 0.5f * frand();
+            if (t >= 16 && t < 32)
+                for (j = 0; j < 5; j++) x[(t * 13 + j * 40 + 7) % COLS] = big[j];
+            else {
+                x[3] = 30.0f; x[64 + t % 3] = -25.0f;
+            }
+            cism__act8_quantize_split(ref->quantize_act, x, COLS, xs + t * ldq, ldq, tmp);
+            for (j = 0; t >= 16 && t < 32 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
+        }
+        CHECK_MSG(distinct > 64, "the middle chunk has %d distinct outlier channels, meant to exceed 64", distinct);
+        ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y1, ROWS, NT, 0, ROWS);
+        cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
+        for (r = 0; r < ROWS; r += 16) {
+            k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y2, ROWS, NT, r, r + 16);
+            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, ROWS, NT, r, r + 16);
+        }
+        CHECK_MSG(memcmp(y1, y2, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
+                  cism_dtype_name(dt), k->name, (int)NT);
+        free(xs); free(y1); free(y2);
+    }
     /* q4sx16: every E4M3 scale byte (subnormals, NaNs) decodes as the C code does (last: it edits wq) */
     if (dt == CISM_DTYPE_Q4SX16) {
         cism__x16 g = cism__x16_geom(dt, (uint64_t)rb);

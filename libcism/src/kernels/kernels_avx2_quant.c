@@ -781,9 +781,10 @@ CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const fl
 }
 
 
-/* One token: the columns' places once, then group after group. Several: per
-   group, decoded columns kept for the next tokens in a small direct-mapped
-   cache. Either way one product and one sum per entry, as the C code. */
+/* One token: the columns' places once, then group after group. Several: in
+   chunks of ODENSE_TOK tokens, each group decodes the chunk's distinct columns
+   once (a direct-mapped cache of them when there are more than OSLOTS). Either
+   way one product and one sum per entry, in table order, as the C code. */
 static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
                          const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
     const int q8 = base == CISM_DTYPE_Q8;
@@ -794,7 +795,7 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
     float lv[16];
     odense d;
     int32_t tag[OSLOTS], k;
-    int64_t t, gi;
+    int64_t t, t0, gi;
     for (k = 0; k < 16; k++) lv[k] = q8 ? 0.0f : (float)f->levels[k];
     if (nt == 1) {
         const cism__act8_out *o = out_table(xq, ldq, 0);
@@ -815,56 +816,61 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
         }
         return;
     }
-    if (odense_build(&d, w, g, q8, B, xq, ldq, nt)) {
-        for (gi = g0; gi < g1; gi++) {
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            for (k = 0; k < d.n; k++) {
-                col[k][0] = x16_col8(grp, d.p[k], 0, q8, lv, smul);
-                col[k][1] = x16_col8(grp, d.p[k], 1, q8, lv, smul);
+    for (t0 = 0; t0 < nt; t0 += ODENSE_TOK) { /* tokens in chunks: a chunk's distinct columns decoded once per group */
+        const int64_t tn = nt - t0 < ODENSE_TOK ? nt - t0 : ODENSE_TOK;
+        const uint8_t *xc = xq + t0 * ldq;
+        float *yc = y + t0 * ldy;
+        if (odense_build(&d, w, g, q8, B, xc, ldq, tn)) {
+            for (gi = g0; gi < g1; gi++) {
+                const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+                for (k = 0; k < d.n; k++) {
+                    col[k][0] = x16_col8(grp, d.p[k], 0, q8, lv, smul);
+                    col[k][1] = x16_col8(grp, d.p[k], 1, q8, lv, smul);
+                }
+                for (t = 0; t < tn; t++) {
+                    const cism__act8_out *o = out_table(xc, ldq, t);
+                    float *yt = yc + t * ldy + gi * CISM__X16;
+                    __m256 a0, a1;
+                    if (!o->n) continue;
+                    a0 = _mm256_loadu_ps(yt);
+                    a1 = _mm256_loadu_ps(yt + 8);
+                    for (k = 0; k < o->n; k++) {
+                        const __m256 v = _mm256_set1_ps(o->val[k]);
+                        a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[d.ix[t][k]][0]));
+                        a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[d.ix[t][k]][1]));
+                    }
+                    _mm256_storeu_ps(yt, a0);
+                    _mm256_storeu_ps(yt + 8, a1);
+                }
             }
-            for (t = 0; t < nt; t++) {
-                const cism__act8_out *o = out_table(xq, ldq, t);
-                float *yt = y + t * ldy + gi * CISM__X16;
+            continue;
+        }
+        for (gi = g0; gi < g1; gi++) { /* more distinct channels than slots: a direct-mapped cache of them */
+            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+            for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+            for (t = 0; t < tn; t++) {
+                const cism__act8_out *o = out_table(xc, ldq, t);
+                float *yt = yc + t * ldy + gi * CISM__X16;
                 __m256 a0, a1;
                 if (!o->n) continue;
                 a0 = _mm256_loadu_ps(yt);
                 a1 = _mm256_loadu_ps(yt + 8);
                 for (k = 0; k < o->n; k++) {
-                    const __m256 v = _mm256_set1_ps(o->val[k]);
-                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[d.ix[t][k]][0]));
-                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[d.ix[t][k]][1]));
+                    const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                    __m256 v;
+                    if (tag[s] != c) {
+                        const ocol p = x16_place(grp, g, q8, B, c);
+                        col[s][0] = x16_col8(grp, p, 0, q8, lv, smul);
+                        col[s][1] = x16_col8(grp, p, 1, q8, lv, smul);
+                        tag[s] = c;
+                    }
+                    v = _mm256_set1_ps(o->val[k]);
+                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
+                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
                 }
                 _mm256_storeu_ps(yt, a0);
                 _mm256_storeu_ps(yt + 8, a1);
             }
-        }
-        return;
-    }
-    for (gi = g0; gi < g1; gi++) {
-        const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-        for (t = 0; t < nt; t++) {
-            const cism__act8_out *o = out_table(xq, ldq, t);
-            float *yt = y + t * ldy + gi * CISM__X16;
-            __m256 a0, a1;
-            if (!o->n) continue;
-            a0 = _mm256_loadu_ps(yt);
-            a1 = _mm256_loadu_ps(yt + 8);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                __m256 v;
-                if (tag[s] != c) {
-                    const ocol p = x16_place(grp, g, q8, B, c);
-                    col[s][0] = x16_col8(grp, p, 0, q8, lv, smul);
-                    col[s][1] = x16_col8(grp, p, 1, q8, lv, smul);
-                    tag[s] = c;
-                }
-                v = _mm256_set1_ps(o->val[k]);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
-            }
-            _mm256_storeu_ps(yt, a0);
-            _mm256_storeu_ps(yt + 8, a1);
         }
     }
 }

@@ -742,9 +742,10 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, ocol p, int q8, __m512 levels, _
 }
 
 
-/* One token: the columns' places once, then group after group. Several: per
-   group, decoded columns kept for the next tokens in a small direct-mapped
-   cache. Either way one product and one sum per entry, as the C code. */
+/* One token: the columns' places once, then group after group. Several: in
+   chunks of ODENSE_TOK tokens, each group decodes the chunk's distinct columns
+   once (a direct-mapped cache of them when there are more than OSLOTS). Either
+   way one product and one sum per entry, in table order, as the C code. */
 static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
                          const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
     const int q8 = base == CISM_DTYPE_Q8;
@@ -753,7 +754,7 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
     __m512 col[OSLOTS], levels = _mm512_setzero_ps(), smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
     odense d;
     int32_t tag[OSLOTS], k;
-    int64_t t, gi;
+    int64_t t, t0, gi;
     if (!q8) {
         float lv[16];
         for (k = 0; k < 16; k++) lv[k] = (float)f->levels[k];
@@ -773,40 +774,46 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
         }
         return;
     }
-    if (odense_build(&d, w, g, q8, B, xq, ldq, nt)) {
-        for (gi = g0; gi < g1; gi++) {
+    for (t0 = 0; t0 < nt; t0 += ODENSE_TOK) { /* tokens in chunks: a chunk's distinct columns decoded once per group */
+        const int64_t tn = nt - t0 < ODENSE_TOK ? nt - t0 : ODENSE_TOK;
+        const uint8_t *xc = xq + t0 * ldq;
+        float *yc = y + t0 * ldy;
+        if (odense_build(&d, w, g, q8, B, xc, ldq, tn)) {
+            for (gi = g0; gi < g1; gi++) {
+                const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
+                for (k = 0; k < d.n; k++) col[k] = x16_col(grp, d.p[k], q8, levels, smul);
+                for (t = 0; t < tn; t++) {
+                    const cism__act8_out *o = out_table(xc, ldq, t);
+                    float *yt = yc + t * ldy + gi * CISM__X16;
+                    __m512 acc;
+                    if (!o->n) continue;
+                    acc = _mm512_loadu_ps(yt);
+                    for (k = 0; k < o->n; k++)
+                        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[d.ix[t][k]]));
+                    _mm512_storeu_ps(yt, acc);
+                }
+            }
+            continue;
+        }
+        for (gi = g0; gi < g1; gi++) { /* more distinct channels than slots: a direct-mapped cache of them */
             const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            for (k = 0; k < d.n; k++) col[k] = x16_col(grp, d.p[k], q8, levels, smul);
-            for (t = 0; t < nt; t++) {
-                const cism__act8_out *o = out_table(xq, ldq, t);
-                float *yt = y + t * ldy + gi * CISM__X16;
+            for (k = 0; k < OSLOTS; k++) tag[k] = -1;
+            for (t = 0; t < tn; t++) {
+                const cism__act8_out *o = out_table(xc, ldq, t);
+                float *yt = yc + t * ldy + gi * CISM__X16;
                 __m512 acc;
                 if (!o->n) continue;
                 acc = _mm512_loadu_ps(yt);
-                for (k = 0; k < o->n; k++) acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[d.ix[t][k]]));
+                for (k = 0; k < o->n; k++) {
+                    const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
+                    if (tag[s] != c) {
+                        col[s] = x16_col(grp, x16_place(grp, g, q8, B, c), q8, levels, smul);
+                        tag[s] = c;
+                    }
+                    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
+                }
                 _mm512_storeu_ps(yt, acc);
             }
-        }
-        return;
-    }
-    for (gi = g0; gi < g1; gi++) {
-        const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-        for (t = 0; t < nt; t++) {
-            const cism__act8_out *o = out_table(xq, ldq, t);
-            float *yt = y + t * ldy + gi * CISM__X16;
-            __m512 acc;
-            if (!o->n) continue;
-            acc = _mm512_loadu_ps(yt);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                if (tag[s] != c) {
-                    col[s] = x16_col(grp, x16_place(grp, g, q8, B, c), q8, levels, smul);
-                    tag[s] = c;
-                }
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
-            }
-            _mm512_storeu_ps(yt, acc);
         }
     }
 }

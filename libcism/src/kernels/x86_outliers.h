@@ -29,11 +29,11 @@ CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int
     return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
-/* Calls of a few tokens (speculative verifies, batched decode): the distinct
-   channels of their tables and the places of those channels, found once per
-   call (a place is the same in every group), and each entry's index among
-   them, so a group decodes each distinct column once and then only adds,
-   without the cache's tag checks. */
+/* A chunk of up to ODENSE_TOK tokens: the distinct channels of their tables
+   and the places of those channels, found once per chunk (a place is the
+   same in every group), and each entry's index among them, so a group decodes
+   each distinct column once and then only adds, without the cache's tag
+   checks or a place's divisions at every miss. */
 enum { ODENSE_TOK = 16 };
 typedef struct odense {
     int n;
@@ -41,7 +41,7 @@ typedef struct odense {
     uint8_t ix[ODENSE_TOK][CISM__A8_MAX_OUT];
 } odense;
 
-/* 0 when the call has more than ODENSE_TOK tokens or OSLOTS distinct channels (the cache path then) */
+/* 0 when the chunk has more than ODENSE_TOK tokens or OSLOTS distinct channels (the cache path then) */
 static int odense_build(odense *d, const uint8_t *w, const struct cism__x16 *g, int q8, int64_t B, const uint8_t *xq,
                         int64_t ldq, int64_t nt) {
     int32_t ch[OSLOTS];
