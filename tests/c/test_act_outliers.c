@@ -65,7 +65,7 @@ static void check_table(const cism__kernels *ref, const float *x, uint8_t *q, in
         order[n++] = at[pick];
         t[at[pick]] = 0.0f;
     }
-    cism__act8_quantize_split(ref->quantize_act, x, COLS, q, ldq, tmp);
+    cism__act8_quantize_split(ref, x, COLS, q, ldq, tmp);
     CHECK_MSG(o->n == n && (want_n < 0 || n == want_n), "table of %d channels, expected %d (and %d)", o->n, (int)n, want_n);
     for (i = 0; i < n && i < o->n; i++) CHECK(o->idx[i] == order[i] && o->val[i] == x[order[i]]);
     for (i = 0; i < COLS; i++) t[i] = x[i];
@@ -84,7 +84,7 @@ static void test_table(const cism__kernels *ref) {
     uint8_t *q = (uint8_t *)calloc(1, (size_t)ldq), *q2 = (uint8_t *)calloc(1, (size_t)ldq);
     const cism__act8_out *o = (const cism__act8_out *)(const void *)(q + ldq - (int64_t)sizeof(cism__act8_out));
     for (i = 0; i < COLS; i++) x[i] = 0.1f * frand();
-    cism__act8_quantize_split(ref->quantize_act, x, COLS, q, ldq, tmp);
+    cism__act8_quantize_split(ref, x, COLS, q, ldq, tmp);
     CHECK(o->n == 0);
     ref->quantize_act(x, COLS, q2);
     CHECK(memcmp(q, q2, (size_t)cism__act8_row_bytes(COLS)) == 0);
@@ -115,7 +115,7 @@ static void test_table(const cism__kernels *ref) {
         int n = 0;
         for (r = 0; r < 100; r++) {
             for (i = 0; i < COLS; i++) x[i] = frand() + frand() + frand() + frand();
-            cism__act8_quantize_split(ref->quantize_act, x, COLS, q, ldq, tmp);
+            cism__act8_quantize_split(ref, x, COLS, q, ldq, tmp);
             n += o->n;
         }
         CHECK_MSG(n < 20, "%d outlier channels in 100 rows without outliers", n);
@@ -151,7 +151,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     /* accuracy with strong channels */
     for (c = 0; c < COLS; c++) x[c] = 0.5f * frand();
     x[3] = 30.0f; x[64] = -25.0f; x[130] = 20.0f;
-    cism__act8_quantize_split(ref->quantize_act, x, COLS, xq, ldq, tmp);
+    cism__act8_quantize_split(ref, x, COLS, xq, ldq, tmp);
     CHECK(o->n == 3);
     ref->quantize_act(x, COLS, xp);
     ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xq, ldq, ys, ROWS, 1, 0, ROWS);
@@ -180,7 +180,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
         for (t = 0; t < NT; t++) {
             for (c = 0; c < COLS; c++) x[c] = 0.5f * frand();
             x[3 + 32 * t] = 30.0f; x[64] = -25.0f + (float)t; x[130 + t] = 20.0f; x[199 - 16 * t] = 12.0f;
-            cism__act8_quantize_split(ref->quantize_act, x, COLS, xs + t * ldq, ldq, tmp);
+            cism__act8_quantize_split(ref, x, COLS, xs + t * ldq, ldq, tmp);
         }
         ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y1, ROWS, NT, 0, ROWS);
         cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
@@ -209,7 +209,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
             else {
                 x[3] = 30.0f; x[64 + t % 3] = -25.0f;
             }
-            cism__act8_quantize_split(ref->quantize_act, x, COLS, xs + t * ldq, ldq, tmp);
+            cism__act8_quantize_split(ref, x, COLS, xs + t * ldq, ldq, tmp);
             for (j = 0; t >= 16 && t < 32 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
         }
         CHECK_MSG(distinct > 64, "the middle chunk has %d distinct outlier channels, meant to exceed 64", distinct);
@@ -243,6 +243,47 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     free(w); free(wd); free(wq); free(xq); free(xp);
 }
 
+/* The tier's block statistics are the scalar tier's, bit for bit, on blocks
+   with ties, signed zeros, subnormals, infinities and NaNs; and the split of a
+   row gives the scalar tier's table. */
+static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
+                                       0x7fc00000u, 0xffc00001u, 0x3f800000u, 0xbf800000u};
+    enum { NBLK = 64 };
+    float x[NBLK * 32], a1[NBLK], a2[NBLK], b1[NBLK], b2[NBLK], tmp[TMP];
+    int b, i;
+    for (b = 0; b < NBLK; b++)
+        for (i = 0; i < 32; i++) {
+            float v = frand();
+            uint32_t u;
+            if (b % 4 == 1 && i % 7 == 0) v = 0.75f;                /* a repeated max */
+            if (b % 4 == 2) v = (i == b % 32) ? -2.0f : 0.5f;        /* one max, many equal seconds */
+            memcpy(&u, &v, 4);
+            if (b % 4 == 3 && i % 5 == b % 5) u = special[(b + i) % 10];
+            if (b == 0) u = 0x80000000u;                             /* all -0 */
+            memcpy(&x[b * 32 + i], &u, 4);
+        }
+    ref->act_block_top2(x, NBLK, a1, a2);
+    (k->act_block_top2 ? k->act_block_top2 : ref->act_block_top2)(x, NBLK, b1, b2);
+    CHECK_MSG(memcmp(a1, b1, sizeof(a1)) == 0 && memcmp(a2, b2, sizeof(a2)) == 0,
+              "%s: block statistics differ from the scalar tier's", k->name);
+    for (b = 0; b < 8; b++) {
+        uint8_t q1[1024], q2[1024];
+        int64_t ldq = ldq_of(COLS);
+        const cism__act8_out *o1 = (const cism__act8_out *)(const void *)(q1 + ldq - (int64_t)sizeof(cism__act8_out));
+        const cism__act8_out *o2 = (const cism__act8_out *)(const void *)(q2 + ldq - (int64_t)sizeof(cism__act8_out));
+        float row[COLS];
+        for (i = 0; i < COLS; i++) row[i] = 0.3f * frand();
+        for (i = 0; i <= b; i++) row[(37 * i + 11 * b) % COLS] = 9.0f * (float)(i + 1);
+        CHECK(ldq <= 1024);
+        cism__act8_quantize_split(ref, row, COLS, q1, ldq, tmp);
+        cism__act8_quantize_split(k, row, COLS, q2, ldq, tmp);
+        CHECK_MSG(o1->n == o2->n && o1->n > 0 && memcmp(o1->idx, o2->idx, (size_t)o1->n * sizeof(o1->idx[0])) == 0 &&
+                  memcmp(o1->val, o2->val, (size_t)o1->n * sizeof(o1->val[0])) == 0,
+                  "%s: the outlier table differs from the scalar tier's (%d and %d channels)", k->name, o1->n, o2->n);
+    }
+}
+
 int main(void) {
     const cism__kernels *ref = cism__kernels_scalar();
     int32_t t;
@@ -252,6 +293,7 @@ int main(void) {
         const cism__kernels *k = cism__kernels_tier(t);
         if (!k) continue;
         printf("tier %s\n", k->name);
+        test_top2(k, ref);
         for (d = 0; d < sizeof(DT) / sizeof(DT[0]); d++) test_dtype(k, ref, DT[d]);
     }
     return test_finish("test_act_outliers");

@@ -103,6 +103,13 @@ typedef struct cism__kernels {
        d * code + m, the product then the sum, as the C code. */
     void (*outliers_q4a)(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
                          int64_t ldy, int64_t r0, int64_t r1);
+    /* The outlier rule's block statistics (model/act_outliers.c): for each of
+       nb whole blocks of 32 floats at x, m1[b] the largest and m2[b] the second
+       largest |value| (of the multiset: a repeated max is also the second),
+       ordered on the bits with the sign cleared as unsigned integers (a NaN
+       above every number). Exact, so every tier gives the scalar tier's
+       values. NULL: the scalar tier's. */
+    void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
 } cism__kernels;
 
 /* The reference tier; always available. */

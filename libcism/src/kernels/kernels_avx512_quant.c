@@ -818,6 +818,27 @@ static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism
     }
 }
 
+/* The outlier rule's block statistics (kernels.h act_block_top2): per block the
+   lane-wise max and min of its two halves, then the max of the maxes, the
+   second of the maxes (the max again when it is in two lanes) and the max of
+   the mins: the largest and second largest of the 32, as the C tournament. */
+static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const __m512i a = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK)), abs);
+        const __m512i c = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK + 16)), abs);
+        const __m512i hi = _mm512_max_epu32(a, c), lo = _mm512_min_epu32(a, c);
+        const uint32_t top = _mm512_reduce_max_epu32(hi);
+        const __mmask16 at = _mm512_cmpeq_epu32_mask(hi, _mm512_set1_epi32((int)top));
+        uint32_t second = _mm512_reduce_max_epu32(lo), rest;
+        rest = (at & (at - 1)) ? top : _mm512_mask_reduce_max_epu32((__mmask16)~at, hi);
+        if (rest > second) second = rest;
+        memcpy(&m1[b], &top, 4);
+        memcpy(&m2[b], &second, 4);
+    }
+}
+
 /* q4a: column c of 16 rows gathered, the dword at the block's start (d, m)
    and the one ending in the code's byte (inside the block), d and m widened
    exactly, then d * code + m. */
@@ -888,4 +909,5 @@ void cism__fill_avx512_quant(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->quantize_act = quantize_act;
+    k->act_block_top2 = act_block_top2;
 }

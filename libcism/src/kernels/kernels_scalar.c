@@ -225,6 +225,7 @@ static const cism__kernels g_scalar = {
     int8_mac_loop,
     NULL, /* outliers_x16: act_outliers.c's C code */
     NULL, /* outliers_q4a: the same */
+    cism__act_block_top2_scalar,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

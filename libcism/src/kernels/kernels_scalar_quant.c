@@ -8,6 +8,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <string.h>
 
 #define LANES 8
 #define TOK 8 /* token rows sharing one decoded chunk */
@@ -125,6 +126,34 @@ void cism__scalar_matmul_nl4(const void *w, uint64_t rb, int64_t cols, const flo
 }
 
 /* ---- int8 activations ---------------------------------------------------------------- */
+/* The two largest |p[i]| of each whole block of 32. On the bits (sign
+   cleared) as unsigned integers, whose order is the floats' (a NaN is above
+   every number): integer min/max need no assumptions on NaNs. A tournament:
+   pairs, then each level keeps the larger max and the larger of the seconds
+   and the smaller max. */
+void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2) {
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        uint32_t u[CISM__A8_BLOCK], M[16], S[16];
+        int i, w;
+        memcpy(u, x + b * CISM__A8_BLOCK, sizeof(u));
+        for (i = 0; i < 16; i++) {
+            uint32_t a = u[i] & 0x7fffffffu, c = u[i + 16] & 0x7fffffffu;
+            M[i] = a > c ? a : c;
+            S[i] = a > c ? c : a;
+        }
+        for (w = 8; w >= 1; w /= 2)
+            for (i = 0; i < w; i++) {
+                uint32_t a = M[i], c = M[i + w], hi = a > c ? a : c, lo = a > c ? c : a;
+                uint32_t s = S[i] > S[i + w] ? S[i] : S[i + w];
+                S[i] = s > lo ? s : lo;
+                M[i] = hi;
+            }
+        memcpy(&m1[b], &M[0], 4);
+        memcpy(&m2[b], &S[0], 4);
+    }
+}
+
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);

@@ -198,5 +198,6 @@ CISM__SCALAR_QUANT_DECL(q4a)
 CISM__SCALAR_X16_DECL(q8x16)
 CISM__SCALAR_X16_DECL(q4sx16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
+void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2);
 
 #endif

@@ -31,42 +31,19 @@ static cism__act8_out *table_of(uint8_t *qrow, int64_t ldq) {
     return (cism__act8_out *)(void *)(qrow + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
-/* The two largest |p[i]| of a whole block of 32. On the bits (sign cleared)
-   as unsigned integers, whose order is the floats' (a NaN is above every
-   number, so a row holding one gets a NaN noise sum, and no table): integer
-   min/max vectorize without assumptions on NaNs. A tournament: pairs, then
-   each level keeps the larger max and the larger of the seconds and the
-   smaller max. */
-static void block_top2(const float *p, float *m1, float *m2) {
-    uint32_t u[CISM__A8_BLOCK], M[16], S[16];
-    int i, w;
-    memcpy(u, p, sizeof(u));
-    for (i = 0; i < 16; i++) {
-        uint32_t a = u[i] & 0x7fffffffu, b = u[i + 16] & 0x7fffffffu;
-        M[i] = a > b ? a : b;
-        S[i] = a > b ? b : a;
-    }
-    for (w = 8; w >= 1; w /= 2)
-        for (i = 0; i < w; i++) {
-            uint32_t a = M[i], b = M[i + w], hi = a > b ? a : b, lo = a > b ? b : a;
-            uint32_t s = S[i] > S[i + w] ? S[i] : S[i + w];
-            S[i] = s > lo ? s : lo;
-            M[i] = hi;
-        }
-    memcpy(m1, &M[0], 4);
-    memcpy(m2, &S[0], 4);
-}
+typedef void (*top2_fn)(const float *x, int64_t nb, float *m1, float *m2);
 
-/* Block b's two largest |t| (elements 32b .. 32b+31 below n). */
-static void block_stats(const float *t, int64_t n, int64_t b, float *m1, float *m2) {
+/* Block b's two largest |t| (elements 32b .. 32b+31 below n; a partial block
+   padded with zeros). */
+static void block_stats(top2_fn top2, const float *t, int64_t n, int64_t b, float *m1, float *m2) {
     float c[CISM__A8_BLOCK];
     int64_t i, m = (b + 1) * CISM__A8_BLOCK <= n ? CISM__A8_BLOCK : n - b * CISM__A8_BLOCK;
     if (m == CISM__A8_BLOCK) {
-        block_top2(t + b * CISM__A8_BLOCK, m1, m2);
+        top2(t + b * CISM__A8_BLOCK, 1, m1, m2);
         return;
     }
     for (i = 0; i < CISM__A8_BLOCK; i++) c[i] = i < m ? t[b * CISM__A8_BLOCK + i] : 0.0f;
-    block_top2(c, m1, m2);
+    top2(c, 1, m1, m2);
 }
 
 /* The first index of block b whose |t| is m1 (its max). */
@@ -77,20 +54,22 @@ static int32_t block_argmax(const float *t, int64_t n, int64_t b, float m1) {
     return (int32_t)(b * CISM__A8_BLOCK);
 }
 
-void cism__act8_quantize_split(void (*quant)(const float *, int64_t, void *), const float *x, int64_t n,
-                               uint8_t *qrow, int64_t ldq, float *tmp) {
+int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
+                              float *tmp) {
+    const cism__kernels *sc = cism__kernels_scalar();
+    void (*quant)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : sc->quantize_act;
+    const top2_fn top2 = k->act_block_top2 ? k->act_block_top2 : sc->act_block_top2;
     cism__act8_out *o = table_of(qrow, ldq);
-    const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK;
+    const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK, full = n / CISM__A8_BLOCK;
     float *m1 = tmp + n, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
     const float *src = x;
     double N = 0.0;
     int64_t b;
     o->n = 0;
     /* the int8 noise of a block is proportional to its max squared; N is the row's */
-    for (b = 0; b < nb; b++) {
-        block_stats(x, n, b, &m1[b], &m2[b]);
-        N += (double)m1[b] * m1[b];
-    }
+    top2(x, full, m1, m2);
+    if (full < nb) block_stats(top2, x, n, full, &m1[full], &m2[full]);
+    for (b = 0; b < nb; b++) N += (double)m1[b] * m1[b];
     while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
@@ -115,9 +94,10 @@ void cism__act8_quantize_split(void (*quant)(const float *, int64_t, void *), co
         o->n++;
         tmp[at] = 0.0f;
         N -= best;
-        block_stats(tmp, n, pick, &m1[pick], &m2[pick]);
+        block_stats(top2, tmp, n, pick, &m1[pick], &m2[pick]);
     }
     quant(src, n, qrow);
+    return !(N <= DBL_MAX); /* a block max is NaN or infinite (the squares of finite floats cannot overflow a double) */
 }
 
 /* f16 -> f32: branch-free for normal numbers and zero (most scales), the

@@ -85,11 +85,14 @@ const uint8_t *cism__fwd_qrow(const cism__work *w, int64_t t) {
 static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j, int64_t row) {
     void (*quant)(const float *, int64_t, void *) = w->k->quantize_act ? w->k->quantize_act : cism__kernels_scalar()->quantize_act;
     int64_t i;
+    if (w->act_outliers) { /* its block maxima show a NaN or infinity */
+        if (cism__act8_quantize_split(w->k, x, cols, w->xq + j * w->xq_row_bytes, w->xq_row_bytes, w->xo_tmp)) w->bad[row] = 1;
+        return;
+    }
     if (!w->bad[row])
         for (i = 0; i < cols; i++)
             if (!isfinite(x[i])) { w->bad[row] = 1; break; }
-    if (w->act_outliers) cism__act8_quantize_split(quant, x, cols, w->xq + j * w->xq_row_bytes, w->xq_row_bytes, w->xo_tmp);
-    else quant(x, cols, w->xq + j * w->xq_row_bytes);
+    quant(x, cols, w->xq + j * w->xq_row_bytes);
 }
 
 /* Rows [t0, t1) of a stage's matmul input into w->xq (run once, in begin). */

@@ -171,9 +171,10 @@ enum { CISM__AS_ATTN = 0, CISM__AS_WO = 1, CISM__AS_FFN = 2, CISM__AS_DOWN = 3, 
 int cism__act_stats_init(cism_session *s, int64_t gram_block);
 void cism__act_stats_free(cism_session *s);
 /* int8 activations with outlier channels computed exactly (act_outliers.c). A
-   quantized row is ldq bytes and ends in its cism__act8_out table. */
-void cism__act8_quantize_split(void (*quant)(const float *, int64_t, void *), const float *x, int64_t n,
-                               uint8_t *qrow, int64_t ldq, float *tmp);
+   quantized row is ldq bytes and ends in its cism__act8_out table. Returns 1
+   when x holds a NaN or an infinity. */
+int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
+                              float *tmp);
 void cism__act8_add_outliers(const cism__kernels *k, int32_t dtype, const void *w, uint64_t row_bytes,
                              const uint8_t *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
 /* Adds rows [t0, t1) of x (rows ld apart, cols wide) to the sums of input
