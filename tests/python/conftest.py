@@ -74,6 +74,22 @@ def real_gguf() -> str:
 
 
 @pytest.fixture(scope="session")
+def smol(real_gguf) -> str:
+    """The .cism `cism pull` makes of the pinned GGUF (converted once into the build cache)."""
+    import peer_sources
+    from cism import pull
+    return pull.model_path(cache=peer_sources.cache())
+
+
+@pytest.fixture(scope="module")
+def offline(smol):
+    """The real model opened in this process: the offline reference of the server tests."""
+    import cism
+    with cism.Model(smol) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
 def llama_cpp_tools() -> str:
     """llama.cpp's own Python GGUF tools (gguf-py, convert_hf_to_gguf.py) from the pinned llama-cpp-python sdist."""
     from peer_sources import llama_cpp_tools as get

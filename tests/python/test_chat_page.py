@@ -70,13 +70,6 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def smol(real_gguf):
-    import peer_sources
-    from cism import pull
-    return pull.model_path(cache=peer_sources.cache())
-
-
-@pytest.fixture(scope="module")
 def server(smol):
     s = Server(smol, "--slots", "2", "-c", str(CTX), "--max-tokens", "1000", "--model-name", "smol")
     yield s

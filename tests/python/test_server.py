@@ -27,20 +27,6 @@ Q2 = [{"role": "system", "content": "You are a helpful assistant."},
 
 
 @pytest.fixture(scope="module")
-def smol(real_gguf):
-    """The .cism `cism pull` makes of the pinned GGUF (converted once into the build cache)."""
-    import peer_sources
-    from cism import pull
-    return pull.model_path(cache=peer_sources.cache())
-
-
-@pytest.fixture(scope="module")
-def offline(smol):
-    with cism.Model(smol) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
 def server(smol):
     s = Server(smol, "--slots", "2", "-c", str(CTX), "--max-tokens", "512", "--model-name", "smol")
     yield s

@@ -28,19 +28,6 @@ FREE = [{"role": "user", "content": "Give me three tips for sleeping better."}]
 
 
 @pytest.fixture(scope="module")
-def smol(real_gguf):
-    import peer_sources
-    from cism import pull
-    return pull.model_path(cache=peer_sources.cache())
-
-
-@pytest.fixture(scope="module")
-def offline(smol):
-    with cism.Model(smol) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
 def server(smol):
     s = Server(smol, "--slots", "2", "-c", str(CTX), "--max-tokens", "512", "--model-name", "smol", "--lookup")
     yield s
