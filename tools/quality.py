@@ -41,7 +41,7 @@ if os.path.exists(_built):
 from cism import format as fmt  # noqa: E402
 from cism.convert import convert, expected_tensors, hparams_from_config  # noqa: E402
 from cism.ppl import METHODS, perplexity  # noqa: E402
-from cism.llamacpp import gguf_info, quantize_gguf, unpermute_rope  # noqa: E402  (the compare extra)
+from cism.llamacpp import _add_bpe_vocab, gguf_info, make_imatrix, quantize_gguf, unpermute_rope  # noqa: E402,E501  (the compare extra)
 from cism.safetensors import open_checkpoint  # noqa: E402
 
 # (label, recipe, int8 activations, calibration): calibration "auto" is text the
@@ -52,6 +52,11 @@ OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act",
         ("4bit --calibrate auto", "4bit", False, "auto"), ("4bit --calibrate auto + int8 act", "4bit", True, "auto"),
         ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
+# --llama all: the curve from 2 to 8.5 bits. TYPE:pure is llama-quantize --pure, TYPE:imatrix its importance-matrix
+# rounding on text the model samples itself (make_imatrix; needs tools/build_llama_tools.sh)
+LLAMA_ALL = ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_K_M:pure", "Q4_K_M:imatrix", "Q4_0", "IQ4_NL",
+             "IQ4_XS:imatrix", "Q3_K_M", "Q3_K_M:imatrix", "IQ3_S:imatrix", "Q2_K", "Q2_K:imatrix",
+             "IQ2_XS:imatrix"]
 
 
 # ---------------------------------------------------------------------------
@@ -138,6 +143,10 @@ def write_gguf(folder: str, out: str) -> None:
             types.append(gguf.TokenType.BYTE)
         else:
             types.append(gguf.TokenType.NORMAL)
+    if (tok.get("decoder") or {}).get("type") == "ByteLevel":
+        _add_bpe_vocab(w, tok, "smollm", meta["model.vocab_size"])  # byte-level BPE (SmolLM2's)
+        _write_tensors(w, ck, meta)
+        return
     w.add_tokenizer_model("llama")
     w.add_token_list(pieces)
     w.add_token_scores([-float(i) for i in range(len(pieces))])
@@ -146,6 +155,11 @@ def write_gguf(folder: str, out: str) -> None:
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
+    _write_tensors(w, ck, meta)
+
+
+def _write_tensors(w, ck, meta) -> None:
+    L, nh, nkv = meta["model.n_layers"], meta["model.n_heads"], meta["model.n_kv_heads"]
     names = {"token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight"}
 
     def get(hf):
@@ -170,6 +184,27 @@ def write_gguf(folder: str, out: str) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def self_sampled_text(cism_f32: str, folder: str, out: str, n_seq: int = 16, length: int = 256) -> None:
+    """The calibration text of llama.cpp's imatrix rows: what our `--calibrate
+    auto` uses (n_seq sequences of `length` tokens the f32 model samples from
+    BOS, temperature 1, seeds 0..n_seq-1), decoded with the model's
+    tokenizer.json; never the evaluation text."""
+    if os.path.exists(out):
+        return
+    from tokenizers import Tokenizer
+    from cism import Model, Sampler, Session
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    parts = []
+    with Model(cism_f32) as m, Session(m, n_ctx=length, kv_type="f32") as s:
+        for i in range(n_seq):
+            s.reset()
+            ids = s.generate_ids([m.bos_id], length - 1, Sampler(temperature=1.0, seed=i), ignore_eos=True)
+            parts.append(tok.decode(ids, skip_special_tokens=True))
+    with open(out + ".partial", "w", encoding="utf-8") as f:
+        f.write("\n\n".join(parts))
+    os.replace(out + ".partial", out)
 
 
 def _windows(toks, ctx: int, bos: int, max_windows: int):
@@ -278,6 +313,9 @@ def main():
     ap.add_argument("--plot", metavar="PNG", help="also draw KLD against bits per weight (the plot extra: matplotlib)")
     ap.add_argument("--recipes", default="",
                     help="only these libcism rows (comma-separated labels of OURS, e.g. f32,q8,q4a); default all")
+    ap.add_argument("--llama", default=",".join(LLAMA),
+                    help="llama.cpp's rows: types, TYPE:pure, TYPE:imatrix (comma-separated), or 'all' for "
+                         + ",".join(LLAMA_ALL))
     ap.add_argument("--noise", type=float, default=0.0,
                     help="also each model with its quantization grid broken: noise of +-F/2 of a Q4_1 step")
     a = ap.parse_args()
@@ -338,10 +376,18 @@ def main():
         if not os.path.exists(f32g):
             write_gguf(folder, f32g)
         bos = 1
-        for ft in ["F32"] + LLAMA:
-            path = f32g if ft == "F32" else os.path.join(a.work, f"{mname}.{ft}.gguf")
+        for ft in ["F32"] + (LLAMA_ALL if a.llama == "all" else [t for t in a.llama.split(",") if t]):
+            path = f32g if ft == "F32" else os.path.join(a.work, f"{mname}.{ft.replace(':', '.')}.gguf")
             if ft != "F32" and not os.path.exists(path):
-                quantize_gguf(f32g, path, ft)
+                base_type, _, how = ft.partition(":")
+                imat = None
+                if how == "imatrix":
+                    calib = os.path.join(a.work, f"{mname}.calibration.txt")
+                    self_sampled_text(os.path.join(a.work, f"{mname}.f32.cism"), folder, calib)
+                    imat = os.path.join(a.work, f"{mname}.imatrix.gguf")
+                    if not os.path.exists(imat):
+                        make_imatrix(f32g, calib, imat, a.ctx, a.threads)
+                quantize_gguf(f32g, path, base_type, n_threads=a.threads, pure=how == "pure", imatrix=imat)
             bpw, types = gguf_info(path)
             key = f"{mname}|llama.cpp|{ft}|{a.ctx}|{maxw}|{a.text}"
             if key not in cache or key + "|kld" not in cache:

@@ -101,12 +101,22 @@ def llama3_rope_factors(head_dim: int, theta: float, factor: float, low: float, 
     return np.asarray(out, dtype=np.float32)
 
 
-def quantize_gguf(src: str, out: str, ftype: str, n_threads: int = 2) -> None:
-    """llama.cpp's own quantizer (default settings, no importance matrix)."""
+def quantize_gguf(src: str, out: str, ftype: str, n_threads: int = 2, pure: bool = False,
+                  imatrix: Optional[str] = None) -> None:
+    """llama.cpp's own quantizer: its default settings (its per-tensor mixture
+    and fallbacks), or `pure` (llama-quantize --pure: one type for every tensor
+    whose rows allow it), with an importance matrix file from make_imatrix
+    (which needs the llama-quantize program: tool())."""
+    if imatrix:
+        cmd = [tool("llama-quantize")] + (["--pure"] if pure else []) + ["--imatrix", imatrix, src, "", ftype,
+                                                                           str(n_threads)]
+        _run_to(cmd, out, 3)
+        return
     llama_cpp, _ = require()
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}" if ftype != "F32" else "LLAMA_FTYPE_ALL_F32")
     p.nthread = n_threads
+    p.pure = bool(pure)
     tmp = f"{out}.{os.getpid()}.partial"
     try:
         rc = llama_cpp.llama_model_quantize(src.encode(), tmp.encode(), ctypes.byref(p))
@@ -116,6 +126,58 @@ def quantize_gguf(src: str, out: str, ftype: str, n_threads: int = 2) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# ---------------------------------------------------------------------------
+# llama.cpp's command-line tools (importance matrices), built from the pinned sdist
+
+TOOLS_HINT = ("llama.cpp's llama-imatrix and llama-quantize programs: build them from the pinned llama-cpp-python "
+              "sdist with tools/build_llama_tools.sh (a few minutes), or point CISM_LLAMA_TOOLS at a folder "
+              "holding them")
+
+
+def tool(name: str) -> str:
+    """The path of llama.cpp program `name`: in $CISM_LLAMA_TOOLS, else where
+    tools/build_llama_tools.sh puts it (build/cache/llama.cpp-tools-<version>/b/bin)."""
+    cands = []
+    if os.environ.get("CISM_LLAMA_TOOLS"):
+        cands.append(os.environ["CISM_LLAMA_TOOLS"])
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cache = os.path.join(root, "build", "cache")
+    if os.path.isdir(cache):
+        cands += [os.path.join(cache, d, "b", "bin") for d in sorted(os.listdir(cache))
+                  if d.startswith("llama.cpp-tools-")]
+    for c in cands:
+        path = os.path.join(c, name)
+        if os.access(path, os.X_OK):
+            return path
+    raise MissingExtra(f"{name} not found (looked in {', '.join(cands) or 'nothing'}); it is one of {TOOLS_HINT}")
+
+
+def _run_to(cmd: List[str], out: str, out_arg: int) -> None:
+    """Runs cmd with cmd[out_arg] a temporary name beside out, renamed to out
+    only when the program succeeded; its output goes to out + '.log'."""
+    import subprocess
+    tmp = f"{out}.{os.getpid()}.partial"
+    cmd = list(cmd)
+    cmd[out_arg] = tmp
+    try:
+        with open(out + ".log", "w") as log:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        if rc != 0 or not os.path.exists(tmp):
+            raise RuntimeError(f"{os.path.basename(cmd[0])} failed ({rc}); see {out}.log")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def make_imatrix(model: str, text_file: str, out: str, ctx: int, n_threads: int = 2) -> None:
+    """llama-imatrix's importance matrix of GGUF `model` on the text in
+    text_file (chunks of ctx tokens, as llama.cpp's own tool tokenizes it),
+    written as a GGUF imatrix file to out."""
+    _run_to([tool("llama-imatrix"), "-m", model, "-f", text_file, "-o", "", "-c", str(ctx), "-b", str(ctx),
+             "-t", str(n_threads), "--no-ppl"], out, 6)
 
 
 def gguf_info(path: str) -> Tuple[float, Dict[str, int]]:
