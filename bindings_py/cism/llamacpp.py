@@ -110,7 +110,7 @@ def quantize_gguf(src: str, out: str, ftype: str, n_threads: int = 2, pure: bool
     if imatrix:
         cmd = [tool("llama-quantize")] + (["--pure"] if pure else []) + ["--imatrix", imatrix, src, "", ftype,
                                                                            str(n_threads)]
-        _run_to(cmd, out, 3)
+        _run_to(cmd, out)
         return
     llama_cpp, _ = require()
     p = llama_cpp.llama_model_quantize_default_params()
@@ -154,13 +154,14 @@ def tool(name: str) -> str:
     raise MissingExtra(f"{name} not found (looked in {', '.join(cands) or 'nothing'}); it is one of {TOOLS_HINT}")
 
 
-def _run_to(cmd: List[str], out: str, out_arg: int) -> None:
-    """Runs cmd with cmd[out_arg] a temporary name beside out, renamed to out
-    only when the program succeeded; its output goes to out + '.log'."""
+def _run_to(cmd: List[str], out: str) -> None:
+    """Runs cmd with its "" argument replaced by a temporary name beside out,
+    renamed to out only when the program succeeded; its output goes to
+    out + '.log'."""
     import subprocess
     tmp = f"{out}.{os.getpid()}.partial"
     cmd = list(cmd)
-    cmd[out_arg] = tmp
+    cmd[cmd.index("")] = tmp
     try:
         with open(out + ".log", "w") as log:
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -177,7 +178,7 @@ def make_imatrix(model: str, text_file: str, out: str, ctx: int, n_threads: int 
     text_file (chunks of ctx tokens, as llama.cpp's own tool tokenizes it),
     written as a GGUF imatrix file to out."""
     _run_to([tool("llama-imatrix"), "-m", model, "-f", text_file, "-o", "", "-c", str(ctx), "-b", str(ctx),
-             "-t", str(n_threads), "--no-ppl"], out, 6)
+             "-t", str(n_threads), "--no-ppl"], out)
 
 
 def gguf_info(path: str) -> Tuple[float, Dict[str, int]]:
