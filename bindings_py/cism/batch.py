@@ -35,19 +35,20 @@ class Batch:
     Parameters: n_threads (the batch's own worker pool; 0 = library default),
     max_tokens (the most tokens one eval() takes in all), n_ctx (a hint for
     the attention scratch; it grows to the largest member's context), and
-    kv_type, kernel_tier, act_quant, act_outliers, which must be those the
+    kv_type, kv_rotate, kernel_tier, act_quant, act_outliers, which must be those the
     member sessions were created with (same meaning as in Session).
     One thread at a time; a member may be cancelled (Session.cancel) from any
     thread while eval() runs: that member keeps nothing of the eval."""
 
     def __init__(self, model: "Model", *, n_threads: int = 0, max_tokens: int = 256, n_ctx: int = 0,
                  kv_type: str = "f16", kernel_tier: Union[str, int] = "auto", act_quant: Optional[bool] = None,
-                 act_outliers: Optional[bool] = None):
+                 act_outliers: Optional[bool] = None, kv_rotate: Optional[bool] = None):
         self.model = model
         h = _lib.cism_batch_p()
         with Params(n_threads=n_threads, n_batch=int(max_tokens), n_ctx=n_ctx, kv_type=kv_type,
                     kernel_tier=kernel_tier, act_quant=None if act_quant is None else int(act_quant),
-                    act_outliers=None if act_outliers is None else int(act_outliers)) as p:
+                    act_outliers=None if act_outliers is None else int(act_outliers),
+                    kv_rotate=None if kv_rotate is None else int(kv_rotate)) as p:
             check(_lib.lib.cism_batch_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_batch, h.value)

@@ -20,11 +20,15 @@ KEYS: Dict[str, int] = {
     "act_stats": _lib.PARAM_ACT_STATS,
     "act_outliers": _lib.PARAM_ACT_OUTLIERS,
     "verify_checksums": _lib.PARAM_VERIFY_CHECKSUMS,
+    "kv_rotate": _lib.PARAM_KV_ROTATE,
 }
 TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,
                          "avx512": _lib.TIER_AVX512, "neon": _lib.TIER_NEON, "neon_dotprod": _lib.TIER_NEON_DOTPROD,
                          "neon_i8mm": _lib.TIER_NEON_I8MM}
-DTYPES: Dict[str, int] = {"f32": _lib.DTYPE_F32, "f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16}
+DTYPES: Dict[str, int] = {"f32": _lib.DTYPE_F32, "f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
+                          "q8": _lib.DTYPE_Q8, "q4": _lib.DTYPE_Q4, "q4a": _lib.DTYPE_Q4A}
+# the KV cache types CISM_PARAM_KV_TYPE accepts (docs/KV_CACHE.md)
+KV_TYPES = ("f16", "f32", "q8", "q4a")
 
 
 def dtype_code(name) -> int:

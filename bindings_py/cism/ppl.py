@@ -98,9 +98,12 @@ def _windows(toks: np.ndarray, bos: int, ctx: int, method: str, max_windows: int
 
 def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Sequence[int]] = None,
                ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: Optional[bool] = None,
-               max_windows: int = 0, kv_f16: bool = False) -> PplResult:
+               max_windows: int = 0, kv_f16: bool = False, kv_type: Optional[str] = None,
+               kv_rotate: Optional[bool] = None) -> PplResult:
     """Perplexity of `model` (.cism path) on `text` (or pre-tokenized `tokens`).
-    ctx 0 = the model's context length. max_windows > 0 stops after that many windows."""
+    ctx 0 = the model's context length. max_windows > 0 stops after that many windows.
+    The session's KV cache is f32 unless kv_type ("f16", "q8", "q4", ...) or
+    kv_f16 says otherwise; kv_rotate as in Session."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (full or half)")
     if tokens is None:
@@ -116,8 +119,8 @@ def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Seque
             ctx = m.context_length
         windows = _windows(toks, m.bos_id, ctx, method, max_windows)
         nll_sum, n_scored = 0.0, 0
-        with Session(m, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type="f16" if kv_f16 else "f32",
-                     logits_all=True, act_quant=act_quant) as sess:
+        with Session(m, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=kv_type or ("f16" if kv_f16 else "f32"),
+                     logits_all=True, act_quant=act_quant, kv_rotate=kv_rotate) as sess:
             for inp, first, targets in windows:
                 sess.reset()
                 sess.eval(inp)
@@ -193,7 +196,8 @@ def kld_rows(logits_model: np.ndarray, logits_base: np.ndarray, targets: np.ndar
 def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[Sequence[int]] = None,
                   ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: Optional[bool] = None,
                   base_act_quant: Optional[bool] = None, max_windows: int = 0, kv_f16: bool = False,
-                  act_outliers: Optional[bool] = None) -> KldResult:
+                  act_outliers: Optional[bool] = None, kv_type: Optional[str] = None,
+                  kv_rotate: Optional[bool] = None, base_kv_type: str = "f32") -> KldResult:
     """KLD(base || model) of the next-token distributions of `model` against
     `base` (.cism paths or open cism.Model objects), like llama.cpp's
     `perplexity --kl-divergence`: the same tokens and windows (`method`, `ctx`
@@ -203,8 +207,11 @@ def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[S
     sum_v p_base(v) (log p_base(v) - log p_model(v)), computed in float64.
 
     The base must have the same vocabulary size and tokenize the text to the
-    same ids (refused with a ValueError otherwise). `act_quant` and
-    `act_outliers` apply to the model, `base_act_quant` to the base."""
+    same ids (refused with a ValueError otherwise). `act_quant`,
+    `act_outliers`, `kv_type` (default f32, or f16 with kv_f16) and `kv_rotate`
+    apply to the model, `base_act_quant` and `base_kv_type` (default f32) to the
+    base: the same model file with kv_type "q4" against base_kv_type "f16"
+    measures what a quantized KV cache costs (docs/KV_CACHE.md)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (full or half)")
     if tokens is None and text is None:
@@ -245,11 +252,11 @@ def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[S
         chunk = max(1, (1 << 21) // vocab)   # rows per float64 step: a few MB per array
         kld_parts, same_parts, dp_parts = [], [], []
         nll_m = nll_b = 0.0
-        kv = "f16" if kv_f16 else "f32"
+        kv = kv_type or ("f16" if kv_f16 else "f32")
         with Session(mm, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=kv, logits_all=True,
-                     act_quant=act_quant, act_outliers=act_outliers) as sm, \
-                Session(bm, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type="f32", logits_all=True,
-                        act_quant=base_act_quant) as sb:  # the reference keeps an f32 cache; kv_f16 is the model's
+                     act_quant=act_quant, act_outliers=act_outliers, kv_rotate=kv_rotate) as sm, \
+                Session(bm, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=base_kv_type, logits_all=True,
+                        act_quant=base_act_quant) as sb:  # the reference keeps an f32 cache unless base_kv_type
             for inp, first, targets in windows:
                 for s in (sm, sb):
                     s.reset()

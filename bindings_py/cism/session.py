@@ -72,7 +72,9 @@ class Session:
     """A conversation: evaluates tokens, exposes logits, generates.
 
     Parameters: n_ctx (0 = min(model context, 4096)), n_threads (0 = library
-    default), kv_type ("f16" or "f32"), n_batch (tokens per internal step),
+    default), kv_type ("f16", "f32", or a quantized cache "q8" / "q4a": docs/KV_CACHE.md),
+    kv_rotate (None: the KV type's default, rotated for q8 and q4a; False/True: the
+    Walsh-Hadamard rotation of a quantized cache off/on), n_batch (tokens per internal step),
     logits_all (keep the logits of every evaluated position, for perplexity),
     kernel_tier ("auto", or one of cism.kernel_tiers() to force an instruction
     set: every tier is tested against "scalar"),
@@ -91,14 +93,16 @@ class Session:
 
     def __init__(self, model: "Model", *, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  n_batch: Optional[int] = None, logits_all: bool = False, kernel_tier: Union[str, int] = "auto",
-                 act_quant: Optional[bool] = None, act_stats: int = 0, act_outliers: Optional[bool] = None):
+                 act_quant: Optional[bool] = None, act_stats: int = 0, act_outliers: Optional[bool] = None,
+                 kv_rotate: Optional[bool] = None):
         self.model = model
         h = _lib.cism_session_p()
         with Params(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, n_batch=n_batch,
                     logits_all=int(logits_all), kernel_tier=kernel_tier,
                     act_quant=None if act_quant is None else int(act_quant),
                     act_stats=int(act_stats) if act_stats else None,
-                    act_outliers=None if act_outliers is None else int(act_outliers)) as p:
+                    act_outliers=None if act_outliers is None else int(act_outliers),
+                    kv_rotate=None if kv_rotate is None else int(kv_rotate)) as p:
             check(_lib.lib.cism_session_create(model.handle, p.handle, ctypes.byref(h)))
         self._handle: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, _free_session, h.value)

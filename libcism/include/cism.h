@@ -112,7 +112,10 @@ typedef int32_t cism_param;
 enum {
     CISM_PARAM_N_THREADS  = 0,  /* int, >= 1; 0 = default (cism_default_n_threads) */
     CISM_PARAM_N_CTX      = 1,  /* int, session context length in tokens; 0 = min(model, 4096) */
-    CISM_PARAM_KV_TYPE    = 2,  /* int, CISM_DTYPE_F32 or CISM_DTYPE_F16 (default F16) */
+    CISM_PARAM_KV_TYPE    = 2,  /* int, CISM_DTYPE_F32, CISM_DTYPE_F16 (default), or a quantized
+                                   cache: CISM_DTYPE_Q8 (8.5 bits/element) or CISM_DTYPE_Q4A (5);
+                                   the quantized types need a head_dim that is a multiple of 32
+                                   (docs/KV_CACHE.md) */
     CISM_PARAM_USE_MMAP   = 3,  /* int bool, default 1; 0 reads the file into memory */
     CISM_PARAM_N_BATCH    = 4,  /* int, tokens evaluated per internal step; default 256 */
     CISM_PARAM_LOGITS_ALL = 5,  /* int bool, default 0: keep logits of every evaluated position */
@@ -130,11 +133,15 @@ enum {
                                    row that dominate their blocks of 32 are left out of the int8
                                    blocks and their products computed exactly in float
                                    (docs/QUANTIZATION.md, "Outlier channels") */
-    CISM_PARAM_VERIFY_CHECKSUMS = 11 /* int bool, default 0: at load, compare every tensor's data with
+    CISM_PARAM_VERIFY_CHECKSUMS = 11, /* int bool, default 0: at load, compare every tensor's data with
                                    its checksum (format version 3; a read of the whole file). The
                                    header, metadata and tensor directory are checked on every load.
                                    Files of versions 1 and 2 have no checksums: they load (a warning
                                    is logged) as without it. docs/FORMAT.md, "Integrity" */
+    CISM_PARAM_KV_ROTATE = 12   /* int -1, 0 or 1, default -1: the Walsh-Hadamard rotation of each
+                                   head's K, V and query around a quantized KV cache (docs/KV_CACHE.md).
+                                   -1 = the KV type's default (on for q8 and q4a), 0 = off, 1 = on.
+                                   f16/f32 caches are never rotated (1 is refused there) */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
@@ -308,7 +315,7 @@ CISM_API cism_status cism_model_meta_array(const cism_model *model, const char *
 /* ---- sessions (one conversation: KV cache, scratch, logits) -------------- */
 typedef struct cism_session cism_session;
 
-/* params may be NULL. Reads N_THREADS, N_CTX, KV_TYPE, N_BATCH, LOGITS_ALL. */
+/* params may be NULL. Reads N_THREADS, N_CTX, KV_TYPE, KV_ROTATE, N_BATCH, LOGITS_ALL. */
 CISM_API cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out);
 CISM_API void        cism_session_free(cism_session *session);
 /* Forgets every evaluated token (the KV cache is emptied). */
@@ -393,7 +400,7 @@ CISM_API cism_status cism_session_act_gram(const cism_session *session, const ch
 typedef struct cism_batch cism_batch;
 /* Reads N_THREADS, N_BATCH (the most tokens one eval takes in all, default
    256), N_CTX (a hint: the attention scratch grows to the largest member's
-   context), KERNEL_TIER, ACT_QUANT, ACT_OUTLIERS, KV_TYPE. params may be NULL. */
+   context), KERNEL_TIER, ACT_QUANT, ACT_OUTLIERS, KV_TYPE, KV_ROTATE. params may be NULL. */
 CISM_API cism_status cism_batch_create(cism_model *model, const cism_params *params, cism_batch **out);
 CISM_API void        cism_batch_free(cism_batch *batch);
 /* Adds n_tokens tokens (copied) to evaluate after session's evaluated ones.

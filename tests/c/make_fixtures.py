@@ -49,9 +49,9 @@ FAMILY_CONFIGS = {
 }
 
 
-def write_family(name, recipe=None):
+def write_family(name, recipe=None, config=None):
     from cism.convert import expected_tensors as et, write_model as wm
-    fam_meta = hparams_from_config({**FAMILY_BASE, **FAMILY_CONFIGS[name]})
+    fam_meta = hparams_from_config({**FAMILY_BASE, **(config or FAMILY_CONFIGS[name])})
     fam_meta["tokenizer.bos_id"] = 1
     fam_rng = np.random.default_rng(sum(map(ord, name)))
     fam_shapes = et(fam_meta)
@@ -64,6 +64,8 @@ def write_family(name, recipe=None):
 
 for name in FAMILY_CONFIGS:
     write_family(name)
+# sliding-window rings with heads that fit the quantized KV caches (head_dim 32, test_kv_cache.c)
+write_family("gemma3-hd32", config=dict(FAMILY_CONFIGS["gemma3"], head_dim=32))
 if not os.environ.get("CISM_LIB"):  # a cross build: its library cannot be loaded here
     print("fixtures written to", out, "(no quantized fixtures: CISM_LIB is not set)")
     sys.exit(0)

@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 #include "kernel_bounds.h"
 #include "kernels/quant.h"
+#include "kernels/kv_quant.h"
 #include "cism.h"
 #include "test_util.h"
 
@@ -91,6 +92,8 @@ static void test_elementwise(const cism__kernels *k) {
     }
 }
 
+static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact);
+
 static void test_attention(const cism__kernels *k, int kv_dtype) {
     enum { HD = 64, N = 37 };
     float q[HD], kf[N * HD], vf[N * HD], out[HD], scores[N];
@@ -98,6 +101,21 @@ static void test_attention(const cism__kernels *k, int kv_dtype) {
     double sc[N], mx = -1e300, sum = 0;
     int t, i;
     fill(q, HD); fill(kf, N * HD); fill(vf, N * HD);
+    if (cism__kv_is_quant(kv_dtype)) { /* rows of the quantized cache against their decoded values in double */
+        static uint8_t kq[N * HD * 2], vq[N * HD * 2];
+        float kx[N * HD], vx[N * HD];
+        to_dtype(kv_dtype, kf, N * HD, kq, kx);
+        to_dtype(kv_dtype, vf, N * HD, vq, vx);
+        k->attention(q, HD, out, HD, 1, 1, kq, vq, kv_dtype, N, HD, 0.125f, scores);
+        for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kx + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
+        for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
+        for (i = 0; i < HD; i++) {
+            double ref = 0;
+            for (t = 0; t < N; t++) ref += sc[t] / sum * vx[t * HD + i];
+            CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention kv %s: %g vs %g", k->name, cism_dtype_name(kv_dtype), out[i], ref);
+        }
+        return;
+    }
     for (i = 0; i < N * HD; i++) {
         kh[i] = cism__f32_to_f16(kf[i]);
         vh[i] = cism__f32_to_f16(vf[i]);
@@ -127,6 +145,14 @@ static void note(int op, double err, double bound) {
 
 static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact) {
     int64_t i;
+    if (cism__kv_is_quant(dtype)) { /* KV cache rows of 32 (n a multiple of 32): the decoded values are exact */
+        uint64_t rb = cism__kv_row_bytes(dtype, 32);
+        for (i = 0; i < n; i += 32) {
+            cism__kv_quantize_row(dtype, w + i, 32, (uint8_t *)out + (uint64_t)(i / 32) * rb);
+            cism__kv_decode(dtype, (const uint8_t *)out + (uint64_t)(i / 32) * rb, exact + i, 32);
+        }
+        return;
+    }
     for (i = 0; i < n; i++) {
         if (dtype == CISM_DTYPE_F16) { ((uint16_t *)out)[i] = cism__f32_to_f16(w[i]); exact[i] = cism__f16_to_f32(((uint16_t *)out)[i]); }
         else if (dtype == CISM_DTYPE_BF16) { ((uint16_t *)out)[i] = cism__f32_to_bf16(w[i]); exact[i] = cism__bf16_to_f32(((uint16_t *)out)[i]); }
@@ -640,7 +666,7 @@ static void vs_scalar(const cism__kernels *k) {
     const cism__kernels *ref = cism__kernels_scalar();
     int64_t shapes[][3] = {{1, 1, 1}, {9, 7, 2}, {8, 16, 3}, {33, 64, 4}, {17, 300, 7}, {67, 576, 5}, {12, 100, 13},
                            {5, 1000, 2}, {40, 129, 1}, {31, 33, 6}};
-    int64_t hds[] = {8, 16, 20, 64, 72, 128}, nkv[] = {1, 5, 8, 37, 130};
+    int64_t hds[] = {8, 16, 20, 32, 64, 72, 128}, nkv[] = {1, 5, 8, 37, 130};
     size_t s, h, n;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
@@ -691,11 +717,19 @@ static void vs_scalar(const cism__kernels *k) {
         for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
             attention_vs_scalar(k, ref, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
             attention_vs_scalar(k, ref, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+            if (hds[h] % 32 == 0) { /* the quantized KV caches (head_dim a multiple of 32) */
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+            }
         }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
         attention_block(k, CISM_DTYPE_F32, hds[h], 1, 4, 3);
         attention_block(k, CISM_DTYPE_F16, hds[h], 70, 5, 2);
         attention_block(k, CISM_DTYPE_F16, hds[h], 130, 3, 1);
+        if (hds[h] % 32 == 0) {
+            attention_block(k, CISM_DTYPE_Q8, hds[h], 70, 5, 2);
+            attention_block(k, CISM_DTYPE_Q4A, hds[h], 130, 3, 3);
+        }
     }
     elementwise_vs_scalar(k, ref);
     printf("  vs scalar, worst error / bound:");
@@ -802,6 +836,8 @@ static void test_tier(const cism__kernels *k) {
     test_elementwise(k);
     test_attention(k, CISM_DTYPE_F32);
     test_attention(k, CISM_DTYPE_F16);
+    test_attention(k, CISM_DTYPE_Q8);
+    test_attention(k, CISM_DTYPE_Q4A);
     vs_scalar(k);
 }
 

@@ -21,6 +21,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->act_stats = 0;
     p->act_outliers = 1;
     p->verify_checksums = 0;
+    p->kv_rotate = -1;
 }
 
 int cism__default_threads(void) {
@@ -59,6 +60,7 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_ACT_STATS: return &p->act_stats;
     case CISM_PARAM_ACT_OUTLIERS: return &p->act_outliers;
     case CISM_PARAM_VERIFY_CHECKSUMS: return &p->verify_checksums;
+    case CISM_PARAM_KV_ROTATE: return &p->kv_rotate;
     default: return NULL;
     }
 }
@@ -77,9 +79,9 @@ static cism_status range_error(cism_param key, int64_t value) {
     case CISM_PARAM_KV_TYPE: {
         const char *name = value >= 0 && value <= INT32_MAX ? cism_dtype_name((cism_dtype)value) : NULL;
         if (name)
-            return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %s is not supported: use f16 or f32", name);
-        return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %lld is not supported: use f16 (CISM_DTYPE_F16) "
-                          "or f32 (CISM_DTYPE_F32)", v);
+            return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %s is not supported: use f16, f32, q8 or q4a", name);
+        return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %lld is not supported: use f16 (CISM_DTYPE_F16), "
+                          "f32 (CISM_DTYPE_F32), q8 (CISM_DTYPE_Q8) or q4a (CISM_DTYPE_Q4A)", v);
     }
     case CISM_PARAM_N_BATCH:
         return cism__fail(CISM_ERR_INVALID_ARG, "batch size (n_batch) %lld is out of range: use 1..65536 tokens", v);
@@ -94,6 +96,8 @@ static cism_status range_error(cism_param key, int64_t value) {
     case CISM_PARAM_ACT_QUANT: return cism__fail(CISM_ERR_INVALID_ARG, "act_quant %lld must be 0 or 1", v);
     case CISM_PARAM_ACT_OUTLIERS: return cism__fail(CISM_ERR_INVALID_ARG, "act_outliers %lld must be 0 or 1", v);
     case CISM_PARAM_VERIFY_CHECKSUMS: return cism__fail(CISM_ERR_INVALID_ARG, "verify_checksums %lld must be 0 or 1", v);
+    case CISM_PARAM_KV_ROTATE:
+        return cism__fail(CISM_ERR_INVALID_ARG, "kv_rotate %lld must be -1 (the KV type's default), 0 (off) or 1 (on)", v);
     default: return cism__fail(CISM_ERR_INVALID_ARG, "value %lld is out of range for parameter %d", v, (int)key);
     }
 }
@@ -108,7 +112,10 @@ cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t val
     switch (key) {
     case CISM_PARAM_N_THREADS: ok = value >= 0 && value <= CISM__MAX_THREADS; break;
     case CISM_PARAM_N_CTX: ok = value >= 0 && value <= CISM__MAX_CTX; break;
-    case CISM_PARAM_KV_TYPE: ok = value == CISM_DTYPE_F32 || value == CISM_DTYPE_F16; break;
+    case CISM_PARAM_KV_TYPE:
+        ok = value == CISM_DTYPE_F32 || value == CISM_DTYPE_F16 || value == CISM_DTYPE_Q8 || value == CISM_DTYPE_Q4A;
+        break;
+    case CISM_PARAM_KV_ROTATE: ok = value >= -1 && value <= 1; break;
     case CISM_PARAM_N_BATCH: ok = value >= 1 && value <= 65536; break;
     case CISM_PARAM_KERNEL_TIER: ok = value >= CISM_TIER_AUTO && value <= CISM_TIER_NEON_I8MM; break;
     case CISM_PARAM_ACT_STATS: ok = value >= 0 && value <= 4096; break;

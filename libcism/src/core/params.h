@@ -17,6 +17,7 @@ struct cism_params {
     int64_t act_outliers;
     int64_t act_stats;
     int64_t verify_checksums;
+    int64_t kv_rotate;      /* -1 = the KV type's default */
 };
 
 /* Fills p with the defaults; used when the caller passes NULL. */

@@ -48,7 +48,9 @@ typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t co
    consecutive tokens x n_grp query heads (grouped-query attention). Query
    (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim;
    it attends to the first n_kv0 + a cached positions of k and v (rows of
-   head_dim elements, stride head_dim, in kv_dtype, f32 or f16) and writes
+   head_dim elements in kv_dtype: f32 or f16, stride head_dim elements, or a
+   quantized type, q8 or q4a, stride cism__kv_row_bytes, read through
+   cism__kv_decode of kv_quant.h, the same floats on every tier) and writes
    softmax(q.k * scale) . v to out + a*ldo + i*head_dim. scores is scratch of
    n_tok * n_grp * (n_kv0 + n_tok - 1) floats. Sharing lets a tier convert and
    load each K/V block once for all the queries; each output still depends only

@@ -11,6 +11,7 @@
 #include "dtype.h"
 
 #include <immintrin.h>
+#include "kv_x86.h"  /* decoding of q8 / q4a cache rows */
 #include <math.h>
 #include <string.h>
 
@@ -301,6 +302,7 @@ static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float
 static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
     const uint16_t *src = (const uint16_t *)kv + b0 * hd;
     int64_t i;
+    if (cism__kv_is_quant(dt)) return cism__kv_widen_rows_x86(kv, dt, b0, n, hd, buf); /* q8, q4a: kv_x86.h */
     if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
     for (i = 0; i + 8 <= n * hd; i += 8) _mm256_storeu_ps(buf + i, load8(src, i, CISM_DTYPE_F16));
     for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);

@@ -15,6 +15,7 @@
 #include "dtype.h"
 
 #include <immintrin.h>
+#include "kv_x86.h"  /* decoding of q8 / q4a cache rows */
 #include <math.h>
 #include <string.h>
 
@@ -288,6 +289,7 @@ static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float
 static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
     const uint16_t *src = (const uint16_t *)kv + b0 * hd;
     int64_t i, m = n * hd;
+    if (cism__kv_is_quant(dt)) return cism__kv_widen_rows_x86(kv, dt, b0, n, hd, buf); /* q8, q4a: kv_x86.h */
     if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
     for (i = 0; i + 16 <= m; i += 16) _mm512_storeu_ps(buf + i, load16(src, i, CISM_DTYPE_F16));
     if (i < m) _mm512_mask_storeu_ps(buf + i, mask_below(m - i), load16_part(src, i, m - i, CISM_DTYPE_F16));

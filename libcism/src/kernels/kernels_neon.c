@@ -11,6 +11,9 @@
 #include "dtype.h"
 
 #include <arm_neon.h>
+/* kv_quant.h's decoder of q8 / q4a cache rows, with the hardware fp16 conversion of the block scales */
+#define CISM__KV_HALF_TO_F32(h) vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0)
+#include "kv_quant.h"
 #include <math.h>
 #include <string.h>
 
@@ -273,6 +276,7 @@ static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float
 static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
     const uint16_t *src = (const uint16_t *)kv + b0 * hd;
     int64_t i;
+    if (cism__kv_is_quant(dt)) return cism__kv_widen_rows(kv, dt, b0, n, hd, buf); /* q8, q4a: kv_quant.h */
     if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
     for (i = 0; i + 8 <= n * hd; i += 8) {
         f8 w = load8(src, i, CISM_DTYPE_F16);

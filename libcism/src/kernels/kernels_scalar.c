@@ -4,6 +4,7 @@
  * reassociating (this file is built with -ffp-contract=off). */
 #include "kernels.h"
 #include "quant.h"
+#include "kv_quant.h"
 
 #include <math.h>
 
@@ -96,27 +97,34 @@ static void matmul_bf16(const void *w, uint64_t row_bytes, int64_t cols, const f
 }
 
 /* ---- attention ----------------------------------------------------------------- */
-/* one query over n_kv positions */
+/* CHUNK elements from c0 of cache row t (rows in kv_dtype, head_dim wide) as f32 */
+static const float *kv_chunk(const void *kv, int32_t kv_dtype, int64_t t, int64_t head_dim, int64_t c0, int64_t cn,
+                             float *buf) {
+    if (kv_dtype == CISM_DTYPE_F32) return (const float *)kv + t * head_dim + c0;
+    if (kv_dtype == CISM_DTYPE_F16) {
+        row_f16((const uint16_t *)kv + t * head_dim + c0, buf, cn);
+        return buf;
+    }
+    /* quantized rows: c0 and cn are multiples of 32 (CHUNK is; head_dim is) */
+    cism__kv_decode(kv_dtype, (const uint8_t *)kv + (uint64_t)t * cism__kv_row_bytes(kv_dtype, head_dim) +
+                                  cism__kv_row_bytes(kv_dtype, c0), buf, cn);
+    return buf;
+}
+
+/* one query over n_kv positions; every K/V row is widened CHUNK elements at a
+   time into f32 (exactly, kv_quant.h) and then used as an f32 row */
 static void attention_one(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv,
                           int64_t head_dim, float scale, float *scores, float *out) {
     float buf[CHUNK];
     float mx = -INFINITY, sum = 0.0f, inv;
-    int64_t t, i;
-    for (t = 0; t < n_kv; t++) {
-        float s;
-        if (kv_dtype == CISM_DTYPE_F32) {
-            s = dot_f32(q, (const float *)k + t * head_dim, head_dim);
-        } else { /* head_dim <= 1024 is enforced at load; CHUNK-wise widen */
-            float acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-            const uint16_t *kr = (const uint16_t *)k + t * head_dim;
-            int64_t c0;
-            for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
-                int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
-                row_f16(kr + c0, buf, cn);
-                dot_lanes(acc, q + c0, buf, cn);
-            }
-            s = lanes_sum(acc);
+    int64_t t, i, c0;
+    for (t = 0; t < n_kv; t++) { /* head_dim <= 1024 is enforced at load */
+        float s, acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
+            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
+            dot_lanes(acc, q + c0, kv_chunk(k, kv_dtype, t, head_dim, c0, cn, buf), cn);
         }
+        s = lanes_sum(acc);
         s *= scale;
         scores[t] = s;
         if (s > mx) mx = s;
@@ -129,12 +137,10 @@ static void attention_one(const float *q, const void *k, const void *v, int32_t 
     for (i = 0; i < head_dim; i++) out[i] = 0.0f;
     for (t = 0; t < n_kv; t++) {
         float p = scores[t] * inv;
-        if (kv_dtype == CISM_DTYPE_F32) {
-            const float *vr = (const float *)v + t * head_dim;
-            for (i = 0; i < head_dim; i++) out[i] += p * vr[i];
-        } else {
-            const uint16_t *vr = (const uint16_t *)v + t * head_dim;
-            for (i = 0; i < head_dim; i++) out[i] += p * cism__f16_to_f32(vr[i]);
+        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
+            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
+            const float *vr = kv_chunk(v, kv_dtype, t, head_dim, c0, cn, buf);
+            for (i = 0; i < cn; i++) out[c0 + i] += p * vr[i];
         }
     }
 }

@@ -19,6 +19,7 @@ struct cism_batch {
     cism_model *model;
     cism__work w;
     int32_t kv_type;
+    int kv_rot;               /* CISM_PARAM_KV_ROTATE resolved for kv_type */
     int64_t n_batch;          /* tokens per eval in all */
     int64_t n_ctx_hint;
     int64_t n_members, n_tokens;
@@ -36,6 +37,8 @@ cism_status cism_batch_create(cism_model *model, const cism_params *params, cism
     struct cism_params defaults;
     cism_batch *b;
     int64_t nb;
+    int rot;
+    cism_status st;
     cism__clear_error();
     if (!out) return cism__fail(CISM_ERR_INVALID_ARG, "cism_batch_create: out is NULL");
     *out = NULL;
@@ -47,12 +50,14 @@ cism_status cism_batch_create(cism_model *model, const cism_params *params, cism
     if (!cism__kernels_tier((int32_t)params->kernel_tier))
         return cism__fail(CISM_ERR_UNSUPPORTED, "kernel tier %s cannot run on this CPU (or is not compiled into this build)",
                           cism_kernel_tier_name((cism_kernel_tier)params->kernel_tier));
+    if ((st = cism__kv_check(&model->hp, (int32_t)params->kv_type, params->kv_rotate, &rot)) != CISM_OK) return st;
     b = (cism_batch *)calloc(1, sizeof(*b));
     if (!b) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_batch_create: out of memory");
     nb = params->n_batch;
     b->n_batch = nb;
     b->n_ctx_hint = params->n_ctx;
     b->kv_type = (int32_t)params->kv_type;
+    b->kv_rot = rot;
     b->w.k = cism__kernels_tier((int32_t)params->kernel_tier);
     b->w.nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     b->w.act_quant = params->act_quant != 0 && cism__model_has_packed(model);
@@ -95,7 +100,10 @@ cism_status cism_batch_clear(cism_batch *b) {
 
 int32_t cism_batch_size(const cism_batch *b) { return b && !b->evaluated ? (int32_t)b->n_members : 0; }
 
-static const char *kv_name(int32_t kv) { return kv == CISM_DTYPE_F32 ? "f32" : "f16"; }
+static const char *kv_name(int32_t kv) {
+    const char *n = cism_dtype_name((cism_dtype)kv);
+    return n ? n : "unknown";
+}
 
 /* Why s cannot join b (CISM_OK if it can). */
 static cism_status check_member(const cism_batch *b, const cism_session *s) {
@@ -112,6 +120,10 @@ static cism_status check_member(const cism_batch *b, const cism_session *s) {
     if (s->kv_type != b->kv_type)
         return cism__fail(CISM_ERR_INVALID_ARG, "the session keeps its KV cache in %s, the batch expects %s: create both with the "
                           "same CISM_PARAM_KV_TYPE", kv_name(s->kv_type), kv_name(b->kv_type));
+    if (s->kv_rot != b->kv_rot)
+        return cism__fail(CISM_ERR_INVALID_ARG, "the session's %s KV cache is %s, the batch expects it %s: create both with the "
+                          "same CISM_PARAM_KV_ROTATE", kv_name(s->kv_type), s->kv_rot ? "rotated" : "not rotated",
+                          b->kv_rot ? "rotated" : "not rotated");
     if (s->act_sums)
         return cism__fail(CISM_ERR_UNSUPPORTED, "a session that collects activation statistics (CISM_PARAM_ACT_STATS) cannot "
                           "join a batch: evaluate it with cism_session_eval");

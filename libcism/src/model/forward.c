@@ -39,6 +39,7 @@
 #include "deltanet.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
+#include "../kernels/kv_quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -118,12 +119,16 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
     for (h = 0; h < n_heads; h++) k->rmsnorm(v + h * hd, v + h * hd, w, hd, eps);
 }
 
+/* A quantized row goes through the one scalar quantizer (kv_quant.c): the
+   cache holds the same bytes whatever the tier. */
 static void store_row(const cism__work *w, const cism_session *s, void *row, const float *src, int64_t n) {
     if (s->kv_type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
-    else w->k->f32_to_f16(src, (uint16_t *)row, n);
+    else if (s->kv_type == CISM_DTYPE_F16) w->k->f32_to_f16(src, (uint16_t *)row, n);
+    else cism__kv_quantize_row(s->kv_type, src, n, (uint8_t *)row);
 }
 
-/* K or V row of (layer, head, pos) into the cache, and into its ring copy */
+/* K or V row of (layer, head, pos) into the cache, and into its ring copy.
+   With a rotated cache (s->kv_rot) src has been rotated by the caller. */
 static void store_kv(const cism__work *w, const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos,
                      const float *src) {
     int64_t hd = s->model->hp.head_dim;
@@ -161,6 +166,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
             if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
             if (L->q_norm) cism__fwd_head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
             rope_row(w, hp, L, v, t);
+            if (f->seqs[0].s->kv_rot) cism__kv_hadamard(v, hd); /* as the keys: q.k is unchanged (a batch's sessions agree) */
         }
     } else { /* key or value head */
         int is_k = u < hp->n_heads + hp->n_kv_heads;
@@ -179,6 +185,7 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
                     if (L->k_norm) cism__fwd_head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
                     rope_row(w, hp, L, v, t);
                 }
+                if (sq->s->kv_rot) cism__kv_hadamard(v, hd); /* K after RoPE, V: rotated before quantizing */
                 store_kv(w, sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0, v);
             }
         }
@@ -197,6 +204,16 @@ static int64_t att_heads_per_unit(const cism__hparams *hp, int64_t blocks, int n
 /* Rows of seq q the current layer's attention and later stages compute. */
 int64_t cism__fwd_seq_lo(const fwd *f, const cism__seq *sq) {
     return f->t_lo > sq->row0 ? f->t_lo - sq->row0 : 0;
+}
+
+/* A rotated cache holds H v: the attention output (linear in V) comes out
+   rotated; H is its own inverse. n_tok rows from row, heads h..h+hpu. */
+static void unrotate_rows(fwd *f, const cism_session *s, int64_t row, int64_t n_tok, int64_t h, int64_t hpu) {
+    const cism__hparams *hp = &f->m->hp;
+    int64_t q_rows = hp->n_heads * hp->head_dim, t, i;
+    if (!s->kv_rot) return;
+    for (t = row; t < row + n_tok; t++)
+        for (i = h; i < h + hpu; i++) cism__kv_hadamard(f->w->att + t * q_rows + i * hp->head_dim, hp->head_dim);
 }
 
 /* Output gate (Qwen3.5): att *= sigmoid(gate) on n_tok rows from row, heads h..h+hpu. */
@@ -234,6 +251,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
         w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, 0), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
                         sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
+        unrotate_rows(f, sq->s, row, n_tok, h, hpu);
         if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
         return;
     }
@@ -245,6 +263,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, first), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, first),
                         sq->s->kv_type, pos + 1 - first, hd, hp->attn_scale, scores);
     }
+    unrotate_rows(f, sq->s, row, n_tok, h, hpu);
     if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
 }
 

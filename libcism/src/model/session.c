@@ -5,6 +5,7 @@
 #include "../core/error.h"
 #include "../core/params.h"
 #include "../kernels/quant.h"
+#include "../kernels/kv_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,27 @@ int cism__model_has_packed(const cism_model *m) {
 }
 
 /* The session shape params ask for, checked against the model. */
-typedef struct shape { int64_t n_ctx, n_batch, kv_elem, kv_elems; int nth, act_quant; } shape;
+/* kv_bytes: of each of the K and V caches; conv_elem: bytes of a short-convolution cache element */
+typedef struct shape { int64_t n_ctx, n_batch, kv_bytes, kv_elems, conv_elem; int nth, act_quant, kv_rot; } shape;
+
+/* KV types rotated when CISM_PARAM_KV_ROTATE is -1 (measured: docs/KV_CACHE.md) */
+static int kv_rotate_default(int32_t kv_type) { return kv_type == CISM_DTYPE_Q8 || kv_type == CISM_DTYPE_Q4A; }
+
+cism_status cism__kv_check(const cism__hparams *hp, int32_t kv_type, int64_t rotate, int *rot) {
+    const char *name = cism_dtype_name((cism_dtype)kv_type);
+    *rot = 0;
+    if (!cism__kv_is_quant(kv_type)) {
+        if (rotate == 1)
+            return cism__fail(CISM_ERR_INVALID_ARG, "kv_rotate 1 applies to a quantized KV cache (q8, q4a); this session's KV "
+                              "type is %s: use kv_rotate -1 or 0", name ? name : "unknown");
+        return CISM_OK;
+    }
+    if (hp->head_dim % 32 != 0)
+        return cism__fail(CISM_ERR_UNSUPPORTED, "KV cache type %s stores each head in blocks of 32 elements, but this model's "
+                          "head_dim is %lld (not a multiple of 32): use kv_type f16 or f32", name, (long long)hp->head_dim);
+    *rot = rotate < 0 ? kv_rotate_default(kv_type) : (int)rotate;
+    return CISM_OK;
+}
 
 static cism_status resolve_shape(const cism_model *model, const cism_params *params, shape *sh) {
     struct cism_params defaults;
@@ -59,10 +80,11 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
                           "the default)", (long long)sh->n_ctx, (long long)hp->ctx_len, (long long)hp->ctx_len);
     sh->nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
     sh->n_batch = params->n_batch < sh->n_ctx ? params->n_batch : sh->n_ctx;
-    sh->kv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh->act_quant = params->act_quant != 0 && cism__model_has_packed(model); /* float weights never use it */
     sh->kv_elems = cism__kv_layout(hp, model->layers, sh->n_ctx, sh->n_batch, NULL);
-    return CISM_OK;
+    sh->kv_bytes = sh->kv_elems / hp->head_dim * (int64_t)cism__kv_row_bytes((int32_t)params->kv_type, hp->head_dim);
+    sh->conv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2; /* f16 for every other KV type */
+    return cism__kv_check(hp, (int32_t)params->kv_type, params->kv_rotate, &sh->kv_rot);
 }
 
 int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int64_t n_ctx, int64_t n_batch, cism__kv_layer *kv) {
@@ -81,25 +103,26 @@ int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int6
     return total;
 }
 
-static uint64_t kv_elem(const cism_session *s, int64_t layer, int64_t head, int64_t slot) {
+/* The row index of (layer, head, slot) in a cache: rows of s->kv_row_bytes. */
+static uint64_t kv_row_index(const cism_session *s, int64_t layer, int64_t head, int64_t slot) {
     const cism__kv_layer *L = &s->kv[layer];
-    return L->off + ((uint64_t)head * (uint64_t)L->slots + (uint64_t)slot) * (uint64_t)s->model->hp.head_dim;
+    return L->off / (uint64_t)s->model->hp.head_dim + (uint64_t)head * (uint64_t)L->slots + (uint64_t)slot;
 }
 
 void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
     int64_t ring = s->kv[layer].ring;
-    return (uint8_t *)cache + kv_elem(s, layer, head, ring ? pos % ring : pos) * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+    return (uint8_t *)cache + kv_row_index(s, layer, head, ring ? pos % ring : pos) * s->kv_row_bytes;
 }
 
 void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
     int64_t ring = s->kv[layer].ring;
     if (!ring) return NULL;
-    return (uint8_t *)cache + kv_elem(s, layer, head, pos % ring + ring) * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+    return (uint8_t *)cache + kv_row_index(s, layer, head, pos % ring + ring) * s->kv_row_bytes;
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
-    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_elems * sh->kv_elem + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
-                cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->kv_elem) + cism__dn_session_bytes(hp);
+    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_bytes + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
+                cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->conv_elem) + cism__dn_session_bytes(hp);
     if (with_scratch) b += cism__work_bytes(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant);
     return b;
 }
@@ -120,8 +143,9 @@ int64_t cism_session_memory_bytes(const cism_session *s) {
     sh.n_ctx = s->n_ctx;
     sh.n_batch = s->n_batch;
     sh.nth = s->nth;
-    sh.kv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh.kv_elems = s->kv_elems;
+    sh.kv_bytes = s->kv_elems / s->model->hp.head_dim * (int64_t)s->kv_row_bytes;
+    sh.conv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh.act_quant = s->act_quant;
     return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->w.x != NULL);
 }
@@ -173,6 +197,8 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->n_ctx = sh.n_ctx;
     s->n_batch = sh.n_batch;
     s->kv_type = (int32_t)params->kv_type;
+    s->kv_rot = sh.kv_rot;
+    s->kv_row_bytes = cism__kv_row_bytes(s->kv_type, hp->head_dim);
     s->logits_all = (int)params->logits_all;
     s->act_quant = sh.act_quant;
     s->act_outliers = (int)params->act_outliers;
@@ -184,15 +210,15 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->kv = (cism__kv_layer *)calloc((size_t)hp->n_layers, sizeof(cism__kv_layer));
     if (!s->kv) failed = 1;
     else s->kv_elems = cism__kv_layout(hp, model->layers, sh.n_ctx, sh.n_batch, s->kv);
-    if ((uint64_t)sh.kv_elems > (uint64_t)SIZE_MAX / (uint64_t)sh.kv_elem) failed = 1;
+    if ((uint64_t)sh.kv_bytes > (uint64_t)SIZE_MAX) failed = 1;
     if (!failed) {
-        size_t kv = (size_t)(sh.kv_elems * sh.kv_elem);
+        size_t kv = (size_t)sh.kv_bytes;
         s->k_cache = malloc(kv ? kv : 1); /* none without attention layers */
         s->v_cache = malloc(kv ? kv : 1);
         if (!s->k_cache || !s->v_cache) failed = 1;
     }
     if (failed) {
-        double mb = 2.0 * (double)sh.kv_elems * (double)sh.kv_elem / 1048576.0;
+        double mb = 2.0 * (double)sh.kv_bytes / 1048576.0;
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (%.1f MiB for %lld positions); use a smaller context length",
                           mb, (long long)sh.n_ctx);

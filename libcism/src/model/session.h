@@ -70,6 +70,10 @@ int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int6
 /* The cache row of (layer, KV head, position), and its second copy in a ring (NULL otherwise). */
 void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
 void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
+/* Whether kv_type can hold this model's heads (a quantized type needs head_dim
+   a multiple of 32) and the rotation CISM_PARAM_KV_ROTATE `rotate` gives it
+   (*rot); CISM_OK or a failure with a message. */
+cism_status cism__kv_check(const cism__hparams *hp, int32_t kv_type, int64_t rotate, int *rot);
 
 struct cism_spec;
 struct cism_session {
@@ -79,13 +83,15 @@ struct cism_session {
     int nth;
     int64_t n_ctx, n_batch;
     int32_t kv_type;
+    int kv_rot;             /* rotated K/V/queries (CISM_PARAM_KV_ROTATE resolved; kv_quant.h) */
+    uint64_t kv_row_bytes;  /* bytes of one cache row (head_dim elements in kv_type) */
     int logits_all;
     int act_quant;   /* CISM_PARAM_ACT_QUANT */
     int act_outliers; /* CISM_PARAM_ACT_OUTLIERS (act_outliers.c) */
     int32_t n_past;
     volatile int32_t cancel;
 
-    /* KV cache: per layer [kv_head][slot][head_dim] in kv_type (cism__kv_layer) */
+    /* KV cache: per layer [kv_head][slot] rows of head_dim elements in kv_type, kv_row_bytes each (cism__kv_layer) */
     void *k_cache, *v_cache;
     cism__kv_layer *kv;   /* [n_layers] */
     int64_t kv_elems;     /* elements of each of k_cache and v_cache */

@@ -9,6 +9,7 @@
 #include "../core/error.h"
 #include "../platform/platform.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@
    (returns 1 when some did) and load only where the ring has room. */
 static int copy_rows(const cism_session *s, void *cache, int64_t l, int64_t h, int64_t n, uint8_t *save_to,
                      const uint8_t *load_from) {
-    uint64_t rb = (uint64_t)s->model->hp.head_dim * (s->kv_type == CISM_DTYPE_F32 ? 4u : 2u);
+    uint64_t rb = s->kv_row_bytes;
     int64_t ring = s->kv[l].ring, p, lo;
     int lost = 0;
     if (!ring) {
@@ -91,7 +92,15 @@ static uint64_t model_fingerprint(const cism_model *m) {
     return h;
 }
 
-static uint64_t kv_elem_bytes(int32_t kv_type) { return kv_type == CISM_DTYPE_F32 ? 4u : 2u; }
+/* The header's KV type field: the dtype, plus KV_ROTATED when the rows are
+   rotated (kv_quant.h). f32 and f16 states read as before. */
+#define KV_ROTATED 0x100u
+static uint32_t kv_code(const cism_session *s) { return (uint32_t)s->kv_type | (s->kv_rot ? KV_ROTATED : 0u); }
+static void kv_describe(uint32_t code, char *out, size_t n) {
+    const char *name = (code & 0xffu) < CISM__DTYPE_COUNT && (code & ~(0xffu | KV_ROTATED)) == 0
+                           ? cism_dtype_name((cism_dtype)(code & 0xffu)) : NULL;
+    snprintf(out, n, "%s%s", name ? name : "unknown", name && (code & KV_ROTATED) ? " (rotated, kv_rotate 1)" : "");
+}
 
 /* Bytes of the recurrent section: the current snapshot (deltanet.h), 0 without DeltaNet layers. */
 static uint64_t recurrent_bytes(const cism__hparams *hp) { return (uint64_t)cism__dn_snapshot_floats(hp) * 4u; }
@@ -107,7 +116,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     cism__clear_error();
     if (!s || !path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_save: %s is NULL", s ? "path" : "session");
     hp = &s->model->hp;
-    row_bytes = (uint64_t)s->n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
+    row_bytes = (uint64_t)s->n_past * s->kv_row_bytes;
     kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
     logit_bytes = (uint64_t)s->logit_rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = sampler ? cism__sampler_state_size(sampler) : 0;
@@ -128,7 +137,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     cism__put_u32(buf + 28, (uint32_t)hp->n_layers);
     cism__put_u32(buf + 32, (uint32_t)hp->n_kv_heads);
     cism__put_u32(buf + 36, (uint32_t)hp->head_dim);
-    cism__put_u32(buf + 40, (uint32_t)s->kv_type);
+    cism__put_u32(buf + 40, kv_code(s));
     cism__put_u32(buf + 44, (uint32_t)s->n_ctx);
     cism__put_u32(buf + 48, (uint32_t)s->n_past);
     cism__put_u32(buf + 52, s->logit_rows ? (uint32_t)s->last_n : 0u); /* after a rewind: no rows, no last eval */
@@ -211,10 +220,13 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
                           "model %016llx): load it with the model it was saved from", path, (unsigned long long)fp,
                           (unsigned long long)model_fingerprint(s->model));
     kv_type = cism__get_u32(d + 40);
-    if (kv_type != (uint32_t)s->kv_type)
+    if (kv_type != kv_code(s)) {
+        char saved[64], mine[64];
+        kv_describe(kv_type, saved, sizeof(saved));
+        kv_describe(kv_code(s), mine, sizeof(mine));
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state holds a %s KV cache, this session's is %s: create the "
-                          "session with that KV type", path, kv_type <= 1 ? cism_dtype_name((cism_dtype)kv_type) : "unknown",
-                          cism_dtype_name(s->kv_type));
+                          "session with that KV type (and kv_rotate)", path, saved, mine);
+    }
     n_past = cism__get_u32(d + 48);
     last_n = cism__get_u32(d + 52);
     rows = cism__get_u32(d + 56);
@@ -223,7 +235,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
                           "(n_ctx %lld): create it with n_ctx >= %u", path, n_past, (long long)s->n_ctx, n_past);
     if (rows == 0 ? last_n != 0 : (last_n < 1 || last_n > n_past || (rows != 1 && rows != last_n)))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's position fields are inconsistent", path);
-    row_bytes = (uint64_t)n_past * (uint64_t)hp->head_dim * kv_elem_bytes(s->kv_type);
+    row_bytes = (uint64_t)n_past * s->kv_row_bytes;
     kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
     logit_bytes = (uint64_t)rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = cism__get_u64(d + 80);
