@@ -50,7 +50,9 @@ OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act",
         ("q4", "q4", False, None), ("q4a", "q4a", False, None), ("fp4", "fp4", False, None), ("nl4", "nl4", False, None), ("q4s", "q4s", False, None),
         ("4bit (default)", "4bit", False, None), ("4bit + int8 act", "4bit", True, None),
         ("4bit --calibrate auto", "4bit", False, "auto"), ("4bit --calibrate auto + int8 act", "4bit", True, "auto"),
-        ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None)]
+        ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None),
+        ("q6", "q6", False, None), ("q6 + int8 act", "q6", True, None), ("q5", "q5", False, None),
+        ("q5 + int8 act", "q5", True, None), ("5bit", "5bit", False, None), ("4bit-q6", "4bit-q6", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
 # --llama all: the curve from 2 to 8.5 bits. TYPE:pure is llama-quantize --pure, TYPE:imatrix its importance-matrix
 # rounding on text the model samples itself (make_imatrix; needs tools/build_llama_tools.sh)
@@ -107,6 +109,32 @@ def bits_cism(path: str) -> float:
     data = sum(t.nbytes for t in f.tensors.values())
     weights = sum(int(np.prod(t.shape)) for t in f.tensors.values() if len(t.shape) == 2)
     return 8.0 * data / weights
+
+
+def dequantized_cism(path: str, out: str) -> None:
+    """The .cism file at path with every packed matrix replaced by its dequantized f32
+    values (--simulate): the same model on the f32 kernels."""
+    from cism import quant as q
+    if os.path.exists(out):
+        return
+    f = fmt.CismFile(path)
+    w = fmt.Writer(f.metadata)
+    packed = {n for n, t in f.tensors.items() if t.dtype not in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16)}
+    for n, t in f.tensors.items():
+        w.add(n, fmt.DTYPE_F32 if n in packed else t.dtype, t.shape, 4 * int(np.prod(t.shape)) if n in packed else t.nbytes)
+    with w.open(out, overwrite=True) as o:
+        for n, t in f.tensors.items():
+            if n in packed:
+                o.write_tensor(n, q.dequantize(f.array(n), t.dtype, t.shape[-1]).astype("<f4"))
+            else:
+                o.write_tensor(n, f.raw(n))
+
+
+def ppl_of(lp: np.ndarray, toks, ctx: int, bos: int, max_windows: int) -> float:
+    """The perplexity of the scored positions whose log-probabilities logp_cism returned."""
+    first = ctx // 2
+    tg = np.concatenate([win[first + 1:] for win in _windows(toks, ctx, bos, max_windows)])
+    return float(np.exp(-lp[np.arange(len(tg)), tg].astype(np.float64).mean()))
 
 
 # ---------------------------------------------------------------------------
@@ -316,6 +344,9 @@ def main():
     ap.add_argument("--llama", default=",".join(LLAMA),
                     help="llama.cpp's rows: types, TYPE:pure, TYPE:imatrix (comma-separated), or 'all' for "
                          + ",".join(LLAMA_ALL))
+    ap.add_argument("--simulate", action="store_true",
+                    help="float-activation rows of packed recipes on the f32 model of their dequantized values "
+                         "(the same values; f32 kernels instead of formats without SIMD kernels yet), one pass")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="also each model with its quantization grid broken: noise of +-F/2 of a Q4_1 step")
     a = ap.parse_args()
@@ -355,6 +386,16 @@ def main():
                 convert(folder, path, quant=recipe, overwrite=True, progress=None, calibrate=calib, n_threads=a.threads)
             key = f"{mname}|libcism|{label}|{a.ctx}|{maxw}|{a.text}"
             t0 = time.time()
+            if a.simulate and recipe and not act and base_lp is not None:
+                # float activations: the f32 model of the recipe's dequantized values, one pass
+                key += "|simulated"
+                if key + "|kld" not in cache:
+                    sim = path[:-len(".cism")] + ".dequantized.cism"
+                    dequantized_cism(path, sim)
+                    lp = logp_cism(sim, toks, a.ctx, 1, maxw, False, a.threads)
+                    cache[key] = [ppl_of(lp, toks, a.ctx, 1, maxw), len(lp)]
+                    cache[key + "|kld"] = list(kld_vs(base_lp, lp))
+                    json.dump(cache, open(cache_path, "w"), indent=1)
             if key not in cache:
                 r = perplexity(path, tokens=toks, ctx=a.ctx, method="half", n_threads=a.threads, act_quant=act,
                                max_windows=maxw)
@@ -370,7 +411,8 @@ def main():
             kl, same = cache[key + "|kld"]
             if base is None:
                 base = p
-            rows.append(("libcism", label, bits_cism(path), p, n, "", kl, same))
+            rows.append(("libcism", label, bits_cism(path), p, n, "f32 of its values" if key.endswith("|simulated") else "",
+                         kl, same))
             print(f"{mname} libcism {label}: {p:.4f}, KLD {kl:.6f} ({time.time() - t0:.0f} s)", flush=True)
         f32g = os.path.join(a.work, f"{mname}.F32.gguf")
         if not os.path.exists(f32g):

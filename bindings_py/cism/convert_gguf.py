@@ -636,8 +636,17 @@ def q8_rows_to_x16(rows: np.ndarray, cols: int) -> np.ndarray:
     return out.reshape(R, nb * 34)
 
 
+# the libcism format each GGUF type is kept in, value for value (docs/GGUF.md "Tensor types"); every
+# other type is dequantized and requantized to q8: Q5_1 (asymmetric), Q6_K, Q5_K, Q4_K, Q3_K, Q2_K
+# (per-16/32 sub-block scales under a superblock scale) fit no block-of-32 single-scale format, and
+# rounding their values again to q6/q5 would add a 6/5-bit error where q8's is far smaller
 LOSSLESS_NATIVE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8", "Q4_0": "q4", "Q5_0": "q8",
                    "Q4_1": "q4a"}
+# GGUF Q5_0 is libcism's q5 byte for byte ("q5": kept as it is, 5.5 bits/weight), and q8 holds the same
+# values in 8.5 ("q8", the default). The SIMD tiers have no q5 kernels yet (docs/QUANTIZATION.md): a q5
+# matrix runs on the scalar kernel, whose decode is about 10x slower than q8's AVX-512 one on a
+# SmolLM2-135M-shaped model (docs/GGUF.md), so the import stays on q8 until they exist.
+Q5_0_STORED = "q8"
 
 
 def convert_gguf(path: str, out: str, dtype: str = "auto", overwrite: bool = False,
@@ -742,7 +751,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             lossless = dtype == "f32" or src == dtype.upper()
             plan[name] = (FLOAT_DTYPES[dtype], "lossless" if lossless else "requantized")
             continue
-        base = LOSSLESS_NATIVE.get(src)
+        base = Q5_0_STORED if src == "Q5_0" else LOSSLESS_NATIVE.get(src)
         how = "lossless"
         if base is None or (name in col_blocks and col_blocks[name] is None):
             base, how = "q8", "requantized"
@@ -788,7 +797,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             if LOSSLESS_NATIVE.get(src) == fmt.DTYPE_NAMES[dt]:
                 return np.ascontiguousarray(rows)
             return None  # converted from the dequantized values
-        if src == "Q5_0":
+        if src == "Q5_0" and fmt.DTYPE_NAMES[dt].startswith("q8"):  # (a Q5_0 kept as q8: the same values)
             rows = _q5_0_as_q8(rows.reshape(-1, 22)).reshape(rows.shape[0], -1)
         if dt == DTYPE_Q8X16:
             return q8_rows_to_x16(np.ascontiguousarray(rows), t.shape[1])

@@ -206,7 +206,13 @@ enum {
     CISM_DTYPE_Q4SX16 = 9,
     /* blocks of 32: fp16 scale + fp16 minimum + 32 4-bit codes (5.0 bits/weight);
        weight = scale * code + minimum; byte for byte GGUF's Q4_1 */
-    CISM_DTYPE_Q4A    = 10
+    CISM_DTYPE_Q4A    = 10,
+    /* blocks of 32: fp16 scale + 32 6-bit codes, weight = scale * (code - 32)
+       (6.5 bits/weight; low nibbles, then a 2-bit plane) */
+    CISM_DTYPE_Q6     = 11,
+    /* blocks of 32: fp16 scale + 32 5-bit codes, weight = scale * (code - 16)
+       (5.5 bits/weight); byte for byte GGUF's Q5_0 */
+    CISM_DTYPE_Q5     = 12
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);
@@ -219,8 +225,8 @@ CISM_API int64_t     cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
    at dst (n_rows * cism_dtype_row_bytes bytes, written to *dst_size; when
    dst_capacity is smaller, nothing is written and CISM_ERR_BUFFER_SMALL is
    returned). importance (may be NULL) holds cols non-negative weights of the
-   squared error per column (e.g. mean squared activations) for the 4-bit
-   formats' scale search. Non-finite input is refused. n_threads 0 = 1.
+   squared error per column (e.g. mean squared activations) for the scale
+   search of the 4-bit formats, q4a, q6 and q5. Non-finite input is refused. n_threads 0 = 1.
    The same input always gives the same bytes, whatever n_threads.
    The interleaved dtypes (q8x16, q4sx16) need n_rows to be a multiple of 16
    (CISM_ERR_INVALID_ARG otherwise), here and in cism_dequantize. */
@@ -236,7 +242,9 @@ CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n
    G = gram_block a multiple of the format's block, at most 4096. Errors are
    compensated within each block of G columns, visited in decreasing order of
    the Gram diagonal (act order); the scale search weighs each
-   column by the Gram diagonal. Formats without a scale search (q8, floats)
+   column by the Gram diagonal. q6 and q5 take cism_quantize with the Gram
+   diagonal as importance (no error compensation yet). Formats without a
+   scale search (q8, floats)
    and gram NULL or all zero give cism_quantize's plain rounding. Refuses
    non-finite or negative-diagonal statistics. The same input always gives the
    same bytes, whatever n_threads. */

@@ -377,7 +377,7 @@ static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, in
         return;
     }
     int64_t B = f ? f->block : CISM__Q8_BLOCK, nb = (cols + B - 1) / B, i, j, k;
-    int64_t bb = f ? f->block_bytes : dt == CISM_DTYPE_Q4A ? CISM__Q4A_BYTES : CISM__Q8_BYTES;
+    int64_t bb = f ? f->block_bytes : dt == CISM_DTYPE_Q4A ? CISM__Q4A_BYTES : cism__dtype_is_qint(dt) ? cism__qint_bytes(dt) : CISM__Q8_BYTES;
     for (i = 0; i < rows * nb; i++) {
         uint8_t *blk = p + i * bb;
         for (j = 0; j < bb; j++) blk[j] = (uint8_t)rnd();
@@ -670,20 +670,26 @@ static void vs_scalar(const cism__kernels *k) {
     size_t s, h, n;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
+    /* q6 and q5 have only the scalar kernels so far (phase 2 adds the SIMD
+       tiers'): every tier's table holds the scalar tier's, and the checks
+       below skip them */
+    for (dt = CISM_DTYPE_Q6; dt <= CISM_DTYPE_Q5; dt++)
+        CHECK_MSG(k->matmul[dt] && k->matmul_a8[dt] && k->row_to_f32[dt], "%s: no kernel for %s", k->name, cism_dtype_name(dt));
     if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has its own int8-activation kernel of every packed dtype: */
         for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) /* none is silently the scalar tier's */
-            CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
+            if (!cism__dtype_is_qint(dt)) CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
                       k->name, cism_dtype_name(dt));
     if (strncmp(k->name, "neon", 4) == 0) /* the ARM64 tiers also have the float-activation path of every packed dtype */
         for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++)
-            CHECK_MSG(k->matmul[dt] && k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name,
+            if (!cism__dtype_is_qint(dt)) CHECK_MSG(k->matmul[dt] && k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name,
                       cism_dtype_name(dt));
     for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             matmul_vs_scalar(k, ref, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
     { /* packed weights: odd row counts, rows % 4 and tokens % 4 of every class, padded
          last blocks, odd counts of blocks of 16, nt from 1 to beyond every tile */
-        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S, CISM_DTYPE_Q4A};
+        const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S, CISM_DTYPE_Q4A,
+                                CISM_DTYPE_Q6, CISM_DTYPE_Q5};
         int64_t qs[][3] = {{1, 1, 1}, {3, 16, 2}, {5, 20, 5}, {7, 32, 1}, {8, 48, 4}, {9, 172, 9}, {17, 300, 13},
                            {4, 576, 3}, {6, 1000, 6}, {33, 64, 8}, {2, 100, 2}, {11, 33, 7}, {10, 96, 11}};
         size_t d;
@@ -823,7 +829,7 @@ static void test_tier(const cism__kernels *k) {
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) test_matmul(k, dt, shapes[s][0], shapes[s][1], shapes[s][2]);
     {
         const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
-                               CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A};
+                               CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5};
         int64_t qs[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 172, 5}, {64, 576, 1}, {5, 1000, 9}};
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)

@@ -471,17 +471,21 @@ def test_tokenizer_and_template_metadata_match_hf_import(hf_to_gguf, hf_converte
 # block-quantized files written with gguf-py
 
 BLOCK_TYPES = {"Q4_0": ("q4", True), "Q4_1": ("q4a", True), "Q5_0": ("q8", True), "Q8_0": ("q8", True),
-               "Q5_1": ("q8", False)}
+               "Q5_1": ("q8", False), "Q5_0:q5": ("q5", True)}  # TYPE:stored: Q5_0 kept as q5 (Q5_0_STORED)
 
 
 @pytest.mark.parametrize("qname", list(BLOCK_TYPES))
-def test_gguf_py_block_quantized(gp, hf_to_gguf, shared_models, tmp_path, qname):
+def test_gguf_py_block_quantized(gp, hf_to_gguf, shared_models, tmp_path, qname, monkeypatch):
+    from cism import convert_gguf
+    base, lossless = BLOCK_TYPES[qname]
+    qname, _, stored = qname.partition(":")
+    if stored:
+        monkeypatch.setattr(convert_gguf, "Q5_0_STORED", stored)
     src = hf_to_gguf("babyllama-tok105-hf", "f32")
     qt = gp.GGMLQuantizationType[qname]
     p = rewrite(gp, src, str(tmp_path / f"{qname}.gguf"),
                 qtype_for=lambda n, a: qt if a.ndim == 2 and a.shape[1] % 32 == 0 else None)
     out = str(tmp_path / "m.cism")
-    base, lossless = BLOCK_TYPES[qname]
     rep = convert(p, out, progress=None)
     seen = compare_all(gp, p, out, lossless_only=lossless)
     for name, (src_t, how) in ((n, (v[0], v[2])) for n, v in rep.gguf_tensors.items()):

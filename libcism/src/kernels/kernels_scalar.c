@@ -215,9 +215,9 @@ static const cism__kernels g_scalar = {
     CISM_TIER_SCALAR,
     {matmul_f32, matmul_f16, matmul_bf16, cism__scalar_matmul_q8, cism__scalar_matmul_q4, cism__scalar_matmul_fp4,
      cism__scalar_matmul_nl4, cism__scalar_matmul_q4s, cism__scalar_matmul_q8x16, cism__scalar_matmul_q4sx16,
-     cism__scalar_matmul_q4a},
+     cism__scalar_matmul_q4a, cism__scalar_matmul_q6, cism__scalar_matmul_q5},
     {row_f32, row_f16, row_bf16, cism__scalar_row_q8, cism__scalar_row_q4, cism__scalar_row_fp4, cism__scalar_row_nl4,
-     cism__scalar_row_q4s, NULL, NULL, cism__scalar_row_q4a},  /* interleaved rows: cism__matrix_row_f32 */
+     cism__scalar_row_q4s, NULL, NULL, cism__scalar_row_q4a, cism__scalar_row_q6, cism__scalar_row_q5},  /* interleaved rows: cism__matrix_row_f32 */
     attention,
     rmsnorm,
     silu_mul,
@@ -225,7 +225,7 @@ static const cism__kernels g_scalar = {
     f32_to_f16,
     {NULL, NULL, NULL, cism__scalar_matmul_a8_q8, cism__scalar_matmul_a8_q4, cism__scalar_matmul_a8_fp4,
      cism__scalar_matmul_a8_nl4, cism__scalar_matmul_a8_q4s, cism__scalar_matmul_a8_q8x16, cism__scalar_matmul_a8_q4sx16,
-     cism__scalar_matmul_a8_q4a},
+     cism__scalar_matmul_a8_q4a, cism__scalar_matmul_a8_q6, cism__scalar_matmul_a8_q5},
     cism__quantize_act_scalar,
     gelu_tanh_mul,
     int8_mac_loop,

@@ -70,6 +70,10 @@ static void decode_run(const cism__fmt4 *f, int32_t dt, const uint8_t *w, uint64
         cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * CISM__Q4A_BYTES), out, n);
         return;
     }
+    if (cism__dtype_is_qint(dt)) { /* q6, q5: d * level, exactly as cism__dequantize_row */
+        cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * cism__qint_bytes(dt)), out, n);
+        return;
+    }
     for (c = 0; c < n; c += B, b++) {
         const uint8_t *blk = block_at(dt, w, rb, r, b, bb, tmp);
         float d = f ? decode4(f, blk, lv) : decode8(blk, lv);
@@ -185,15 +189,16 @@ void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
 /* Weight blocks of B (16 or 32) against activation blocks of 32: weight block b
    covers activation block (b*B)/32 from offset (b*B)%32. Padding weights meet
    zero activations, so whole blocks are summed. Per block,
-       acc += (float)s_b * (d_w * d_a)                       (q8, 4-bit formats)
+       acc += (float)s_b * (d_w * d_a)                       (q8, q6, q5, 4-bit formats)
        acc += (d_w * (float)s_b + m_w * (float)sum_a) * d_a  (q4a; s_b = sum code * q)
    in this order, no FMA: every SIMD tier repeats these operations. */
 static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int64_t cols, const void *xq,
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     uint8_t tmp[CISM__Q8_BYTES] = {0};
-    const int asym = dt == CISM_DTYPE_Q4A;
-    int64_t B = f ? f->block : CISM__Q8_BLOCK, bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : CISM__Q8_BYTES;
+    const int asym = dt == CISM_DTYPE_Q4A, qint = cism__dtype_is_qint(dt);
+    int64_t B = f ? f->block : CISM__Q8_BLOCK;
+    int64_t bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : qint ? cism__qint_bytes(dt) : CISM__Q8_BYTES;
     int64_t nb = (cols + B - 1) / B;
     int32_t lv[32];
     int64_t r, t0, t, b;
@@ -209,6 +214,9 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
                     codes4a(blk, lv);
                     d = cism__q4a_d(blk);
                     m = cism__q4a_m(blk);
+                } else if (qint) {
+                    cism__qint_levels(dt, blk, lv);
+                    d = cism__qint_d(blk);
                 } else if (f) {
                     const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
                     int half = f->block / 2;
@@ -266,6 +274,23 @@ void cism__scalar_matmul_a8_q4a(const void *w, uint64_t rb, int64_t cols, const 
     matmul_a8_blocks(CISM_DTYPE_Q4A, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
+void cism__scalar_matmul_q6(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(CISM_DTYPE_Q6, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q6(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                               int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(CISM_DTYPE_Q6, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_q5(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
+                             int64_t nt, int64_t r0, int64_t r1) {
+    matmul_blocks(CISM_DTYPE_Q5, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
+}
+void cism__scalar_matmul_a8_q5(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                               int64_t nt, int64_t r0, int64_t r1) {
+    matmul_a8_blocks(CISM_DTYPE_Q5, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+}
+
 void cism__scalar_matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
                                int64_t nt, int64_t r0, int64_t r1) {
     matmul_blocks(CISM_DTYPE_Q8X16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
@@ -290,3 +315,5 @@ void cism__scalar_row_fp4(const void *row, float *out, int64_t n) { cism__dequan
 void cism__scalar_row_nl4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_NL4, (const uint8_t *)row, out, n); }
 void cism__scalar_row_q4s(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4S, (const uint8_t *)row, out, n); }
 void cism__scalar_row_q4a(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4A, (const uint8_t *)row, out, n); }
+void cism__scalar_row_q6(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q6, (const uint8_t *)row, out, n); }
+void cism__scalar_row_q5(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q5, (const uint8_t *)row, out, n); }

@@ -17,6 +17,14 @@
  *           refitted by least squares on its codes; the encoded pair with the
  *           lowest weighted squared error wins; codes are the nearest of
  *           d * c + m with the encoded d, m.
+ *   q6, q5  symmetric uniform levels -H..H-1 (H = 32, 16), fp16 scale: a scale
+ *           search per block like the 4-bit one, finer (the largest-magnitude
+ *           element onto 0.80, 0.825, ..., 1.10 times either end, then
+ *           +-0.0125 around the best; each candidate's assignment refitted by
+ *           importance-weighted least squares); the best scale's fp16 code,
+ *           its two fp16 neighbours and the plain rule's scale (max-abs onto
+ *           H - 1) are scored with nearest codes (ties away from zero,
+ *           clamped) and the lowest weighted error is stored.
  * The last block of a row whose length is not a multiple of the block is
  * padded with zeros (and its padding is counted in the bits per weight). */
 #include "quant.h"
@@ -417,6 +425,127 @@ static void quantize_block4a(const float *x, const float *w, int n, uint8_t *out
     for (i = 0; i < 16; i++) out[4 + i] = (uint8_t)(bc[i] | (bc[i + 16] << 4));
 }
 
+/* ---- q6, q5: uniform integer levels ---------------------------------------------------- */
+/* The level of y (x / d) nearest among -H..H-1: round half away from zero, clamped. */
+static inline float qint_round(float y, float H) {
+    float a = fabsf(y), r = (float)(int)(a < 2.0f * H ? a : 2.0f * H);
+    if (a - r >= 0.5f) r += 1.0f;
+    r = y < 0 ? -r : r;
+    return r < -H ? -H : r > H - 1.0f ? H - 1.0f : r;
+}
+
+/* Scores one candidate 1 / d = inv: the least-squares scale of its assignment
+   if that lowers the weighted error (whole block, padding weight 0; four
+   partial sums in a fixed order). */
+static inline int qint_try(const float *xs, const float *wx, const float *ww, float H, float inv, double *best,
+                           float *best_d) {
+    float a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+    double sxl, sll;
+    int j, l;
+    for (j = 0; j < CISM__QI_BLOCK; j += 4)
+        for (l = 0; l < 4; l++) {
+            float lv = qint_round(xs[j + l] * inv, H);
+            a[l] += wx[j + l] * lv;
+            b[l] += ww[j + l] * lv * lv;
+        }
+    sxl = (double)((a[0] + a[2]) + (a[1] + a[3]));
+    sll = (double)((b[0] + b[2]) + (b[1] + b[3]));
+    if (sll > 0 && sxl * sxl / sll > *best) {
+        *best = sxl * sxl / sll;
+        *best_d = (float)(sxl / sll);
+        return 1;
+    }
+    return 0;
+}
+
+/* Codes (level + H) of x[0..n) nearest with scale d (padding: level 0) into
+   code; returns the weighted squared error, or -1 for a scale that is not
+   finite. */
+static float qint_assign(const float *x, const float *w, int n, float d, int Hi, int *code) {
+    float e4[4] = {0, 0, 0, 0}, inv = d != 0.0f ? 1.0f / d : 0.0f;
+    int i, k;
+    if (!isfinite(d)) return -1.0f;
+    for (i = 0; i < CISM__QI_BLOCK; i++) {
+        int lv = i < n && d != 0.0f ? (int)qint_round(x[i] * inv, (float)Hi) : 0;
+        if (i < n) {
+            float e;
+            if (d != 0.0f) /* the nearest with the encoded scale: x * inv may be off by one ulp */
+                for (k = lv - 1; k <= lv + 1; k += 2)
+                    if (k >= -Hi && k < Hi && fabsf(x[i] - d * (float)k) < fabsf(x[i] - d * (float)lv)) lv = k;
+            e = x[i] - d * (float)lv;
+            e4[i & 3] += (w ? w[i] : 1.0f) * e * e;
+        }
+        code[i] = lv + Hi;
+    }
+    return (e4[0] + e4[2]) + (e4[1] + e4[3]);
+}
+
+#define QI_FRACS 13 /* coarse candidates per end: 0.80 .. 1.10 in steps of 0.025 */
+
+/* One q6 / q5 block: n <= 32 real weights (the rest padding: level 0). */
+static void quantize_block_qint(int32_t dtype, const float *x, const float *w, int n, uint8_t *out) {
+    const int Hi = cism__qint_half(dtype);
+    const float H = (float)Hi;
+    float xm = 0.0f, best_d = 0.0f;
+    double best = -1.0;
+    int i, c, code[CISM__QI_BLOCK];
+    uint16_t h;
+    for (i = 0; i < n; i++)
+        if (fabsf(x[i]) > fabsf(xm)) xm = x[i];
+    if (xm != 0.0f) {
+        float xs[CISM__QI_BLOCK], wx[CISM__QI_BLOCK], ww[CISM__QI_BLOCK], best_f = 1.0f, best_t = H - 1.0f;
+        int found = 0;
+        for (i = 0; i < CISM__QI_BLOCK; i++) {
+            xs[i] = i < n ? x[i] : 0.0f;
+            ww[i] = i < n ? (w ? w[i] : 1.0f) : 0.0f;
+            wx[i] = ww[i] * xs[i];
+        }
+        for (c = 0; c < QI_FRACS * 2; c++) {
+            float frac = 0.80f + 0.025f * (float)(c >> 1), tgt = (c & 1) ? -H : H - 1.0f;
+            if (qint_try(xs, wx, ww, H, (tgt * frac) / xm, &best, &best_d)) { found = 1; best_f = frac; best_t = tgt; }
+        }
+        if (found) {
+            qint_try(xs, wx, ww, H, (best_t * (best_f - 0.0125f)) / xm, &best, &best_d);
+            qint_try(xs, wx, ww, H, (best_t * (best_f + 0.0125f)) / xm, &best, &best_d);
+        }
+    }
+    { /* encoded: the best scale's fp16 code, its two neighbours and the plain
+         rule's scale (max-abs onto H - 1), each with nearest codes; the lowest
+         weighted error wins (ties: the first) */
+        uint16_t cand[4], hb = cism__f32_to_f16(best_d);
+        float best_e = -1.0f;
+        int k, cc[CISM__QI_BLOCK];
+        cand[0] = hb;
+        cand[1] = (uint16_t)(hb & 0x7fffu ? hb - 1u : hb);
+        cand[2] = (uint16_t)((hb & 0x7fffu) < 0x7bffu ? hb + 1u : hb);
+        cand[3] = cism__f32_to_f16(xm / (H - 1.0f));
+        h = 0;
+        for (k = 0; k < 4; k++) {
+            float e = qint_assign(x, w, n, cism__f16_to_f32(cand[k]), Hi, cc);
+            if (e >= 0.0f && (best_e < 0.0f || e < best_e)) {
+                best_e = e;
+                h = cand[k];
+                memcpy(code, cc, sizeof(cc));
+            }
+        }
+        if (best_e < 0.0f) /* (not reached: cism_quantize refuses values this large) */
+            for (i = 0; i < CISM__QI_BLOCK; i++) code[i] = Hi;
+    }
+    out[0] = (uint8_t)(h & 0xff);
+    out[1] = (uint8_t)(h >> 8);
+    if (dtype == CISM_DTYPE_Q6) {
+        for (i = 0; i < 16; i++) out[2 + i] = (uint8_t)((code[i] & 15) | ((code[i + 16] & 15) << 4));
+        for (i = 0; i < 8; i++)
+            out[18 + i] = (uint8_t)((code[i] >> 4) | ((code[i + 8] >> 4) << 2) | ((code[i + 16] >> 4) << 4) |
+                                    ((code[i + 24] >> 4) << 6));
+    } else {
+        uint32_t qh = 0;
+        for (i = 0; i < CISM__QI_BLOCK; i++) qh |= (uint32_t)(code[i] >> 4) << i;
+        for (i = 0; i < 4; i++) out[2 + i] = (uint8_t)(qh >> (8 * i));
+        for (i = 0; i < 16; i++) out[6 + i] = (uint8_t)((code[i] & 15) | ((code[i + 16] & 15) << 4));
+    }
+}
+
 /* ---- rows ------------------------------------------------------------------------------ */
 static void quantize_row(int32_t dtype, const sorted4 *s4, const float *x, const float *imp, int64_t cols, uint8_t *out) {
     const cism__fmt4 *f = cism__fmt4_of(dtype);
@@ -433,6 +562,11 @@ static void quantize_row(int32_t dtype, const sorted4 *s4, const float *x, const
     if (dtype == CISM_DTYPE_Q8) {
         for (c = 0; c < cols; c += CISM__Q8_BLOCK, out += CISM__Q8_BYTES)
             quantize_block8(x + c, (int)(cols - c < CISM__Q8_BLOCK ? cols - c : CISM__Q8_BLOCK), out);
+        return;
+    }
+    if (cism__dtype_is_qint(dtype)) {
+        for (c = 0; c < cols; c += CISM__QI_BLOCK, out += cism__qint_bytes(dtype))
+            quantize_block_qint(dtype, x + c, imp ? imp + c : NULL, (int)(cols - c < CISM__QI_BLOCK ? cols - c : CISM__QI_BLOCK), out);
         return;
     }
     if (dtype == CISM_DTYPE_Q4A) {
@@ -461,6 +595,15 @@ void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t
         for (c = 0; c < cols; c += CISM__Q8_BLOCK, row += CISM__Q8_BYTES) {
             float d = cism__f16_to_f32((uint16_t)(row[0] | (row[1] << 8)));
             for (i = 0; i < CISM__Q8_BLOCK && c + i < cols; i++) out[c + i] = d * (float)(int8_t)row[2 + i];
+        }
+        return;
+    }
+    if (cism__dtype_is_qint(dtype)) { /* d * level: exact */
+        int32_t lv[CISM__QI_BLOCK];
+        for (c = 0; c < cols; c += CISM__QI_BLOCK, row += cism__qint_bytes(dtype)) {
+            float d = cism__qint_d(row);
+            cism__qint_levels(dtype, row, lv);
+            for (i = 0; i < CISM__QI_BLOCK && c + i < cols; i++) out[c + i] = d * (float)lv[i];
         }
         return;
     }
@@ -533,6 +676,7 @@ int32_t cism_dtype_block_size(cism_dtype dtype) {
     if (f) return f->block;
     if (dtype == CISM_DTYPE_Q8) return CISM__Q8_BLOCK;
     if (dtype == CISM_DTYPE_Q4A) return CISM__Q4A_BLOCK;
+    if (cism__dtype_is_qint(dtype)) return CISM__QI_BLOCK;
     return cism__dtype_is_known(dtype) ? 1 : 0;
 }
 
@@ -585,6 +729,13 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
         if (amax / (dtype == CISM_DTYPE_Q4 ? 7.0f : 127.0f) > 60000.0f)
+            return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
+                              (double)amax, cism_dtype_name(dtype));
+    }
+    if (cism__dtype_is_qint(dtype)) { /* fp16 scales, with room for the search's larger candidates */
+        float amax = 0;
+        for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
+        if (amax / (float)(cism__qint_half(dtype) - 1) > 48000.0f)
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }
@@ -767,6 +918,39 @@ static void gptq_worker(void *arg, int ith, int nth) {
         gptq_row(j, j->src + r * j->cols, j->work + (int64_t)ith * j->cols, j->dst + (uint64_t)r * j->row_bytes);
 }
 
+/* cism_quantize_gram of q6 / q5: cism_quantize with the Gram diagonal (each
+   column's mean square input) as importance; the statistics are checked as
+   for GPTQ. */
+static cism_status gram_diag_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const double *gram,
+                                      int64_t g, void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
+    int64_t nb, k, i;
+    double mx = 0;
+    float *imp;
+    cism_status st;
+    if (g < CISM__QI_BLOCK || g > 4096 || g % CISM__QI_BLOCK)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
+                          "(at most 4096)", (long long)g, cism_dtype_name(dtype), CISM__QI_BLOCK);
+    if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))
+        return st;
+    nb = (cols + g - 1) / g;
+    for (k = 0; k < nb * g * g; k++)
+        if (!isfinite(gram[k])) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram value %lld is not finite", (long long)k);
+    imp = (float *)malloc((size_t)cols * sizeof(float));
+    if (!imp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize_gram: out of memory");
+    for (i = 0; i < cols; i++) {
+        double d = gram[(i / g) * g * g + (i % g) * (g + 1)];
+        if (d < 0) {
+            free(imp);
+            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram's diagonal is negative at column %lld", (long long)i);
+        }
+        if (d > mx) mx = d;
+    }
+    for (i = 0; i < cols; i++) imp[i] = mx > 0 ? (float)(gram[(i / g) * g * g + (i % g) * (g + 1)] / mx) : 1.0f;
+    st = cism_quantize(dtype, src, n_rows, cols, imp, dst, dst_capacity, dst_size, n_threads);
+    free(imp);
+    return st;
+}
+
 cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const double *gram,
                                int64_t gram_block, void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dtype)); /* interleaved: rows of the base format, then permuted */
@@ -783,6 +967,8 @@ cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_row
     if (gram && f && (g < f->block || g > 4096 || g % f->block))
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
                           "(at most 4096)", (long long)g, cism_dtype_name(dtype), f->block);
+    if (gram && cism__dtype_is_qint(dtype)) /* q6, q5: no error compensation; the diagonal weighs the scale search */
+        return gram_diag_quantize(dtype, src, n_rows, cols, gram, gram_block, dst, dst_capacity, dst_size, n_threads);
     if (!gram || !f) /* no statistics, or a format without a scale search (q8, q4a, floats): plain rounding */
         return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);
     if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))

@@ -122,6 +122,15 @@ static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int6
         }
         return;
     }
+    if (cism__dtype_is_qint(dtype)) { /* q6, q5: d * level, exact as cism__dequantize_row */
+        const uint8_t *p = w + (uint64_t)(c / CISM__QI_BLOCK) * (uint64_t)cism__qint_bytes(dtype);
+        int j = (int)(c % CISM__QI_BLOCK);
+        for (r = r0; r < r1; r++) {
+            const uint8_t *blk = p + (uint64_t)r * row_bytes;
+            out[r - r0] = f16(blk) * (float)cism__qint_level(dtype, blk, j);
+        }
+        return;
+    }
     if (dtype == CISM_DTYPE_Q4A) {
         const uint8_t *p = w + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES;
         int64_t j = c % CISM__Q4A_BLOCK;

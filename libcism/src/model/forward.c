@@ -73,7 +73,10 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
             return;
         }
     }
-    k->matmul[w->dtype](w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
+    /* a dtype a tier has no kernel for (q6, q5 on the SIMD tiers until they
+       get their own) takes the scalar tier's */
+    (k->matmul[w->dtype] ? k->matmul[w->dtype] : cism__kernels_scalar()->matmul[w->dtype])(
+        w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
 }
 
 /* The quantized copy of input row t (NULL on the float path). */
@@ -467,6 +470,8 @@ cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, f
             const uint8_t *er = (const uint8_t *)m->tok_embd.data + (uint64_t)tok * m->tok_embd.row_bytes;
             float pos = (float)(sq->s->n_past + t);
             if (w->k->row_to_f32[m->tok_embd.dtype]) w->k->row_to_f32[m->tok_embd.dtype](er, w->x + row * hp->dim, hp->dim);
+            else if (cism__kernels_scalar()->row_to_f32[m->tok_embd.dtype])
+                cism__kernels_scalar()->row_to_f32[m->tok_embd.dtype](er, w->x + row * hp->dim, hp->dim);
             else cism__matrix_row_f32(m->tok_embd.dtype, m->tok_embd.data, m->tok_embd.row_bytes, hp->dim, tok, w->x + row * hp->dim);
             if (hp->embed_scale != 1.0f)
                 for (i = 0; i < hp->dim; i++) w->x[row * hp->dim + i] *= hp->embed_scale;
