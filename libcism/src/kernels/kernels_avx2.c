@@ -22,17 +22,6 @@
 #define NR 3   /* tokens per prefill register tile: MR*NR accumulators + NR x vectors + 1 */
 #endif
 
-typedef char cism__nr_at_most_4[NR >= 1 && NR <= 4 ? 1 : -1];   /* row_tile_tokens handles remainders < 4 */
-
-/* Keeps a loaded vector in a register: otherwise GCC folds an f32 weight load
-   into every FMA that uses it and reads L1 once per token of the tile, which
-   makes the prefill tile load-bound. */
-#if defined(__GNUC__) || defined(__clang__)
-#define IN_REG(v) __asm__("" : "+v"(v))
-#else
-#define IN_REG(v) ((void)0)
-#endif
-
 /* ---- loads and reductions ------------------------------------------------------ */
 CISM__INLINE __m256i lanes_below(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -99,88 +88,15 @@ CISM__INLINE __m256 exp8(__m256 x) {
 }
 
 /* ---- matmul ---------------------------------------------------------------------- */
-/* Decode: CISM__DECODE_ROWS rows at a time (independent FMA chains, each
-   element's chain the same as prefill's), prefetching CISM__FLOAT_PF_DIST ahead
-   (tier_common.h). */
-/* y[t*ldy + r] for R rows (row_bytes rb apart from w) and T tokens. */
-CISM__INLINE void tile(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
-                       int64_t ldy, const int R, const int T, const int dt, const uint8_t *pf_end) {
-    __m256 acc[MR > CISM__DECODE_ROWS ? MR : CISM__DECODE_ROWS][NR], xv[NR];
-    int64_t c;
-    int r, t;
-    for (r = 0; r < R; r++)
-        for (t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (c = 0; c + 8 <= cols; c += 8) {
-        if (T == 1 && R == CISM__DECODE_ROWS) { /* decode: fetch the bytes this step's share is, CISM__FLOAT_PF_DIST ahead in the rows */
-            const uintptr_t p = (uintptr_t)w + CISM__FLOAT_PF_DIST + (uintptr_t)(R * c) * (dt == CISM_DTYPE_F32 ? 4u : 2u);
-            int k;
-            for (k = 0; k < R * 8 * 4 / 64; k += (dt == CISM_DTYPE_F32 ? 1 : 2))
-                if (p + 64u * (uintptr_t)k < (uintptr_t)pf_end) _mm_prefetch((const char *)(p + 64u * (uintptr_t)k), CISM__FLOAT_PF_HINT);
-        }
-        for (t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
-        for (r = 0; r < R; r++) {
-            __m256 wv = load8(w + (uint64_t)r * rb, c, dt);
-            if (T > 1) IN_REG(wv);
-            for (t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    if (c < cols) {
-        for (t = 0; t < T; t++) xv[t] = load8_part(x + t * ldx, c, cols - c, CISM_DTYPE_F32);
-        for (r = 0; r < R; r++) {
-            __m256 wv = load8_part(w + (uint64_t)r * rb, c, cols - c, dt);
-            for (t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
-        }
-    }
-    for (r = 0; r < R; r++)
-        for (t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
-}
-
-/* R rows against tokens [t0, t1) in NR-token tiles */
-CISM__INLINE void row_tile_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
-                                  int64_t ldy, int64_t t0, int64_t t1, const int R, const int dt) {
-    int64_t t;
-    for (t = t0; t + NR <= t1; t += NR) tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, NR, dt, NULL);
-    switch (t1 - t) { /* the last < NR tokens */
-    case 3: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 3 < NR ? 3 : 1, dt, NULL); break;
-    case 2: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 2 < NR ? 2 : 1, dt, NULL); break;
-    case 1: tile(w, rb, cols, x + t * ldx, ldx, y + t * ldy, ldy, R, 1, dt, NULL); break;
-    default: break;
-    }
-}
-
-CISM__INLINE void matmul_dt(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
-                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int dt) {
-    const uint8_t *wb = (const uint8_t *)w;
-    const uint8_t *end = wb + (uint64_t)r1 * rb; /* no prefetch into another thread's rows */
-    int64_t r, t0, tb;
-    if (nt == 1) {
-        for (r = r0; r + CISM__DECODE_ROWS <= r1; r += CISM__DECODE_ROWS) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, CISM__DECODE_ROWS, 1, dt, end);
-        for (; r < r1; r++) tile(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, 1, 1, dt, end);
-        return;
-    }
-    tb = CISM__X_BLOCK_BYTES / (cols * 4);
-    tb -= tb % NR;
-    if (tb < NR) tb = NR;
-    for (t0 = 0; t0 < nt; t0 += tb) {
-        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-        for (r = r0; r + MR <= r1; r += MR)
-            row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, MR, dt);
-        for (; r < r1; r++) row_tile_tokens(wb + (uint64_t)r * rb, rb, cols, x, ldx, y + r, ldy, t0, t1, 1, dt);
-    }
-}
-
-static void matmul_f32(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F32);
-}
-static void matmul_f16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_F16);
-}
-static void matmul_bf16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                        int64_t nt, int64_t r0, int64_t r1) {
-    matmul_dt(w, rb, cols, x, ldx, y, ldy, nt, r0, r1, CISM_DTYPE_BF16);
-}
+typedef __m256 fvec;
+enum { FW = 8 };
+CISM__INLINE fvec fv_zero(void) { return _mm256_setzero_ps(); }
+CISM__INLINE fvec fv_loadu(const float *p) { return _mm256_loadu_ps(p); }
+CISM__INLINE fvec fv_load(const void *row, int64_t c, int dt) { return load8(row, c, dt); }
+CISM__INLINE fvec fv_load_part(const void *row, int64_t c, int64_t n, int dt) { return load8_part(row, c, n, dt); }
+CISM__INLINE fvec fv_fma(fvec w, fvec x, fvec acc) { return _mm256_fmadd_ps(w, x, acc); }
+CISM__INLINE float fv_hsum(fvec v) { return hsum8(v); }
+#include "x86_float_tiles.h"
 
 /* ---- conversions ----------------------------------------------------------------- */
 static void row_f32(const void *row, float *out, int64_t n) { memcpy(out, row, (size_t)n * sizeof(float)); }

@@ -31,26 +31,7 @@
 #define PR 8          /* rows of a panel */
 #define TT 4          /* tokens of the prefill register tile (16 ymm registers) */
 
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
-
-typedef struct fmt {
-    int block, bytes, scale_e4m3;
-} fmt;
-
-static const fmt g_fmt[6] = {{32, 34, 0}, {32, 18, 0}, {32, 18, 0}, {16, 9, 1}, {16, 9, 1}, {32, 20, 0}};
-static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
-static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
-    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
-}
-
-CISM__INLINE short ld16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return (short)v;
-}
+#include "x86_quant.h"
 
 /* E4M3 bytes (low byte of each 16-bit lane) -> e4m3 * 2^-8 as f32 (see the AVX-512 tier) */
 CISM__INLINE __m256 e4m3_words(__m128i h) {
@@ -59,12 +40,6 @@ CISM__INLINE __m256 e4m3_words(__m128i h) {
                      _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(0x3f80)));
     return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00))));
 }
-
-CISM__INLINE float e4m3_f(uint8_t e) {
-    int nan = (e & 0x7f) == 0x7f ? 0x7e00 : 0;
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7) | nan)));
-}
-CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((uint16_t)ld16(p)))); }
 
 /* int32 lanes of sum u * s over 4-byte groups (u unsigned, no saturation by the callers' bounds) */
 CISM__INLINE __m256i dot_u(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
@@ -78,36 +53,6 @@ CISM__INLINE __m256i bcast4(const int8_t *q) {
 }
 
 /* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
-CISM__INLINE __m256i nibbles32(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-CISM__INLINE __m256i nibbles16x2(const uint8_t *p) {
-    __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 9)));
-    __m256i v = _mm256_broadcastsi128_si256(c);
-    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-CISM__INLINE __m256i rowsum8(const __m256i v[8]) {
-    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
-/* v[r]: block b0 in lanes 0,1,4,5, b1 in 2,3,6,7 -> per-row sums, rows in lane order 0,1,4,5,2,3,6,7 */
-CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
-    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i a = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
-    __m256i b = _mm256_add_epi32(_mm256_permute2x128_si256(t2, t3, 0x20), _mm256_permute2x128_si256(t2, t3, 0x31));
-    *s0 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88));
-    *s1 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
-}
-
 /* int32 lanes of one row's block (block-32 formats) against activations av */
 CISM__INLINE __m256i dot32(const uint8_t *blk, __m256i av, const int f) {
     if (f == F_Q8) return dot_s(_mm256_loadu_si256((const __m256i *)(blk + 2)), av);
@@ -123,10 +68,6 @@ CISM__INLINE __m256i dot16x2(const uint8_t *blk, __m256i av, const int f) {
     return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_fp4_l)), c), av);
 }
 
-CISM__INLINE __m256i act16x2(const cism__act8 *a) {
-    return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
-}
-
 CISM__INLINE __m128i dot16(const uint8_t *blk, __m128i av, const int f) {
     __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
     __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
@@ -137,10 +78,6 @@ CISM__INLINE __m128i dot16(const uint8_t *blk, __m128i av, const int f) {
     return _mm_madd_epi16(_mm_maddubs_epi16(u, av), _mm_set1_epi16(1));
 }
 
-CISM__INLINE __m256 scales8_f16(const uint8_t *blk, uint64_t rb) {
-    return _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
-                                          ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
-}
 /* E4M3 scales of 8 rows, rows in the lane order 0,1,4,5,2,3,6,7 */
 CISM__INLINE __m256 scales8_e4m3(const uint8_t *blk, uint64_t rb) {
     return e4m3_words(_mm_setr_epi16(blk[0], blk[rb], blk[4 * rb], blk[5 * rb], blk[2 * rb], blk[3 * rb], blk[6 * rb], blk[7 * rb]));
@@ -156,13 +93,7 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         for (r = 0; r < 8; r++) v[r] = dot32(blk + (uint64_t)r * rb, av, f);
         s = rowsum8(v);
         if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a[b].sum));
-        if (f == F_Q4A) {
-            __m256 dm = _mm256_add_ps(_mm256_mul_ps(scales8_f16(blk, rb), _mm256_cvtepi32_ps(s)),
-                                      _mm256_mul_ps(scales8_f16(blk + 2, rb), _mm256_set1_ps((float)a[b].sum)));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(dm, _mm256_set1_ps(a[b].d)));
-        } else {
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales8_f16(blk, rb), _mm256_set1_ps(a[b].d))));
-        }
+        acc = combine8(acc, s, scales8_f16(blk, rb), f == F_Q4A ? scales8_f16(blk + 2, rb) : _mm256_setzero_ps(), &a[b], f);
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -196,12 +127,7 @@ CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const c
             for (r = 0; r < 8; r++) v[r] = f == F_Q4 || f == F_Q4A ? dot_u(c[r], av) : dot_s(c[r], av);
             s = rowsum8(v);
             if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * ab->sum));
-            if (f == F_Q4A) {
-                __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dm, _mm256_set1_ps(ab->d)));
-            } else {
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(ab->d))));
-            }
+            acc[t] = combine8(acc[t], s, d, mn, ab, f);
         }
     }
     for (t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
@@ -221,10 +147,7 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         const uint8_t *blk = w + b * g_fmt[f].bytes;
         int32_t s = hsum_epi32(dot32(blk, _mm256_loadu_si256((const __m256i *)a[b].q), f));
         if (f == F_Q4) s -= 8 * a[b].sum;
-        if (f == F_Q4A)
-            acc = _mm_add_ss(acc, _mm_set_ss((f16_f(blk) * (float)s + f16_f(blk + 2) * (float)a[b].sum) * a[b].d));
-        else
-            acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
+        acc = combine1(acc, s, blk, &a[b], f);
     }
     return _mm_cvtss_f32(acc);
 }
@@ -298,63 +221,40 @@ CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__
 #define PANEL_HDR(asym) ((asym) ? 64 : 32)
 #define PANEL_BYTES (KC / 16 * (32 + 8 * 16))
 
-CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
-    if (f == F_Q8) {
-        memcpy(out, blk + 2, 32);
-    } else if (f == F_Q4A) {
-        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
-        _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
-        _mm_storeu_si128((__m128i *)(out + 16), _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f)));
-    } else if (g_fmt[f].block == 32) {
-        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2));
-        __m128i t = _mm_loadu_si128((const __m128i *)(f == F_Q4 ? g_q4_l : g_nl4_l));
-        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(t, _mm_and_si128(c, _mm_set1_epi8(0x0f))));
-        _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f))));
-    } else {
-        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
-        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
-        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(f == F_Q4S ? g_q4_l : g_fp4_l)), u));
-    }
-}
+typedef int rowsel; /* rows of a tile that are stored: a count (8: all) */
+CISM__INLINE rowsel rows_sel(int nr) { return nr; }
 
-static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, uint8_t *pd, int f) {
-    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, hdr = PANEL_HDR(f == F_Q4A), jb = hdr + 8 * B;
-    int8_t lv[PR][KC];
+/* 8 x 8 transposes of 4-byte chunks: lv (8 rows, KC apart) into the panel's
+   blocks. Not inlined into the GEMM (one call per panel): inlined there, its
+   gathers gave wrong lanes for q4a under qemu-x86_64 -cpu Haswell-v4 (7.2),
+   where CI runs the AVX2 tests; native AVX2 gave the right bits either way. */
+CISM__INLINE void panel_transpose_b(const int8_t *lv, uint8_t *data, int64_t nb, const int B, const int hdr) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(KC));
+    const int jb = hdr + 8 * B;
     int64_t j;
-    int i, c;
-    for (i = 0; i < PR; i++) {
-        const uint8_t *row = w + (uint64_t)(r + (i < nr ? i : 0)) * rb + b0 * bb;
-        float *sc = (float *)(void *)pd;
-        for (j = 0; j < nb; j++) {
-            if (i < nr) {
-                switch (f) {
-                case F_Q8: levels_of(row + j * bb, lv[i] + j * B, F_Q8); break;
-                case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
-                case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
-                case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
-                case F_Q4A: levels_of(row + j * bb, lv[i] + j * B, F_Q4A); break;
-                default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
-                }
-                sc[(j * jb) / 4 + i] = g_fmt[f].scale_e4m3 ? e4m3_f(row[j * bb]) : f16_f(row + j * bb);
-                if (f == F_Q4A) sc[(j * jb) / 4 + 8 + i] = f16_f(row + j * bb + 2);
-            } else {
-                memset(lv[i] + j * B, 0, (size_t)B);
-                sc[(j * jb) / 4 + i] = 0.0f;
-                if (f == F_Q4A) sc[(j * jb) / 4 + 8 + i] = 0.0f;
-            }
-        }
-    }
-    { /* 8 x 8 transposes of 4-byte chunks */
-        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(KC));
-        for (j = 0; j < nb; j++)
-            for (c = 0; c < B / 4; c++)
-                _mm256_storeu_si256((__m256i *)(void *)(pd + j * jb + hdr + c * 32),
-                                    _mm256_i32gather_epi32((const int *)(const void *)(&lv[0][0] + j * B + c * 4), idx, 1));
-    }
+    int c;
+    for (j = 0; j < nb; j++)
+        for (c = 0; c < B / 4; c++)
+            _mm256_storeu_si256((__m256i *)(void *)(data + j * jb + hdr + c * 32),
+                                _mm256_i32gather_epi32((const int *)(const void *)(lv + j * B + c * 4), idx, 1));
+}
+/* one body per block size and header (the chunk loop unrolled) */
+static CISM__NOINLINE void panel_transpose(const int8_t *lv, uint8_t *data, int64_t nb, int B, int hdr) {
+    if (B == 16) panel_transpose_b(lv, data, nb, 16, PANEL_HDR(0));
+    else if (hdr == PANEL_HDR(1)) panel_transpose_b(lv, data, nb, 32, PANEL_HDR(1));
+    else panel_transpose_b(lv, data, nb, 32, PANEL_HDR(0));
 }
 
-/* y[t][0..8) (+)= panel . tokens t < T over blocks j < nbp (weight blocks jb0 + j) */
-CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, int nr,
+/* Rows [r, r + nr) (nr <= 8; the others zero) and blocks [b0, b0 + nb) into p */
+static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, panel *p, int f) {
+    int8_t lv[PR][KC];
+    const int hdr = PANEL_HDR(f == F_Q4A);
+    panel_levels(w, rb, r, nr, b0, nb, p, &lv[0][0], hdr, f);
+    panel_transpose(&lv[0][0], p->data, nb, g_fmt[f].block, hdr);
+}
+
+/* y[t][0..8) (+)= panel . tokens t < T over the panel's blocks (weight blocks jb0 + j) */
+CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, rowsel nr,
                        int first, const int T, const int B, const int asym) {
     __m256 facc[TT];
     __m256i iacc[TT];
@@ -366,8 +266,8 @@ CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *
         else if (nr == 8) facc[t] = _mm256_loadu_ps(y + t * ldy);
         else facc[t] = _mm256_maskload_ps(y + t * ldy, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
     }
-    for (j = 0; j < nbp; j++) {
-        const uint8_t *blk = pd + j * jb;
+    for (j = 0; j < p->nb; j++) {
+        const uint8_t *blk = p->data + j * jb;
         int64_t ja = jb0 + j;
         __m256 sc = _mm256_loadu_ps((const float *)(const void *)blk);
         for (t = 0; t < T; t++) iacc[t] = _mm256_setzero_si256();
@@ -395,68 +295,6 @@ CISM__INLINE void tile(const uint8_t *pd, int64_t nbp, const cism__act8 *const *
         else _mm256_maskstore_ps(y + t * ldy, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), facc[t]);
     }
 }
-
-CISM__INLINE void tiles(const uint8_t *pd, int64_t nbp, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0,
-                        float *y, int64_t ldy, int nr, int first, const int B, const int asym) {
-    const cism__act8 *a[TT];
-    int64_t t;
-    int i;
-    for (t = t0; t + TT <= t1; t += TT) {
-        for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
-        tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, TT, B, asym);
-    }
-    for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
-    switch (t1 - t) {
-    case 3: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 3, B, asym); break;
-    case 2: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 2, B, asym); break;
-    case 1: tile(pd, nbp, a, jb0, y + t * ldy, ldy, nr, first, 1, B, asym); break;
-    default: break;
-    }
-}
-
-static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy, int64_t nt,
-                 int64_t r0, int64_t r1, int f) {
-    uint8_t pd[PANEL_BYTES];
-    const int B = g_fmt[f].block;
-    int64_t nb = (cols + B - 1) / B, tb = CISM__X_BLOCK_BYTES / ldq, t0, r, j0;
-    if (tb < TT) tb = TT;
-    for (t0 = 0; t0 < nt; t0 += tb) {
-        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-        for (r = r0; r < r1; r += PR) {
-            int nr = r1 - r < PR ? (int)(r1 - r) : PR;
-            for (j0 = 0; j0 < nb; j0 += KC / B) {
-                int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
-                pack_panel(w, rb, r, nr, j0, n, pd, f);
-                if (f == F_Q4A) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32, 1);
-                else if (B == 32) tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 32, 0);
-                else tiles(pd, n, xq, ldq, t0, t1, j0, y + r, ldy, nr, j0 == 0, 16, 0);
-            }
-        }
-    }
-}
-
-#include "x86_gemv_tokens.h"
-
-#define A8_KERNEL(nm, F)                                                                                                  \
-    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
-                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
-        int64_t t;                                                                                                    \
-        if (nt > GEMV_TOKENS(F)) {                                                                                    \
-            gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
-            return;                                                                                                   \
-        }                                                                                                             \
-        if (nt >= 2) {                                                                                                \
-            gemv_tokens((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                \
-            return;                                                                                                   \
-        }                                                                                                             \
-        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
-    }
-A8_KERNEL(q8, F_Q8)
-A8_KERNEL(q4, F_Q4)
-A8_KERNEL(nl4, F_NL4)
-A8_KERNEL(q4s, F_Q4S)
-A8_KERNEL(fp4, F_FP4)
-A8_KERNEL(q4a, F_Q4A)
 
 /* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
 CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
@@ -571,8 +409,9 @@ CISM__INLINE void x16_decode(const uint8_t *grp, const cism__x16 *g, const cism_
     _mm256_maskstore_ps(y + 8, keep1, f1);
 }
 
+typedef uint32_t x16mask; /* rows of a group that are stored, one bit each */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, x16mask mask, uintptr_t pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -603,48 +442,13 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
             a[i] = act_row(xq, ldq, t + i);
             hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
         }
-        switch (t1 - t) {
-        case 3: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 3, q8); break;
-        case 2: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 2, q8); break;
-        case 1: x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 1, q8); break;
-        default: break;
-        }
+#define X16_TILE_T(T) x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, T, q8)
+        X86_TOKEN_TAIL(t1 - t, X16_TILE_T)
+#undef X16_TILE_T
     }
 }
 
-CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
-    cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
-    int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    uintptr_t p, end, pf_end;
-    cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
-    if (pf_end) { /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
-        uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
-    }
-    if (tb < TT) tb = TT;
-    for (t0 = 0; t0 < nt; t0 += tb) {
-        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-        for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
-            int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
-            uint32_t mm = 0xffffu;
-            if (lo > 0) mm &= ~((1u << lo) - 1u);
-            if (hi < 16) mm &= (1u << hi) - 1u;
-            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy, mm,
-                      pf_end, q8);
-        }
-    }
-}
-
-static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                            int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
-}
-static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 0);
-}
+#include "x86_quant_entries.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 static void quantize_act(const float *x, int64_t n, void *out) {
@@ -730,9 +534,8 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 7 * 32;
 }
 
-/* The outlier epilogues (kernels.h), 8 rows per register: the column places
-   and tables of x86_outliers.h. */
-#include "x86_outliers.h"
+/* The outlier epilogues (kernels.h): the template of x86_outliers.h, 16 rows
+   of a column as two registers of 8. */
 
 /* 8 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
    normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
@@ -758,22 +561,22 @@ CISM__INLINE __m256 e4m3_8(__m256i b) {
    scales widened, the codes sign-extended, their product; q4sx16: the E4M3
    scales times scale_mul, the nibbles through the levels,
    their product. */
-CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const float *lv, __m256 smul) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + p.code + 32 * h));
+CISM__INLINE __m256 x16_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h, int q8, const float *lv, __m256 smul) {
+    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h));
     if (q8) {
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p.scale + 16 * h)));
-        q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm_cvtsi32_si128(24));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale + 16 * h)));
+        q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
     } else {
         uint32_t s8[8];
         __m256 d, lo, hi;
         int i;
-        for (i = 0; i < 8; i++) s8[i] = grp[p.scale + 8 * h + i];
+        for (i = 0; i < 8; i++) s8[i] = grp[scale + 8 * h + i];
         d = _mm256_mul_ps(e4m3_8(_mm256_loadu_si256((const __m256i *)(const void *)s8)), smul);
         /* the 16 levels by two in-register lookups rather than a gather (under
            qemu-x86_64 -cpu Haswell-v4 the gather gave wrong lanes once this
            function was inlined in more places; the values are the same) */
-        q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm256_set1_epi32(15));
+        q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15));
         lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv), q);
         hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + 8), q);
         return _mm256_mul_ps(d, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(7)))));
@@ -781,98 +584,40 @@ CISM__INLINE __m256 x16_col8(const uint8_t *grp, ocol p, int h, int q8, const fl
 }
 
 
-/* One token: the columns' places once, then group after group. Several: in
-   chunks of ODENSE_TOK tokens, each group decodes the chunk's distinct columns
-   once (a direct-mapped cache of them when there are more than OSLOTS). Either
-   way one product and one sum per entry, in table order, as the C code. */
-static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
-                         const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int q8 = base == CISM_DTYPE_Q8;
-    const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
-    const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
-    const __m256 smul = _mm256_set1_ps(q8 ? 1.0f : f->scale_mul);
-    __m256 col[OSLOTS][2];
-    float lv[16];
-    odense d;
-    int32_t tag[OSLOTS], k;
-    int64_t t, t0, gi;
-    for (k = 0; k < 16; k++) lv[k] = q8 ? 0.0f : (float)f->levels[k];
-    if (nt == 1) {
-        const cism__act8_out *o = out_table(xq, ldq, 0);
-        ocol p[CISM__A8_MAX_OUT];
-        if (!o->n) return;
-        for (k = 0; k < o->n; k++) p[k] = x16_place(w, g, q8, B, o->idx[k]);
-        for (gi = g0; gi < g1; gi++) {
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            float *yg = y + gi * CISM__X16;
-            __m256 a0 = _mm256_loadu_ps(yg), a1 = _mm256_loadu_ps(yg + 8);
-            for (k = 0; k < o->n; k++) {
-                const __m256 v = _mm256_set1_ps(o->val[k]);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, x16_col8(grp, p[k], 0, q8, lv, smul)));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, x16_col8(grp, p[k], 1, q8, lv, smul)));
-            }
-            _mm256_storeu_ps(yg, a0);
-            _mm256_storeu_ps(yg + 8, a1);
-        }
-        return;
-    }
-    for (t0 = 0; t0 < nt; t0 += ODENSE_TOK) { /* tokens in chunks: a chunk's distinct columns decoded once per group */
-        const int64_t tn = nt - t0 < ODENSE_TOK ? nt - t0 : ODENSE_TOK;
-        const uint8_t *xc = xq + t0 * ldq;
-        float *yc = y + t0 * ldy;
-        if (odense_build(&d, w, g, q8, B, xc, ldq, tn)) {
-            for (gi = g0; gi < g1; gi++) {
-                const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-                for (k = 0; k < d.n; k++) {
-                    col[k][0] = x16_col8(grp, d.p[k], 0, q8, lv, smul);
-                    col[k][1] = x16_col8(grp, d.p[k], 1, q8, lv, smul);
-                }
-                for (t = 0; t < tn; t++) {
-                    const cism__act8_out *o = out_table(xc, ldq, t);
-                    float *yt = yc + t * ldy + gi * CISM__X16;
-                    __m256 a0, a1;
-                    if (!o->n) continue;
-                    a0 = _mm256_loadu_ps(yt);
-                    a1 = _mm256_loadu_ps(yt + 8);
-                    for (k = 0; k < o->n; k++) {
-                        const __m256 v = _mm256_set1_ps(o->val[k]);
-                        a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[d.ix[t][k]][0]));
-                        a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[d.ix[t][k]][1]));
-                    }
-                    _mm256_storeu_ps(yt, a0);
-                    _mm256_storeu_ps(yt + 8, a1);
-                }
-            }
-            continue;
-        }
-        for (gi = g0; gi < g1; gi++) { /* more distinct channels than slots: a direct-mapped cache of them */
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-            for (t = 0; t < tn; t++) {
-                const cism__act8_out *o = out_table(xc, ldq, t);
-                float *yt = yc + t * ldy + gi * CISM__X16;
-                __m256 a0, a1;
-                if (!o->n) continue;
-                a0 = _mm256_loadu_ps(yt);
-                a1 = _mm256_loadu_ps(yt + 8);
-                for (k = 0; k < o->n; k++) {
-                    const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                    __m256 v;
-                    if (tag[s] != c) {
-                        const ocol p = x16_place(grp, g, q8, B, c);
-                        col[s][0] = x16_col8(grp, p, 0, q8, lv, smul);
-                        col[s][1] = x16_col8(grp, p, 1, q8, lv, smul);
-                        tag[s] = c;
-                    }
-                    v = _mm256_set1_ps(o->val[k]);
-                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
-                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
-                }
-                _mm256_storeu_ps(yt, a0);
-                _mm256_storeu_ps(yt + 8, a1);
-            }
-        }
-    }
+typedef struct ovec {
+    __m256 lo, hi; /* rows 0..7, 8..15 */
+} ovec;
+CISM__INLINE ovec ov_load(const float *p) {
+    ovec v;
+    v.lo = _mm256_loadu_ps(p);
+    v.hi = _mm256_loadu_ps(p + 8);
+    return v;
+}
+CISM__INLINE void ov_store(float *p, ovec v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+}
+CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) {
+    const __m256 s = _mm256_set1_ps(v);
+    acc.lo = _mm256_add_ps(acc.lo, _mm256_mul_ps(s, col.lo));
+    acc.hi = _mm256_add_ps(acc.hi, _mm256_mul_ps(s, col.hi));
+    return acc;
+}
+
+typedef struct oconst {
+    float lv[16]; /* q4sx16: the levels */
+    __m256 smul;
+} oconst;
+CISM__INLINE void oconst_init(oconst *c, int q8, const cism__fmt4 *f) {
+    int k;
+    for (k = 0; k < 16; k++) c->lv[k] = q8 ? 0.0f : (float)f->levels[k];
+    c->smul = _mm256_set1_ps(q8 ? 1.0f : f->scale_mul);
+}
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, const oconst *c) {
+    ovec v;
+    v.lo = x16_col8(grp, code, scale, shift, 0, q8, c->lv, c->smul);
+    v.hi = x16_col8(grp, code, scale, shift, 1, q8, c->lv, c->smul);
+    return v;
 }
 
 /* q4a: column c of 8 rows gathered, the dword at the block's start (d, m) and
@@ -888,52 +633,25 @@ CISM__INLINE __m256 q4a_half(const uint8_t *p, __m256i offs, int64_t j) {
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(code)), m);
 }
 
-static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
-                         int64_t ldy, int64_t r0, int64_t r1) {
-    const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int32_t)row_bytes));
-    __m256 col[OSLOTS][2];
-    int32_t tag[OSLOTS], k;
-    int64_t t, r;
-    for (r = r0; r < r1; r += 16) {
-        const uint8_t *wr = w + (uint64_t)r * row_bytes;
-        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-        for (t = 0; t < nt; t++) {
-            const cism__act8_out *o = out_table(xq, ldq, t);
-            float *yt = y + t * ldy + r;
-            __m256 a0, a1;
-            if (!o->n) continue;
-            a0 = _mm256_loadu_ps(yt);
-            a1 = _mm256_loadu_ps(yt + 8);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                __m256 v;
-                if (nt == 1 || tag[s] != c) {
-                    const uint8_t *p = wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES;
-                    col[s][0] = q4a_half(p, offs, c % CISM__Q4A_BLOCK);
-                    col[s][1] = q4a_half(p + 8 * row_bytes, offs, c % CISM__Q4A_BLOCK);
-                    tag[s] = c;
-                }
-                v = _mm256_set1_ps(o->val[k]);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, col[s][0]));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, col[s][1]));
-            }
-            _mm256_storeu_ps(yt, a0);
-            _mm256_storeu_ps(yt + 8, a1);
-        }
-    }
+typedef struct oq4a {
+    __m256i offs; /* the 8 rows' offsets */
+} oq4a;
+CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
+    c->offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int32_t)row_bytes));
 }
+CISM__INLINE ovec ov_q4a_col(const uint8_t *p, uint64_t row_bytes, const oq4a *c, int64_t j) {
+    ovec v;
+    v.lo = q4a_half(p, c->offs, j);
+    v.hi = q4a_half(p + 8 * row_bytes, c->offs, j);
+    return v;
+}
+
+#include "x86_outliers.h"
 
 void cism__fill_avx2_quant(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
     k->int8_mac_loop = int8_mac_loop;
-    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
-    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
-    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
-    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
-    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
-    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
-    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
-    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    fill_a8_entries(k);
     k->quantize_act = quantize_act;
 }

@@ -36,32 +36,12 @@
 #define PR 16         /* rows of a panel */
 #define TT 8          /* tokens of the prefill register tile */
 
-/* ---- formats ------------------------------------------------------------------------- */
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
-
-typedef struct fmt {
-    int block, bytes;   /* weights and bytes per block */
-    int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
-    int corr;           /* weights enter as level + corr */
-} fmt;
-
-static const fmt g_fmt[6] = {
-    {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
-};
+#include "x86_quant.h"
 
 /* level + 128 of each code, for the codebook formats */
 static const int8_t g_nl4_u[16] = {16, 38, 57, 73, 87, 101, 113, 125, -119, -107, -94, -80, -65, -47, -27, -1};
 static const int8_t g_fp4_u[16] = {-128, -127, -126, -125, -124, -122, -120, -116,
                                    -128, 127, 126, 125, 124, 122, 120, 116};
-/* levels (signed), for the panel repack */
-static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
-static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
-    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
-}
-
 /* E4M3 byte e in the low byte of each 32-bit lane -> e4m3(e) * 2^-8 as f32:
    the bits s eeee mmm moved to s 0eeee mmm0000000 are the fp16 of exactly
    that value (normal and subnormal alike); the NaN codes 0x7f/0xff become NaN
@@ -76,53 +56,7 @@ CISM__INLINE __m256 e4m3_lanes(__m256i v) {
 }
 
 
-CISM__INLINE short ld16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return (short)v;
-}
-
-CISM__INLINE float e4m3_f(uint8_t e) {
-    int nan = (e & 0x7f) == 0x7f ? 0x7e00 : 0;
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7) | nan)));
-}
-CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | (p[1] << 8)))); }
-
 /* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
-/* 16 code bytes (low nibble: element j, high: j + 16) -> the 32 codes in order */
-CISM__INLINE __m256i nibbles32(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-/* two blocks of 16 (8 code bytes each at p and p + 9) -> [b0 0..7, b1 0..7 | b0 8..15, b1 8..15] */
-CISM__INLINE __m256i nibbles16x2(const uint8_t *p) {
-    __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 9)));
-    __m256i v = _mm256_broadcastsi128_si256(c);
-    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-/* lane r = the sum of v[r]'s 8 lanes (r < 8), exact */
-CISM__INLINE __m256i rowsum8(const __m256i v[8]) {
-    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
-/* v[r] holds block b0 in lanes 0,1,4,5 and b1 in 2,3,6,7: s0 / s1 get the
-   per-row sums of each, rows in lane order 0,1,4,5,2,3,6,7 */
-CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
-    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i a = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
-    __m256i b = _mm256_add_epi32(_mm256_permute2x128_si256(t2, t3, 0x20), _mm256_permute2x128_si256(t2, t3, 0x31));
-    *s0 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88));
-    *s1 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
-}
-
 /* unsigned weight bytes of block b of a row (block-32 formats) */
 CISM__INLINE __m256i wu32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
@@ -149,20 +83,9 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q);
         __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), corr, av));
         __m256i v[8], s;
-        __m256 d;
         for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wu32(blk + (uint64_t)r * rb, f), av);
         s = rowsum8(v);
-        d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
-                                           ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
-        if (f == F_Q4A) {
-            const uint8_t *mp = blk + 2;
-            __m256 mn = _mm256_cvtph_ps(_mm_setr_epi16(ld16(mp), ld16(mp + rb), ld16(mp + 2 * rb), ld16(mp + 3 * rb), ld16(mp + 4 * rb),
-                                                       ld16(mp + 5 * rb), ld16(mp + 6 * rb), ld16(mp + 7 * rb)));
-            __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)a[b].sum)));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(dm, _mm256_set1_ps(a[b].d)));
-        } else {
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a[b].d))));
-        }
+        acc = combine8(acc, s, scales8_f16(blk, rb), f == F_Q4A ? scales8_f16(blk + 2, rb) : _mm256_setzero_ps(), &a[b], f);
     }
     _mm256_storeu_ps(y, acc);
 }
@@ -183,13 +106,8 @@ CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const c
         __m256i wv[8];
         __m256 d, mn = _mm256_setzero_ps();
         for (r = 0; r < 8; r++) wv[r] = wu32(blk + (uint64_t)r * rb, f);
-        d = _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
-                                           ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
-        if (f == F_Q4A) {
-            const uint8_t *mp = blk + 2;
-            mn = _mm256_cvtph_ps(_mm_setr_epi16(ld16(mp), ld16(mp + rb), ld16(mp + 2 * rb), ld16(mp + 3 * rb), ld16(mp + 4 * rb),
-                                                ld16(mp + 5 * rb), ld16(mp + 6 * rb), ld16(mp + 7 * rb)));
-        }
+        d = scales8_f16(blk, rb);
+        if (f == F_Q4A) mn = scales8_f16(blk + 2, rb);
         for (t = 0; t < T; t++) {
             const cism__act8 *ab = &a[t][b];
             __m256i av = _mm256_loadu_si256((const __m256i *)ab->q);
@@ -197,12 +115,7 @@ CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const c
             __m256i v[8], s;
             for (r = 0; r < 8; r++) v[r] = _mm256_dpbusd_epi32(neg, wv[r], av);
             s = rowsum8(v);
-            if (f == F_Q4A) {
-                __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(dm, _mm256_set1_ps(ab->d)));
-            } else {
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(ab->d))));
-            }
+            acc[t] = combine8(acc[t], s, d, mn, ab, f);
         }
     }
     for (t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
@@ -223,19 +136,9 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         s = _mm_cvtsi128_si32(h);
-        if (f == F_Q4A)
-            acc = _mm_add_ss(acc, _mm_set_ss((f16_f(blk) * (float)s + f16_f(blk + 2) * (float)a[b].sum) * a[b].d));
-        else
-            acc = _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * a[b].d)));
+        acc = combine1(acc, s, blk, &a[b], f);
     }
     return _mm_cvtss_f32(acc);
-}
-
-/* Block-16 formats: weight blocks 2i, 2i + 1 against activation block i. The
-   activations are reordered to [0..7, 16..23 | 8..15, 24..31] to meet the
-   codes as nibbles16x2 unpacks them. */
-CISM__INLINE __m256i act16x2(const cism__act8 *a) {
-    return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
 }
 
 CISM__INLINE void gemv8_b16(const uint8_t *w, uint64_t rb, int64_t nb, const cism__act8 *a, float *y, const int f) {
@@ -316,71 +219,17 @@ CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__
 /* Block j of a panel (B = 16 or 32 columns): 16 f32 scales (q4a: then 16 f32
    minimums), then B/4 chunks of 16 rows x 4 bytes (level + 128; q4a: code + 128). */
 #define PANEL_HDR(asym) ((asym) ? 128 : 64)
-typedef struct panel {
-    int64_t nb;        /* blocks in this panel */
-    int B;
-    uint8_t *data;     /* nb * (64 + 16 B) bytes */
-} panel;
-
 #define PANEL_BYTES (KC / 16 * (64 + 16 * 16))   /* the larger of the block-16 and block-32 layouts */
-
-/* levels of block b of a row as int8, B of them */
-CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
-    int i;
-    if (f == F_Q8) {
-        memcpy(out, blk + 2, 32);
-    } else if (f == F_Q4A) {
-        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
-        _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
-        _mm_storeu_si128((__m128i *)(out + 16), _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f)));
-    } else if (g_fmt[f].block == 32) {
-        const int8_t *lv = f == F_Q4 ? g_q4_l : g_nl4_l;
-        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2)), t = _mm_loadu_si128((const __m128i *)lv);
-        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(t, _mm_and_si128(c, _mm_set1_epi8(0x0f))));
-        _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f))));
-    } else {
-        const int8_t *lv = f == F_Q4S ? g_q4_l : g_fp4_l;
-        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
-        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
-        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)lv), u));
-    }
-    (void)i;
-}
-
-CISM__INLINE float scale_of(const uint8_t *blk, const int f) {
-    return g_fmt[f].scale_e4m3 ? e4m3_f(blk[0]) : f16_f(blk);
-}
+typedef __mmask16 rowsel; /* rows of a tile that are stored */
+CISM__INLINE rowsel rows_sel(int nr) { return (__mmask16)(nr == 16 ? 0xffffu : (1u << nr) - 1u); }
 
 /* Rows [r, r + nr) (nr <= 16; the others zero) and blocks [b0, b0 + nb) into p */
 static void pack_panel(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, panel *p, int f) {
-    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, hdr = PANEL_HDR(f == F_Q4A), jb = hdr + 16 * B;
+    const int B = g_fmt[f].block, hdr = PANEL_HDR(f == F_Q4A), jb = hdr + 16 * B;
     int8_t lv[PR][KC];
     int64_t j;
-    int i, c;
-    p->nb = nb;
-    p->B = B;
-    for (i = 0; i < PR; i++) {
-        const uint8_t *row = w + (uint64_t)(r + (i < nr ? i : 0)) * rb + b0 * bb;
-        float *sc = (float *)(void *)p->data;
-        for (j = 0; j < nb; j++) {
-            if (i < nr) {
-                switch (f) { /* constant per call: lets levels_of inline per format */
-                case F_Q8: levels_of(row + j * bb, lv[i] + j * B, F_Q8); break;
-                case F_Q4: levels_of(row + j * bb, lv[i] + j * B, F_Q4); break;
-                case F_NL4: levels_of(row + j * bb, lv[i] + j * B, F_NL4); break;
-                case F_Q4S: levels_of(row + j * bb, lv[i] + j * B, F_Q4S); break;
-                case F_Q4A: levels_of(row + j * bb, lv[i] + j * B, F_Q4A); break;
-                default: levels_of(row + j * bb, lv[i] + j * B, F_FP4); break;
-                }
-                sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);
-                if (f == F_Q4A) sc[(j * jb) / 4 + 16 + i] = f16_f(row + j * bb + 2);
-            } else {
-                memset(lv[i] + j * B, 0, (size_t)B);
-                sc[(j * jb) / 4 + i] = 0.0f;
-                if (f == F_Q4A) sc[(j * jb) / 4 + 16 + i] = 0.0f;
-            }
-        }
-    }
+    int c;
+    panel_levels(w, rb, r, nr, b0, nb, p, &lv[0][0], hdr, f);
     { /* transpose into 4-byte chunks of 16 rows, biased to unsigned */
         const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32(KC));
@@ -405,7 +254,7 @@ CISM__INLINE __m512i neg_corr(const cism__act8 *a, int64_t j, const int B) {
 
 /* y[t][0..16) (+)= panel . tokens t < T; first: start from 0, else from y.
    Block j of the panel covers activation block (k0 + j*B) / 32. */
-CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, __mmask16 m,
+CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, float *y, int64_t ldy, rowsel m,
                        int first, const int T, const int B, const int asym) {
     __m512 facc[TT];
     __m512i iacc[TT];
@@ -439,52 +288,6 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
         }
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
-}
-
-CISM__INLINE void tiles(const panel *p, const void *xq, int64_t ldq, int64_t t0, int64_t t1, int64_t jb0, float *y,
-                        int64_t ldy, __mmask16 m, int first, const int B, const int asym) {
-    const cism__act8 *a[TT];
-    int64_t t;
-    int i;
-    for (t = t0; t + TT <= t1; t += TT) {
-        for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
-        tile(p, a, jb0, y + t * ldy, ldy, m, first, TT, B, asym);
-    }
-    for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
-    switch (t1 - t) {
-    case 7: tile(p, a, jb0, y + t * ldy, ldy, m, first, 7, B, asym); break;
-    case 6: tile(p, a, jb0, y + t * ldy, ldy, m, first, 6, B, asym); break;
-    case 5: tile(p, a, jb0, y + t * ldy, ldy, m, first, 5, B, asym); break;
-    case 4: tile(p, a, jb0, y + t * ldy, ldy, m, first, 4, B, asym); break;
-    case 3: tile(p, a, jb0, y + t * ldy, ldy, m, first, 3, B, asym); break;
-    case 2: tile(p, a, jb0, y + t * ldy, ldy, m, first, 2, B, asym); break;
-    case 1: tile(p, a, jb0, y + t * ldy, ldy, m, first, 1, B, asym); break;
-    default: break;
-    }
-}
-
-static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                 int64_t nt, int64_t r0, int64_t r1, int f) {
-    uint8_t pdata[PANEL_BYTES];
-    panel p;
-    const int B = g_fmt[f].block;
-    int64_t nb = (cols + B - 1) / B, tb = CISM__X_BLOCK_BYTES / ldq, t0, r, j0;
-    p.data = pdata;
-    if (tb < TT) tb = TT;
-    for (t0 = 0; t0 < nt; t0 += tb) {
-        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-        for (r = r0; r < r1; r += PR) {
-            int nr = r1 - r < PR ? (int)(r1 - r) : PR;
-            __mmask16 m = (__mmask16)(nr == 16 ? 0xffffu : (1u << nr) - 1u);
-            for (j0 = 0; j0 < nb; j0 += KC / B) {
-                int64_t n = nb - j0 < KC / B ? nb - j0 : KC / B;
-                pack_panel(w, rb, r, nr, j0, n, &p, f);
-                if (f == F_Q4A) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32, 1);
-                else if (B == 32) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32, 0);
-                else tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 16, 0);
-            }
-        }
-    }
 }
 
 /* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register ------------------ */
@@ -559,8 +362,9 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
+typedef __mmask16 x16mask; /* rows of a group that are stored */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const int q8) {
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
@@ -576,78 +380,12 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
         a[i] = act_row(xq, ldq, t + i);
         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
     }
-    switch (t1 - t) {
-    case 7: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 7, q8); break;
-    case 6: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 6, q8); break;
-    case 5: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 5, q8); break;
-    case 4: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 4, q8); break;
-    case 3: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 3, q8); break;
-    case 2: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 2, q8); break;
-    case 1: x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, 1, q8); break;
-    default: break;
-    }
+#define X16_TILE_T(T) x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, T, q8)
+    X86_TOKEN_TAIL(t1 - t, X16_TILE_T)
+#undef X16_TILE_T
 }
 
-/* Rows [r0, r1) of a matrix of whole groups; a group partly outside is
-   computed whole and stored masked. Tokens in blocks whose activations stay
-   in L2 while every group of the range passes over them. */
-CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
-    cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
-    int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
-    uintptr_t p, end, pf_end;
-    cism__x16_rows_span(w, rb, r0, r1, &p, &end);
-    pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
-    if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
-        uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
-    }
-    if (tb < TT) tb = TT;
-    for (t0 = 0; t0 < nt; t0 += tb) {
-        int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-        for (gi = r0 / CISM__X16; gi * CISM__X16 < r1; gi++) {
-            int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
-            uint32_t mm = 0xffffu;
-            if (lo > 0) mm &= ~((1u << lo) - 1u);
-            if (hi < 16) mm &= (1u << hi) - 1u;
-            x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (__mmask16)mm, pf_end, q8);
-        }
-    }
-}
-
-static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                            int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
-}
-static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 0);
-}
-
-/* ---- entry points ---------------------------------------------------------------------- */
-#include "x86_gemv_tokens.h"
-
-#define A8_KERNEL(nm, F)                                                                                                  \
-    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,       \
-                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
-        int64_t t;                                                                                                    \
-        if (nt > GEMV_TOKENS(F)) {                                                                                    \
-            gemm((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                       \
-            return;                                                                                                   \
-        }                                                                                                             \
-        if (nt >= 2) {                                                                                                \
-            gemv_tokens((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                \
-            return;                                                                                                   \
-        }                                                                                                             \
-        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
-    }
-A8_KERNEL(q8, F_Q8)
-A8_KERNEL(q4, F_Q4)
-A8_KERNEL(nl4, F_NL4)
-A8_KERNEL(q4s, F_Q4S)
-A8_KERNEL(fp4, F_FP4)
-A8_KERNEL(q4a, F_Q4A)
+#include "x86_quant_entries.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 static void quantize_act(const float *x, int64_t n, void *out) {
@@ -702,9 +440,8 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 12 * 64;
 }
 
-/* The outlier epilogues (kernels.h), 16 rows per register: the column places
-   and tables of x86_outliers.h. */
-#include "x86_outliers.h"
+/* The outlier epilogues (kernels.h): the template of x86_outliers.h, 16 rows
+   of a column in one register. */
 
 /* 16 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
    normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
@@ -727,95 +464,41 @@ CISM__INLINE __m512 e4m3_16(__m512i b) {
 
 /* Column p of a group, decoded exactly: q8x16: the f16 scales widened, the
    codes sign-extended, their product; q4sx16: the E4M3 scales times scale_mul, the nibbles through the levels, their product. */
-CISM__INLINE __m512 x16_col(const uint8_t *grp, ocol p, int q8, __m512 levels, __m512 smul) {
-    __m512i q = _mm512_loadu_si512((const void *)(grp + p.code));
+CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, __m512 levels, __m512 smul) {
+    __m512i q = _mm512_loadu_si512((const void *)(grp + code));
     if (q8) {
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p.scale)));
-        q = _mm512_sra_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm_cvtsi32_si128(24));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + scale)));
+        q = _mm512_sra_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
         return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
     } else {
-        const __m512i si = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(grp + p.scale)));
+        const __m512i si = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale)));
         const __m512 d = _mm512_mul_ps(e4m3_16(si), smul);
-        q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(p.shift)), _mm512_set1_epi32(15));
+        q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
         return _mm512_mul_ps(d, _mm512_permutexvar_ps(q, levels));
     }
 }
 
 
-/* One token: the columns' places once, then group after group. Several: in
-   chunks of ODENSE_TOK tokens, each group decodes the chunk's distinct columns
-   once (a direct-mapped cache of them when there are more than OSLOTS). Either
-   way one product and one sum per entry, in table order, as the C code. */
-static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
-                         const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int q8 = base == CISM_DTYPE_Q8;
-    const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
-    const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
-    __m512 col[OSLOTS], levels = _mm512_setzero_ps(), smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
-    odense d;
-    int32_t tag[OSLOTS], k;
-    int64_t t, t0, gi;
+typedef __m512 ovec;
+CISM__INLINE ovec ov_load(const float *p) { return _mm512_loadu_ps(p); }
+CISM__INLINE void ov_store(float *p, ovec v) { _mm512_storeu_ps(p, v); }
+CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) { return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(v), col)); }
+
+typedef struct oconst {
+    __m512 levels, smul; /* q4sx16: the levels, scale_mul */
+} oconst;
+CISM__INLINE void oconst_init(oconst *c, int q8, const cism__fmt4 *f) {
+    c->levels = _mm512_setzero_ps();
+    c->smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
     if (!q8) {
         float lv[16];
+        int k;
         for (k = 0; k < 16; k++) lv[k] = (float)f->levels[k];
-        levels = _mm512_loadu_ps(lv);
+        c->levels = _mm512_loadu_ps(lv);
     }
-    if (nt == 1) {
-        const cism__act8_out *o = out_table(xq, ldq, 0);
-        ocol p[CISM__A8_MAX_OUT];
-        if (!o->n) return;
-        for (k = 0; k < o->n; k++) p[k] = x16_place(w, g, q8, B, o->idx[k]);
-        for (gi = g0; gi < g1; gi++) {
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            __m512 acc = _mm512_loadu_ps(y + gi * CISM__X16);
-            for (k = 0; k < o->n; k++)
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), x16_col(grp, p[k], q8, levels, smul)));
-            _mm512_storeu_ps(y + gi * CISM__X16, acc);
-        }
-        return;
-    }
-    for (t0 = 0; t0 < nt; t0 += ODENSE_TOK) { /* tokens in chunks: a chunk's distinct columns decoded once per group */
-        const int64_t tn = nt - t0 < ODENSE_TOK ? nt - t0 : ODENSE_TOK;
-        const uint8_t *xc = xq + t0 * ldq;
-        float *yc = y + t0 * ldy;
-        if (odense_build(&d, w, g, q8, B, xc, ldq, tn)) {
-            for (gi = g0; gi < g1; gi++) {
-                const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-                for (k = 0; k < d.n; k++) col[k] = x16_col(grp, d.p[k], q8, levels, smul);
-                for (t = 0; t < tn; t++) {
-                    const cism__act8_out *o = out_table(xc, ldq, t);
-                    float *yt = yc + t * ldy + gi * CISM__X16;
-                    __m512 acc;
-                    if (!o->n) continue;
-                    acc = _mm512_loadu_ps(yt);
-                    for (k = 0; k < o->n; k++)
-                        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[d.ix[t][k]]));
-                    _mm512_storeu_ps(yt, acc);
-                }
-            }
-            continue;
-        }
-        for (gi = g0; gi < g1; gi++) { /* more distinct channels than slots: a direct-mapped cache of them */
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-            for (t = 0; t < tn; t++) {
-                const cism__act8_out *o = out_table(xc, ldq, t);
-                float *yt = yc + t * ldy + gi * CISM__X16;
-                __m512 acc;
-                if (!o->n) continue;
-                acc = _mm512_loadu_ps(yt);
-                for (k = 0; k < o->n; k++) {
-                    const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                    if (tag[s] != c) {
-                        col[s] = x16_col(grp, x16_place(grp, g, q8, B, c), q8, levels, smul);
-                        tag[s] = c;
-                    }
-                    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
-                }
-                _mm512_storeu_ps(yt, acc);
-            }
-        }
-    }
+}
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, const oconst *c) {
+    return x16_col(grp, code, scale, shift, q8, c->levels, c->smul);
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): per block the
@@ -851,63 +534,25 @@ CISM__INLINE __m512 q4a_col(const uint8_t *p, __m512i offs, int64_t j) {
     return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
 }
 
-static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
-                         int64_t ldy, int64_t r0, int64_t r1) {
-    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int32_t)row_bytes));
-    __m512 col[OSLOTS];
-    int32_t tag[OSLOTS], k;
-    int64_t t, r;
-    if (nt == 1) {
-        const cism__act8_out *o = out_table(xq, ldq, 0);
-        if (!o->n) return;
-        for (r = r0; r < r1; r += 16) {
-            const uint8_t *wr = w + (uint64_t)r * row_bytes;
-            __m512 acc = _mm512_loadu_ps(y + r);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k];
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]),
-                                                       q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, offs,
-                                                               c % CISM__Q4A_BLOCK)));
-            }
-            _mm512_storeu_ps(y + r, acc);
-        }
-        return;
-    }
-    for (r = r0; r < r1; r += 16) {
-        const uint8_t *wr = w + (uint64_t)r * row_bytes;
-        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-        for (t = 0; t < nt; t++) {
-            const cism__act8_out *o = out_table(xq, ldq, t);
-            float *yt = y + t * ldy + r;
-            __m512 acc;
-            if (!o->n) continue;
-            acc = _mm512_loadu_ps(yt);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                if (tag[s] != c) {
-                    col[s] = q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, offs, c % CISM__Q4A_BLOCK);
-                    tag[s] = c;
-                }
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(o->val[k]), col[s]));
-            }
-            _mm512_storeu_ps(yt, acc);
-        }
-    }
+typedef struct oq4a {
+    __m512i offs; /* the 16 rows' offsets */
+} oq4a;
+CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
+    c->offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32((int32_t)row_bytes));
 }
+CISM__INLINE ovec ov_q4a_col(const uint8_t *p, uint64_t row_bytes, const oq4a *c, int64_t j) {
+    (void)row_bytes;
+    return q4a_col(p, c->offs, j);
+}
+
+#include "x86_outliers.h"
 
 void cism__fill_avx512_quant(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
     k->int8_mac_loop = int8_mac_loop;
-    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
-    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
-    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
-    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
-    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
-    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
-    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
-    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    fill_a8_entries(k);
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
 }

@@ -134,38 +134,13 @@ CISM__INLINE void mm_matmul(const int dt, const void *w, uint64_t rb, int64_t co
     }
 }
 
-#define NQ_ENTRY(nm, DT)                                                                                         \
-    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, \
-                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                               \
-        mm_matmul(DT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);                                                \
-    }
-NQ_ENTRY(q8, CISM_DTYPE_Q8)
-NQ_ENTRY(q4, CISM_DTYPE_Q4)
-NQ_ENTRY(fp4, CISM_DTYPE_FP4)
-NQ_ENTRY(nl4, CISM_DTYPE_NL4)
-NQ_ENTRY(q4s, CISM_DTYPE_Q4S)
-NQ_ENTRY(q4a, CISM_DTYPE_Q4A)
-
-/* 12 chains of SMMLA (32 multiply-adds each) */
-static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
-    const int8x16_t a = vdupq_n_s8((int8_t)(*sink | 1)), b = vdupq_n_s8(3);
-    int32x4_t c[12];
-    int64_t i;
-    int j;
-    for (j = 0; j < 12; j++) c[j] = vdupq_n_s32(0);
-    for (i = 0; i < iters; i++)
-        for (j = 0; j < 12; j++) c[j] = vmmlaq_s32(c[j], a, b);
-    for (j = 1; j < 12; j++) c[0] = vaddq_s32(c[0], c[j]);
-    *sink += vaddvq_s32(c[0]);
-    return iters * 12 * 32;
-}
+/* the block formats by SMMLA tiles (decode and remainders SDOT); the probe:
+   SMMLA, 32 multiply-adds each; q8x16 / q4sx16 keep the dotprod tier's */
+#define NQ_A8(DT) mm_matmul(DT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1)
+#define NQ_MAC_OP(c, a, b) vmmlaq_s32(c, a, b)
+#define NQ_MAC_PER_OP 32
+#include "neon_entries.h"
 
 void cism__kernels_fill_neon_i8mm(cism__kernels *k) {
-    k->int8_mac_loop = int8_mac_loop;
-    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
-    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
-    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
-    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
-    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
-    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
+    nq_fill_entries(k);
 }

@@ -347,10 +347,6 @@ CISM__INLINE void fx_matmul(const int q8, const void *w, uint64_t rb, int64_t co
     static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,       \
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
         f_matmul(DT, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                     \
-    }                                                                                                              \
-    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,    \
-                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                  \
-        nq_matmul_a8(DT, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);                                      \
     }
 NQ_ENTRIES(q8, CISM_DTYPE_Q8)
 NQ_ENTRIES(q4, CISM_DTYPE_Q4)
@@ -368,14 +364,10 @@ static void matmul_q4sx16(const void *w, uint64_t rb, int64_t cols, const float 
                           int64_t nt, int64_t r0, int64_t r1) {
     fx_matmul(0, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
-static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                            int64_t nt, int64_t r0, int64_t r1) {
-    nx_matmul_a8(1, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    nx_matmul_a8(0, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
+/* the int8-activation entries (neon_entries.h): smull + sadalp loops */
+#define NQ_A8(DT) nq_matmul_a8(DT, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1)
+#define NQ_X16_MODE NQ_SMULL
+#include "neon_entries.h"
 
 /* 12 chains of smull + sadalp (8 multiply-adds each), their operands
    stepped by a byte add each round (nothing loop-invariant) */
@@ -409,13 +401,6 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q4A] = matmul_q4a;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
-    k->matmul_a8[CISM_DTYPE_Q8] = matmul_a8_q8;
-    k->matmul_a8[CISM_DTYPE_Q4] = matmul_a8_q4;
-    k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
-    k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
-    k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
-    k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
-    k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
-    k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    nq_fill_entries(k);
     k->quantize_act = quantize_act;
 }

@@ -10,6 +10,11 @@
 #else
 #define CISM__INLINE static inline __attribute__((always_inline))
 #endif
+#if defined(_MSC_VER) && !defined(__clang__)
+#define CISM__NOINLINE __declspec(noinline)
+#else
+#define CISM__NOINLINE __attribute__((noinline))
+#endif
 
 /* Matmul token blocking: the activations of one token block (tokens x cols
    floats) should stay in L2 while every row tile of the thread's rows streams

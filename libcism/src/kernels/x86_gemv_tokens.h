@@ -1,7 +1,8 @@
 /* x86_gemv_tokens.h - batched decode of the block-32 int8 formats, shared by
- * the x86 tier files (kernels_avx2_quant.c, kernels_avx512_quant.c), included
- * after their gemv8_b32_t (T tokens x 8 rows, each token's arithmetic that of
- * the one-token kernel), gemv1_b32, act_row, g_fmt, F_* and GEMV_TOKENS_MAX.
+ * the x86 tier files (kernels_avx2_quant.c, kernels_avx512_quant.c) through
+ * x86_quant_entries.h, after the tier's gemv8_b32_t (T tokens x 8 rows, each
+ * token's arithmetic that of the one-token kernel), gemv1_b32 and
+ * GEMV_TOKENS_MAX (act_row, g_fmt, F_*: x86_quant.h).
  *
  * Up to GEMV_TOKENS(F) tokens, a block-32 format takes gemv8_b32_t rather
  * than the panel GEMM, which pays for packing its panels only with more

@@ -1,0 +1,210 @@
+/* x86_quant.h - what the x86 int8-activation tiers (kernels_avx2_quant.c,
+ * kernels_avx512_quant.c) share below the vector width of their tiles: the
+ * block formats, their level tables, and the 128/256-bit helpers both tiers
+ * decode blocks with (AVX2 instructions, which the AVX-512 tier has too).
+ * Included after <immintrin.h>, tier_common.h and quant.h, with the tier's
+ * TT (tokens of a prefill register tile, 4 or 8) defined. The width-dependent
+ * kernels (tile, pack_panel, gemv, x16_group, ...) stay in the tier file; the
+ * drivers around them are x86_quant_entries.h. */
+#ifndef CISM_X86_QUANT_H
+#define CISM_X86_QUANT_H
+
+#include <string.h>
+
+/* ---- formats ------------------------------------------------------------------------- */
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
+
+typedef struct fmt {
+    int block, bytes;   /* weights and bytes per block */
+    int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
+    int corr;           /* AVX-512 (vpdpbusd, unsigned x signed): weights enter as level + corr */
+} fmt;
+
+static const fmt g_fmt[6] = {
+    {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
+};
+
+/* levels (signed) of the 4-bit codes, for the panel repack and the AVX2 sign trick */
+static const int8_t g_q4_l[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+static const int8_t g_nl4_l[16] = {-112, -90, -71, -55, -41, -27, -15, -3, 9, 21, 34, 48, 63, 81, 101, 127};
+static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+#if TT != 4 && TT != 8
+#error "x86_quant.h: TT must be 4 or 8"
+#endif
+/* The last n < TT tokens of a token loop: CALL(T) with T a constant, so each
+   remainder gets its own register tile. */
+#if TT == 8
+#define X86_TOKEN_TAIL(n, CALL)                                                                                        \
+    switch (n) {                                                                                                       \
+    case 7: CALL(7); break;                                                                                            \
+    case 6: CALL(6); break;                                                                                            \
+    case 5: CALL(5); break;                                                                                            \
+    case 4: CALL(4); break;                                                                                            \
+    case 3: CALL(3); break;                                                                                            \
+    case 2: CALL(2); break;                                                                                            \
+    case 1: CALL(1); break;                                                                                            \
+    default: break;                                                                                                    \
+    }
+#else
+#define X86_TOKEN_TAIL(n, CALL)                                                                                        \
+    switch (n) {                                                                                                       \
+    case 3: CALL(3); break;                                                                                            \
+    case 2: CALL(2); break;                                                                                            \
+    case 1: CALL(1); break;                                                                                            \
+    default: break;                                                                                                    \
+    }
+#endif
+
+CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
+}
+
+CISM__INLINE short ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return (short)v;
+}
+
+/* one E4M3 byte -> e4m3 * 2^-8 (its bits moved into an fp16: exact; the NaN codes 0x7f/0xff -> NaN) */
+CISM__INLINE float e4m3_f(uint8_t e) {
+    int nan = (e & 0x7f) == 0x7f ? 0x7e00 : 0;
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(((e & 0x80) << 8) | ((e & 0x7f) << 7) | nan)));
+}
+CISM__INLINE float f16_f(const uint8_t *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((uint16_t)ld16(p)))); }
+
+CISM__INLINE float scale_of(const uint8_t *blk, const int f) {
+    return g_fmt[f].scale_e4m3 ? e4m3_f(blk[0]) : f16_f(blk);
+}
+
+/* ---- block decode (256-bit) ------------------------------------------------------------- */
+/* 16 code bytes (low nibble: element j, high: j + 16) -> the 32 codes in order */
+CISM__INLINE __m256i nibbles32(const uint8_t *p) {
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* two blocks of 16 (8 code bytes each at p and p + 9) -> [b0 0..7, b1 0..7 | b0 8..15, b1 8..15] */
+CISM__INLINE __m256i nibbles16x2(const uint8_t *p) {
+    __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 9)));
+    __m256i v = _mm256_broadcastsi128_si256(c);
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* lane r = the sum of v[r]'s 8 lanes (r < 8), exact */
+CISM__INLINE __m256i rowsum8(const __m256i v[8]) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* v[r] holds block b0 in lanes 0,1,4,5 and b1 in 2,3,6,7: s0 / s1 get the
+   per-row sums of each, rows in lane order 0,1,4,5,2,3,6,7 */
+CISM__INLINE void rowsum8x2(const __m256i v[8], __m256i *s0, __m256i *s1) {
+    __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+    __m256i b = _mm256_add_epi32(_mm256_permute2x128_si256(t2, t3, 0x20), _mm256_permute2x128_si256(t2, t3, 0x31));
+    *s0 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88));
+    *s1 = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
+}
+
+/* Block-16 formats: weight blocks 2i, 2i + 1 against activation block i. The
+   activations are reordered to [0..7, 16..23 | 8..15, 24..31] to meet the
+   codes as nibbles16x2 unpacks them. */
+CISM__INLINE __m256i act16x2(const cism__act8 *a) {
+    return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
+}
+
+/* fp16 scales of 8 rows (rb bytes apart) */
+CISM__INLINE __m256 scales8_f16(const uint8_t *blk, uint64_t rb) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),
+                                          ld16(blk + 5 * rb), ld16(blk + 6 * rb), ld16(blk + 7 * rb)));
+}
+
+/* Block-32 decode, 8 rows: acc plus the block's terms from the rows' exact
+   int32 sums s, their scales d (q4a: and minimums mn) and the activation
+   block ab: s * (d * d_a), or for q4a (d * s + mn * sum) * d_a (the scalar
+   order). */
+CISM__INLINE __m256 combine8(__m256 acc, __m256i s, __m256 d, __m256 mn, const cism__act8 *ab, const int f) {
+    if (f == F_Q4A) {
+        __m256 dm = _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), _mm256_mul_ps(mn, _mm256_set1_ps((float)ab->sum)));
+        return _mm256_add_ps(acc, _mm256_mul_ps(dm, _mm256_set1_ps(ab->d)));
+    }
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(ab->d))));
+}
+/* the same for one row (the remainders), the block's scales read at blk */
+CISM__INLINE __m128 combine1(__m128 acc, int32_t s, const uint8_t *blk, const cism__act8 *ab, const int f) {
+    if (f == F_Q4A) return _mm_add_ss(acc, _mm_set_ss((f16_f(blk) * (float)s + f16_f(blk + 2) * (float)ab->sum) * ab->d));
+    return _mm_add_ss(acc, _mm_mul_ss(_mm_set_ss((float)s), _mm_set_ss(f16_f(blk) * ab->d)));
+}
+
+/* ---- prefill panels ------------------------------------------------------------------- */
+/* A panel of PR rows x up to KC columns (the tier's layout: per block, PR f32
+   scales (q4a: then PR f32 minimums), then B/4 chunks of PR rows x 4 bytes). */
+typedef struct panel {
+    int64_t nb;        /* blocks in this panel */
+    int B;
+    uint8_t *data;
+} panel;
+
+/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15) */
+CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
+    if (f == F_Q8) {
+        memcpy(out, blk + 2, 32);
+    } else if (f == F_Q4A) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
+        _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f)));
+    } else if (g_fmt[f].block == 32) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(blk + 2));
+        __m128i t = _mm_loadu_si128((const __m128i *)(f == F_Q4 ? g_q4_l : g_nl4_l));
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(t, _mm_and_si128(c, _mm_set1_epi8(0x0f))));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(0x0f))));
+    } else {
+        __m128i c = _mm_loadl_epi64((const __m128i *)(blk + 1));
+        __m128i u = _mm_and_si128(_mm_unpacklo_epi64(c, _mm_srli_epi16(c, 4)), _mm_set1_epi8(0x0f));
+        _mm_storeu_si128((__m128i *)out, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(f == F_Q4S ? g_q4_l : g_fp4_l)), u));
+    }
+}
+
+/* Rows [r, r + nr) of a PR-row panel (the others zero), blocks [b0, b0 + nb):
+   their levels into lv (row i at lv + i * KC) and their scales (q4a: and
+   minimums) into the panel's block headers, PR floats each; the tier then
+   transposes lv into its chunks. */
+CISM__INLINE void panel_levels(const uint8_t *w, uint64_t rb, int64_t r, int nr, int64_t b0, int64_t nb, panel *p,
+                               int8_t *lv, const int hdr, int f) {
+    const int B = g_fmt[f].block, bb = g_fmt[f].bytes, jb = hdr + PR * B;
+    float *sc = (float *)(void *)p->data;
+    int64_t j;
+    int i;
+    p->nb = nb;
+    p->B = B;
+    for (i = 0; i < PR; i++) {
+        const uint8_t *row = w + (uint64_t)(r + (i < nr ? i : 0)) * rb + b0 * bb;
+        int8_t *li = lv + i * KC;
+        for (j = 0; j < nb; j++) {
+            if (i < nr) {
+                switch (f) { /* constant per call: lets levels_of inline per format */
+                case F_Q8: levels_of(row + j * bb, li + j * B, F_Q8); break;
+                case F_Q4: levels_of(row + j * bb, li + j * B, F_Q4); break;
+                case F_NL4: levels_of(row + j * bb, li + j * B, F_NL4); break;
+                case F_Q4S: levels_of(row + j * bb, li + j * B, F_Q4S); break;
+                case F_Q4A: levels_of(row + j * bb, li + j * B, F_Q4A); break;
+                default: levels_of(row + j * bb, li + j * B, F_FP4); break;
+                }
+                sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);
+                if (f == F_Q4A) sc[(j * jb) / 4 + PR + i] = f16_f(row + j * bb + 2);
+            } else {
+                memset(li + j * B, 0, (size_t)B);
+                sc[(j * jb) / 4 + i] = 0.0f;
+                if (f == F_Q4A) sc[(j * jb) / 4 + PR + i] = 0.0f;
+            }
+        }
+    }
+}
+
+#endif
