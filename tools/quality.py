@@ -8,6 +8,10 @@ Needs the optional comparison extra (llama-cpp-python, gguf):
     pip install ./bindings_py[compare]
     python tools/quality.py [--models stories260K-hf,babyllama-tok105-hf] [--out docs/QUALITY.md]
 
+--engines cism scores libcism's rows only (no llama-cpp-python needed); each
+libcism row also records its conversion seconds (the 4bit rows: calibrated,
+data-free with --no-calibrate, imatrix, GPTQ on the f32 model).
+
 --models takes names under ../shared/models or model folders (the real
 SmolLM2-135M-Instruct dequantized to f32: build/cache/smollm2-135m-instruct-f32-hf,
 written by tools/kld_real.py). Its weights lie on the Q4_1 grid of its GGUF,
@@ -44,13 +48,21 @@ from cism.ppl import METHODS, perplexity  # noqa: E402
 from cism.llamacpp import _add_bpe_vocab, gguf_info, make_imatrix, quantize_gguf, unpermute_rope  # noqa: E402,E501  (the compare extra)
 from cism.safetensors import open_checkpoint  # noqa: E402
 
-# (label, recipe, int8 activations, calibration): calibration "auto" is text the
-# model samples itself (cism.calibrate), never the evaluation text
+# (label, recipe, int8 activations, calibration): calibration None is the recipe's
+# default (4bit: "auto", GPTQ on a q8 copy; the others none), False none, or the
+# keyword arguments of convert (calibrate "auto" is text the model samples itself,
+# cism.calibrate: never the evaluation text)
+NOCAL = False
+GPTQ = {"calibrate": "auto", "calib_method": "gptq", "calib_model": "q8"}
+IMATRIX = {"calibrate": "auto", "calib_method": "imatrix", "calib_model": "q8"}
+GPTQ_F32 = {"calibrate": "auto", "calib_method": "gptq", "calib_model": "f32"}
 OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act", "q8", True, None),
         ("q4", "q4", False, None), ("q4a", "q4a", False, None), ("fp4", "fp4", False, None), ("nl4", "nl4", False, None), ("q4s", "q4s", False, None),
-        ("4bit (default)", "4bit", False, None), ("4bit + int8 act", "4bit", True, None),
-        ("4bit --calibrate auto", "4bit", False, "auto"), ("4bit --calibrate auto + int8 act", "4bit", True, "auto"),
-        ("q4s --calibrate auto", "q4s", False, "auto"), ("mix", "mix", False, None),
+        ("4bit --no-calibrate", "4bit", False, NOCAL), ("4bit --no-calibrate + int8 act", "4bit", True, NOCAL),
+        ("4bit (default: gptq on a q8 copy)", "4bit", False, GPTQ), ("4bit (default: gptq on a q8 copy) + int8 act", "4bit", True, GPTQ),
+        ("4bit --calib-method imatrix", "4bit", False, IMATRIX),
+        ("4bit --calib-model f32", "4bit", False, GPTQ_F32),
+        ("q4s --calibrate auto", "q4s", False, {"calibrate": "auto"}), ("mix", "mix", False, None),
         ("q6", "q6", False, None), ("q6 + int8 act", "q6", True, None), ("q5", "q5", False, None),
         ("q5 + int8 act", "q5", True, None), ("5bit", "5bit", False, None), ("4bit-q6", "4bit-q6", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
@@ -347,6 +359,8 @@ def main():
     ap.add_argument("--simulate", action="store_true",
                     help="float-activation rows of packed recipes on the f32 model of their dequantized values "
                          "(the same values; f32 kernels instead of formats without SIMD kernels yet), one pass")
+    ap.add_argument("--engines", default="cism,llama.cpp",
+                    help="which engines' rows: cism, llama.cpp or both (llama.cpp's need llama-cpp-python and gguf)")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="also each model with its quantization grid broken: noise of +-F/2 of a Q4_1 step")
     a = ap.parse_args()
@@ -381,9 +395,15 @@ def main():
         for label, recipe, act, calib in OURS:
             if a.recipes and label != "f32" and label not in a.recipes.split(","):
                 continue
-            path = os.path.join(a.work, f"{mname}.{recipe or 'f32'}{'.calibrated-' + calib if calib else ''}.cism")
-            if not os.path.exists(path):
-                convert(folder, path, quant=recipe, overwrite=True, progress=None, calibrate=calib, n_threads=a.threads)
+            path = os.path.join(a.work, f"{mname}.{file_tag(recipe, calib)}.cism")
+            ckey = f"{mname}|convert|{file_tag(recipe, calib)}"
+            if not os.path.exists(path) or ckey not in cache:
+                kw = calib if isinstance(calib, dict) else {"calibrate": calib}
+                t1 = time.time()
+                convert(folder, path, quant=recipe, overwrite=True, progress=None, n_threads=a.threads, **kw)
+                cache[ckey] = time.time() - t1
+                json.dump(cache, open(cache_path, "w"), indent=1)
+            conv_s = cache[ckey]
             key = f"{mname}|libcism|{label}|{a.ctx}|{maxw}|{a.text}"
             t0 = time.time()
             if a.simulate and recipe and not act and base_lp is not None:
@@ -411,9 +431,13 @@ def main():
             kl, same = cache[key + "|kld"]
             if base is None:
                 base = p
-            rows.append(("libcism", label, bits_cism(path), p, n, "f32 of its values" if key.endswith("|simulated") else "",
-                         kl, same))
+            note = "; ".join(x for x in ("f32 of its values" if key.endswith("|simulated") else "",
+                                         f"convert {conv_s:.1f} s") if x)
+            rows.append(("libcism", label, bits_cism(path), p, n, note, kl, same))
             print(f"{mname} libcism {label}: {p:.4f}, KLD {kl:.6f} ({time.time() - t0:.0f} s)", flush=True)
+        if "llama.cpp" not in a.engines.split(","):
+            sections.append((mname, len(toks), rows, base, maxw))
+            continue
         f32g = os.path.join(a.work, f"{mname}.F32.gguf")
         if not os.path.exists(f32g):
             write_gguf(folder, f32g)
@@ -454,17 +478,29 @@ def main():
     print(md)
 
 
+def file_tag(recipe, calib) -> str:
+    """The work file's name for a row's conversion (one file per recipe and calibration)."""
+    tag = recipe or "f32"
+    if calib is None:
+        return tag + (".default" if recipe else "")
+    if calib is False:
+        return tag + ".nocal"
+    return tag + "." + "-".join(f"{v}" for k, v in sorted(calib.items()) if k != "calibrate") + (
+        ".cal-" + str(calib.get("calibrate")))
+
+
 def render(sections, a, cmd) -> str:
     out = [f"<!-- generated by: {cmd} -->",
            f"Text: `shared/models/eval/{a.text}`. Method `half`, ctx {a.ctx}: {METHODS['half']}.",
            ""]
     for mname, ntok, rows, base, maxw in sections:
-        f32_llama = next(r[3] for r in rows if r[0] == "llama.cpp" and r[1] == "F32")
+        f32_llama = next((r[3] for r in rows if r[0] == "llama.cpp" and r[1] == "F32"), None)
         scored = rows[0][4]
         span = (f"the first {maxw} windows ({maxw * a.ctx} tokens) of the text's {ntok}" if maxw
                 else f"the whole text, {ntok} tokens")
         out += [f"### {mname}: {span}; {scored} tokens scored", "",
-                "| engine | format / recipe | bits/weight | PPL | vs own F32 | KLD vs f32 | same top | matrices (llama.cpp) |",
+                "| engine | format / recipe | bits/weight | PPL | vs own F32 | KLD vs f32 | same top | "
+                "matrices (llama.cpp) / conversion seconds |",
                 "|---|---|---:|---:|---:|---:|---:|---|"]
         for eng, label, bpw, p, n, note, kl, same in rows:
             ref = base if eng == "libcism" else f32_llama

@@ -1,17 +1,23 @@
-"""Calibration for quantization (docs/QUANTIZATION.md, "Calibration").
+"""Calibration for quantization (docs/QUANTIZATION.md, "Calibrated rounding").
 
-The statistics are gathered by libcism's forward pass (CISM_PARAM_ACT_STATS):
-for every weight matrix, the blocks of G x G columns along the diagonal of
-its inputs' second-moment matrix E[x x^T], on calibration tokens that are
-either
+The statistics are gathered by libcism's forward pass (CISM_PARAM_ACT_STATS)
+on calibration tokens that are either
 
 - ``auto``: text the model writes itself: sequences sampled from BOS
-  (temperature 1, no truncation, seeded, end-of-text tokens ignored); the
-  statistics are summed while it generates, or
+  (temperature 1, no truncation, seeded, end-of-text tokens ignored), all of
+  them decoded together through one cism.Batch (each weight read once per step
+  for every sequence), then each sequence prefilled once through the model
+  whose statistics are taken, or
 - a text file: its tokens cut into windows of [BOS] + up to length-1 tokens.
 
-The quantizer (cism_quantize_gram) then rounds each matrix so that its error
-on those inputs is small (GPTQ within the blocks), not just its weights' error.
+Two ways to round with them (``method``):
+
+- ``gptq``: for every weight matrix the blocks of G x G columns along the
+  diagonal of its inputs' second-moment matrix E[x x^T]; cism_quantize_gram
+  rounds each matrix so that its error on those inputs is small (GPTQ within
+  the blocks), not just its weights' error;
+- ``imatrix``: only the diagonal, E[x_c^2] per column (llama.cpp's imatrix):
+  the per-column importance of cism_quantize's scale search.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -28,6 +34,13 @@ DEFAULT_TOKENS = 4096   # calibration tokens: 16 sequences of 256 (docs/QUANTIZA
 # a tied embedding's lookup error against its head error (0.075 .. 0.75 measured alike; 0 is 1 point worse)
 TIED_LOOKUP_WEIGHT = 0.25
 SEQUENCE = 256          # tokens per sequence or window (at most the model's context)
+BATCH = 16              # "auto": sequences decoded together (one cism.Batch step per token)
+METHODS = ("gptq", "imatrix")
+DEFAULT_METHOD = "gptq"  # chosen by measurement (docs/QUANTIZATION.md, "Calibrated rounding")
+
+
+class NoBOSError(ValueError):
+    """The model has no BOS token, which every calibration sequence starts with."""
 
 
 @dataclass
@@ -37,11 +50,27 @@ class Calibration:
     gram_block: int
     grams: Dict[str, np.ndarray] = field(default_factory=dict)  # matrix name -> [n_blocks, G, G], mean over rows
     seconds: float = 0.0
+    method: str = "gptq"             # "gptq" (grams) or "imatrix" (importance)
+    importance: Dict[str, np.ndarray] = field(default_factory=dict)  # matrix name -> [cols], mean of x_c^2
+    sample_seconds: float = 0.0      # "auto": generating the calibration text
+    stats_seconds: float = 0.0       # the statistics pass
 
     def gram_for(self, name: str) -> Optional[np.ndarray]:
-        """The statistics of a matrix's inputs; None for a matrix that has none
-        (an untied token embedding is only looked up)."""
+        """The statistics of a matrix's inputs (method "gptq"); None for a matrix
+        that has none (an untied token embedding is only looked up)."""
         return self.grams.get(name)
+
+    def importance_for(self, name: str) -> Optional[np.ndarray]:
+        """Per-column importance of a matrix's scale search (method "imatrix")."""
+        return self.importance.get(name)
+
+    def rounding(self) -> str:
+        """What the quantizer does with these statistics (the file's general.quantization.rounding)."""
+        if self.method == "imatrix":
+            return ("imatrix (4-bit matrices): scale search per block weighted by the mean square of each input "
+                    "column")
+        return (f"gptq (4-bit matrices): errors compensated within blocks of {self.gram_block} columns from the "
+                f"inputs' second moments, act order, damping 0.01")
 
 
 def _matrix_names(path: str) -> List[str]:
@@ -93,32 +122,125 @@ def _collect(session, names: List[str]) -> Dict[str, np.ndarray]:
     return out
 
 
-def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, length: int = SEQUENCE, seed: int = 0,
-              gram_block: int = GRAM_BLOCK, n_threads: int = 0) -> Calibration:
-    """Statistics of the (unquantized) model at `model_path` on `source`:
-    "auto" or the path of a text file. n_tokens: about how many tokens."""
+
+
+def _tied_importance(imp: Dict[str, np.ndarray], names: List[str]) -> None:
+    """The imatrix counterpart of _tied_embedding: the lookup's plain squared
+    error adds TIED_LOOKUP_WEIGHT times the mean importance to every column."""
+    v = imp.get("token_embd")
+    if v is None or "output" in names:
+        return
+    imp["token_embd"] = v + TIED_LOOKUP_WEIGHT * float(np.mean(v))
+
+
+def _collect_diag(session, names: List[str]) -> Dict[str, np.ndarray]:
+    from .errors import CismError
+    out: Dict[str, np.ndarray] = {}
+    by_input: Dict[str, np.ndarray] = {}
+    for n in names:
+        key = _input_of(n)
+        if key not in by_input:
+            try:
+                sums, rows = session.act_stats(n)
+            except CismError:  # not multiplied: the embedding of an untied model
+                continue
+            by_input[key] = (sums / max(rows, 1)).astype(np.float32)
+        out[n] = by_input[key]
+    return out
+
+
+def sample_sequences(model_path: str, n_seq: int, length: int, seed: int = 0, n_threads: int = 0,
+                     batch: int = BATCH) -> List[List[int]]:
+    """`n_seq` sequences of `length` tokens that the model at `model_path` writes
+    itself: BOS, then length - 1 tokens sampled at temperature 1 (sequence i with
+    seed `seed + i`, end-of-text ignored). Up to `batch` sequences are decoded
+    together through one cism.Batch: the same logits bits as one session each
+    (cism_batch), so the tokens depend on neither `batch` nor n_threads."""
+    from .batch import Batch
     from .model import Model
     from .sampler import Sampler
     from .session import Session
-    t0 = time.time()
+    out: List[List[int]] = []
+    with Model(model_path) as m:
+        bos = m.bos_id
+        if bos < 0:
+            raise NoBOSError("calibration starts every sequence with BOS, and this model has none "
+                             "(convert with --no-calibrate)")
+        L = max(2, min(length, m.context_length))
+        for first in range(0, n_seq, batch):
+            idx = list(range(first, min(n_seq, first + batch)))
+            sessions = [Session(m, n_ctx=L, n_threads=1, kv_type="f32") for _ in idx]
+            samplers = [Sampler(temperature=1.0, seed=seed + i) for i in idx]
+            seqs = [[bos] for _ in idx]
+            try:
+                for smp in samplers:
+                    smp.accept(bos)
+                with Batch(m, n_threads=n_threads, max_tokens=len(idx), n_ctx=L, kv_type="f32") as b:
+                    for _ in range(L - 1):
+                        errors = b.eval([(s, [q[-1]]) for s, q in zip(sessions, seqs)])
+                        for e in errors:
+                            if e is not None:
+                                raise e
+                        for s, smp, q in zip(sessions, samplers, seqs):
+                            tok = smp.sample(s.logits_view())
+                            smp.accept(tok)
+                            q.append(tok)
+            finally:
+                for s in sessions:
+                    s.close()
+                for smp in samplers:
+                    smp.close()
+            out.extend(seqs)
+    return out
+
+
+def gather(model_path: str, windows: Sequence[Sequence[int]], *, method: str = DEFAULT_METHOD,
+           gram_block: int = GRAM_BLOCK, n_threads: int = 0):
+    """(statistics by matrix name, rows) of the model at `model_path` on token
+    `windows` (each prefilled from an empty context, in order): Gram blocks
+    ("gptq") or per-column mean squares ("imatrix"), tied embedding included."""
+    from .model import Model
+    from .session import Session
+    if method not in METHODS:
+        raise ValueError(f"unknown calibration method {method!r} (one of: {', '.join(METHODS)})")
     names = _matrix_names(model_path)
+    L = max(len(w) for w in windows)
+    with Model(model_path) as m:
+        # logits_all: the output head multiplies every row, so its statistics see every position
+        with Session(m, n_ctx=L, n_batch=L, n_threads=n_threads, kv_type="f32", logits_all=True,
+                     act_stats=gram_block if method == "gptq" else 1) as s:
+            for w in windows:
+                s.reset()
+                s.eval(list(w))
+            probe = next(n for n in names if n.startswith("blk."))
+            rows = s.act_stats(probe)[1]
+            if method == "gptq":
+                stats = _collect(s, names)
+                _tied_embedding(stats, names, m.dim)
+            else:
+                stats = _collect_diag(s, names)
+                _tied_importance(stats, names)
+    return stats, int(rows)
+
+
+def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, length: int = SEQUENCE, seed: int = 0,
+              gram_block: int = GRAM_BLOCK, n_threads: int = 0, method: str = DEFAULT_METHOD,
+              sample_path: Optional[str] = None, sample_label: Optional[str] = None) -> Calibration:
+    """Statistics of the model at `model_path` on `source`: "auto" or the path
+    of a text file. n_tokens: about how many tokens. For "auto" the text is
+    sampled from the model at `sample_path` (default: `model_path`; e.g. a q8
+    copy, faster to decode) and the statistics are taken from `model_path`."""
+    from .model import Model
+    if method not in METHODS:
+        raise ValueError(f"unknown calibration method {method!r} (one of: {', '.join(METHODS)})")
+    t0 = time.time()
     with Model(model_path) as m:
         L = max(2, min(length, m.context_length))
         bos = m.bos_id
         if bos < 0:
-            raise ValueError("calibration starts every sequence with BOS, and this model has none")
-        if source == "auto":
-            n_seq = max(1, math.ceil(n_tokens / L))
-            with Session(m, n_ctx=L, n_threads=n_threads, kv_type="f32", act_stats=gram_block) as s:
-                for i in range(n_seq):
-                    s.reset()
-                    s.generate_ids([bos], L - 1, Sampler(temperature=1.0, seed=seed + i), ignore_eos=True)
-                rows = s.act_stats("blk.0.attn_q")[1]
-                grams = _collect(s, names)
-            _tied_embedding(grams, names, m.dim)
-            desc = (f"auto: {n_seq} sequences of {L} tokens sampled from BOS by the model itself "
-                    f"(temperature 1, seeds {seed}..{seed + n_seq - 1})")
-        else:
+            raise NoBOSError("calibration starts every sequence with BOS, and this model has none "
+                             "(convert with --no-calibrate)")
+        if source != "auto":
             if not os.path.isfile(source):
                 raise FileNotFoundError(f"calibration text {source}: no such file (or use 'auto')")
             with open(source, encoding="utf-8") as f:
@@ -131,15 +253,23 @@ def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, l
             toks = tok.encode(text, add_bos=False)[:n_tokens]
             if not toks:
                 raise ValueError(f"calibration text {source} has no tokens")
-            windows = [[bos] + toks[i:i + L - 1] for i in range(0, len(toks), L - 1)]
-            with Session(m, n_ctx=L, n_batch=L, n_threads=n_threads, kv_type="f32", logits_all=True,
-                         act_stats=gram_block) as s:
-                for w in windows:
-                    s.reset()
-                    s.eval(w)
-                rows = s.act_stats("blk.0.attn_q")[1]
-                grams = _collect(s, names)
-            _tied_embedding(grams, names, m.dim)
-            desc = (f"file {os.path.basename(source)}: its first {len(toks)} tokens in {len(windows)} windows of "
-                    f"[BOS] + up to {L - 1}")
-    return Calibration(desc, int(rows), gram_block, grams, time.time() - t0)
+    if source == "auto":
+        n_seq = max(1, math.ceil(n_tokens / L))
+        windows = sample_sequences(sample_path or model_path, n_seq, L, seed, n_threads)
+        by = sample_label or ("the model itself" if sample_path is None else os.path.basename(sample_path))
+        desc = (f"auto: {n_seq} sequences of {L} tokens sampled from BOS by {by} "
+                f"(temperature 1, seeds {seed}..{seed + n_seq - 1})")
+    else:
+        windows = [[bos] + toks[i:i + L - 1] for i in range(0, len(toks), L - 1)]
+        desc = (f"file {os.path.basename(source)}: its first {len(toks)} tokens in {len(windows)} windows of "
+                f"[BOS] + up to {L - 1}")
+    t1 = time.time()
+    stats, rows = gather(model_path, windows, method=method, gram_block=gram_block, n_threads=n_threads)
+    t2 = time.time()
+    c = Calibration(desc, rows, gram_block, seconds=t2 - t0, method=method, sample_seconds=t1 - t0,
+                    stats_seconds=t2 - t1)
+    if method == "gptq":
+        c.grams = stats
+    else:
+        c.importance = stats
+    return c

@@ -1,6 +1,6 @@
 """The `cism` command line: convert, generate, chat, info, bench, ppl.
 
-    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE [--calibrate auto|TEXT]]
+    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE [--calibrate auto|TEXT | --no-calibrate]]
                  [--tokenizer tok.bin] [--force]
     cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
     cism chat -m MODEL.cism
@@ -72,7 +72,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
     rep = convert(args.src, args.output, dtype=args.dtype, tokenizer=args.tokenizer, overwrite=args.force,
                   progress=None if args.quiet else _progress(), quant=args.quant, layout=args.layout,
-                  calibrate=args.calibrate, calib_tokens=args.calib_tokens)
+                  calibrate=False if args.no_calibrate else args.calibrate, calib_tokens=args.calib_tokens,
+                  calib_method=args.calib_method, calib_model=args.calib_model)
     from .model import Model
     with Model(rep.path) as m:  # the C loader checks what was written
         arch = m.architecture
@@ -88,8 +89,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"quantization recipe {rep.quant} ({recipe(rep.quant).description}): "
               f"{rep.bits_per_weight():.3f} bits/weight counting every byte of tensor data; tensors: "
               + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=sys.stderr)
+        if rep.rounding:
+            print(f"  rounding: {rep.rounding}", file=sys.stderr)
         if rep.calibration:
-            print(f"  calibrated ({rep.calibration_seconds:.1f} s): {rep.calibration}", file=sys.stderr)
+            print(f"  calibrated ({rep.calibration_seconds:.1f} s{rep.calibration_detail}): {rep.calibration}",
+                  file=sys.stderr)
+        else:
+            print("  calibration: none (data-free rounding)", file=sys.stderr)
         for note in rep.notes:
             print("  " + note, file=sys.stderr)
     return 0
@@ -451,11 +457,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--layout", default="auto", choices=["auto", "rows"],
                    help="with --quant: auto (default) stores q8/q4s matrices 16 rows interleaved where the shape allows "
                         "(same values, faster kernels); rows keeps them row by row")
-    c.add_argument("--calibrate", metavar="auto|TEXT",
-                   help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
-                        "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file)")
+    cal = c.add_mutually_exclusive_group()
+    cal.add_argument("--calibrate", metavar="auto|TEXT",
+                     help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
+                          "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file). "
+                          "Default: auto for the 4bit recipe, none for the others")
+    cal.add_argument("--no-calibrate", action="store_true",
+                     help="with --quant: data-free rounding (no calibration pass), also for 4bit")
     c.add_argument("--calib-tokens", type=int, default=0, metavar="N",
                    help="calibration tokens (default 4096)")
+    c.add_argument("--calib-method", choices=["gptq", "imatrix"], default=None,
+                   help="calibrated rounding: gptq (default; errors compensated from the inputs' Gram blocks) or "
+                        "imatrix (scale search weighted by each input column's mean square)")
+    c.add_argument("--calib-model", choices=["q8", "f32"], default=None,
+                   help="the copy of the model the calibration text is sampled from and the statistics taken on: "
+                        "q8 (default, faster) or f32 (unquantized)")
     c.add_argument("--tokenizer", help="llama2.c tokenizer.bin to embed (llama2.c checkpoints only)")
     c.add_argument("--force", action="store_true", help="replace an existing output file")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")

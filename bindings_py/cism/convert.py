@@ -18,7 +18,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,9 @@ SUPPORTED = {
     **{cls: fam.arch for cls, fam in FAMILIES.items()},
 }
 DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
+UNCALIBRATED_ROUNDING = "nearest level, scale search per block"
+CALIB_MODELS = ("q8", "f32")  # the copy the calibration runs on (docs/QUANTIZATION.md, "Calibrated rounding")
+DEFAULT_CALIB_MODEL = "q8"
 
 
 @dataclass
@@ -52,6 +55,8 @@ class Report:
     notes: List[str] = field(default_factory=list)
     calibration: Optional[str] = None   # what the quantizer's statistics came from
     calibration_seconds: float = 0.0
+    rounding: Optional[str] = None      # how the matrices were rounded (the file's general.quantization.rounding)
+    calibration_detail: str = ""        # where the calibration's seconds went
 
     def bits_per_weight(self) -> float:
         """Every byte of tensor data (norms, scales and padding included) over the matrix weights."""
@@ -64,8 +69,10 @@ class Report:
         lines = [f"wrote {self.path}: {self.architecture}, {self.n_params} weights, {self.bytes_written} bytes of "
                  f"tensors, {self.bits_per_weight():.3f} bits/weight"
                  + (f" (recipe {self.quant})" if self.quant else "") + f", {self.seconds:.1f} s",
-                 *([f"calibration ({self.calibration_seconds:.1f} s of it, the unquantized copy included): "
-                    f"{self.calibration}"] if self.calibration else []),
+                 *([f"rounding: {self.rounding}"] if self.rounding else []),
+                 *([f"calibration ({self.calibration_seconds:.1f} s of it{self.calibration_detail}): "
+                    f"{self.calibration}"] if self.calibration else
+                   ["calibration: none (data-free rounding)"] if self.quant else []),
                  "tensors by dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
         lines += self.notes
         return "\n".join(lines)
@@ -373,13 +380,14 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     pick = None
     if quant:
         from . import quant as q
-        plan = q.recipe(quant).dtypes(shapes, calibrated=calibration is not None)
+        # the calibrated recipe (a 4-bit head where it is large) is GPTQ's: imatrix keeps the plain one
+        plan = q.recipe(quant).dtypes(shapes, calibrated=calibration is not None and calibration.method == "gptq")
         hd = int(meta["model.head_dim"])
         pick = lambda n: q.QUANT_DTYPES[q.stored_dtype(n, plan[n], shapes[n], hd, layout)]  # noqa: E731
         qmeta = {"general.quantization": quant,
-                 "general.quantization.rounding": "nearest level, scale search per block" if calibration is None else
-                 f"gptq (4-bit matrices): errors compensated within blocks of {calibration.gram_block} columns from the inputs' "
-                 f"second moments, act order, damping 0.01"}
+                 "general.quantization.rounding": UNCALIBRATED_ROUNDING if calibration is None else
+                 calibration.rounding()}
+        report.rounding = qmeta["general.quantization.rounding"]
         if calibration is not None:
             qmeta["general.quantization.calibration"] = calibration.description
             qmeta["general.quantization.calibration_tokens"] = int(calibration.n_tokens)
@@ -422,8 +430,11 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
                     f.write_tensor(spec.name, enc)
                 else:
                     from . import quant as q
-                    gram = calibration.gram_for(spec.name) if calibration is not None else None
-                    f.write_tensor(spec.name, q.quantize(arr, spec.dtype, gram=gram))
+                    gram = imp = None
+                    if calibration is not None and spec.dtype in q.CALIBRATED_DTYPES:
+                        gram = calibration.gram_for(spec.name)
+                        imp = calibration.importance_for(spec.name) if gram is None else None
+                    f.write_tensor(spec.name, q.quantize(arr, spec.dtype, gram=gram, importance=imp))
             done += spec.nbytes
             if progress:
                 progress(done, total, spec.name)
@@ -894,45 +905,87 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
 
 def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
             overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr,
-            quant: Optional[str] = None, layout: str = "auto", calibrate: Optional[str] = None,
-            calib_tokens: int = 0, n_threads: int = 0) -> Report:
-    """Converts a Hugging Face folder or a llama2.c `.bin` file to `out` (.cism).
+            quant: Optional[str] = None, layout: str = "auto", calibrate: Union[str, bool, None] = None,
+            calib_tokens: int = 0, n_threads: int = 0, calib_method: Optional[str] = None,
+            calib_model: Optional[str] = None) -> Report:
+    """Converts a Hugging Face folder, a llama2.c `.bin` file or a GGUF file to `out` (.cism).
     `quant` names a quantization recipe (cism.quant.RECIPES) that picks a packed
     format for every weight matrix; `dtype` then applies to nothing but is checked.
     `layout` ("auto" or "rows") picks whether q8/q4s matrices are stored row-interleaved
     where their shape allows (the same values; faster kernels).
-    `calibrate` ("auto" or a text file; needs `quant`) first converts the model
-    unquantized to a temporary file next to `out`, gathers the statistics of
-    every matrix's inputs on calibration tokens with it (cism.calibrate;
-    calib_tokens 0 = its default), and rounds with them."""
+    `calibrate`: "auto" or a text file (needs `quant`) rounds the 4-bit matrices
+    with the statistics of their inputs on calibration tokens; False (or "")
+    rounds without data; None (the default) is the recipe's default: "auto" for
+    `4bit` (cism.quant.Recipe.calibrate_by_default), none for the others.
+    Calibration first writes a copy of the model next to `out` (deleted
+    afterwards): `calib_model` "q8" (default; sampling and statistics both on a
+    q8 copy) or "f32" (the unquantized model), and gathers the statistics on it
+    (cism.calibrate; calib_tokens 0 = its default). `calib_method` "gptq" or
+    "imatrix" (default cism.calibrate.DEFAULT_METHOD)."""
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
     if quant:
         from . import quant as q
         q.recipe(quant)  # unknown recipe: refused before anything is read
         q.stored_dtype("x", "q8", (16, 16), 16, layout)  # so is an unknown layout
+    defaulted = calibrate is None  # the recipe's default, not asked for: a model without BOS falls back
+    if calibrate is None:
+        from . import quant as q
+        calibrate = "auto" if quant and q.recipe(quant).calibrate_by_default else False
+    elif calibrate is True:
+        calibrate = "auto"
     if calibrate and not quant:
         raise ConversionError("calibration is for quantization: give a --quant recipe too")
     if calibrate and calibrate != "auto" and not os.path.isfile(calibrate):
         raise FileNotFoundError(f"calibration text {calibrate}: no such file (or use 'auto')")
+    from .calibrate import DEFAULT_METHOD, METHODS
+    method = calib_method or DEFAULT_METHOD
+    if method not in METHODS:
+        raise ConversionError(f"unknown calibration method {method!r} (one of: {', '.join(METHODS)})")
+    cmodel = calib_model or DEFAULT_CALIB_MODEL
+    if cmodel not in CALIB_MODELS:
+        raise ConversionError(f"unknown calibration model {cmodel!r} (one of: {', '.join(CALIB_MODELS)})")
     if not os.path.isdir(src) and not os.path.isfile(src):
         raise FileNotFoundError(f"{src}: no such file or folder")
     fmt.clean_stale_temps(out)
+    from .convert_gguf import convert_gguf, is_gguf
+    gguf = os.path.isfile(src) and is_gguf(src)
     calibration = None
+    fallback = ""
     t0 = time.time()
     if calibrate:
-        from .calibrate import DEFAULT_TOKENS, calibrate as gather
+        from .calibrate import DEFAULT_TOKENS, NoBOSError, calibrate as gather
         fd, tmp = fmt.temp_file(out, "calibration")
         os.close(fd)
         try:
-            convert(src, tmp, dtype=dtype, tokenizer=tokenizer, overwrite=True, progress=None)
-            calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads)
+            if gguf:  # the file's own values (lossless import): already a quantized model, fast to run
+                convert(src, tmp, dtype=dtype, overwrite=True, progress=None, calibrate=False)
+                label = "the model itself (the GGUF's own values)"
+            elif cmodel == "q8":
+                convert(src, tmp, dtype=dtype, tokenizer=tokenizer, overwrite=True, progress=None, quant="q8",
+                        calibrate=False)
+                label = "a q8 copy of the model"
+            else:
+                convert(src, tmp, dtype=dtype, tokenizer=tokenizer, overwrite=True, progress=None)
+                label = "the unquantized model"
+            t_copy = time.time() - t0
+            try:
+                calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads,
+                                     method=method, sample_label=label)
+            except NoBOSError:
+                if not defaulted:
+                    raise
+                fallback = "calibration: skipped (the model has no BOS to sample from): data-free rounding"
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        calibration.seconds = time.time() - t0  # the unquantized copy included
-    from .convert_gguf import convert_gguf, is_gguf
-    if os.path.isfile(src) and is_gguf(src):
+        if calibration is not None:
+            calibration.seconds = time.time() - t0  # the copy included
+            if not gguf:
+                calibration.description += "; statistics on the same model"
+            detail = (f": copy {t_copy:.1f} s, sampling {calibration.sample_seconds:.1f} s, "
+                      f"statistics {calibration.stats_seconds:.1f} s")
+    if gguf:
         rep = convert_gguf(src, out, dtype=dtype, overwrite=overwrite, progress=progress, quant=quant,
                            layout=layout, calibration=calibration)
     elif os.path.isdir(src):
@@ -942,5 +995,9 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
         rep = convert_llama2c(src, out, tokenizer=tokenizer, dtype="f32" if dtype == "auto" else dtype,
                               overwrite=overwrite, progress=progress, quant=quant, layout=layout,
                               calibration=calibration)
+    if calibration is not None:
+        rep.calibration_detail = detail
+    elif fallback:
+        rep.notes.append(fallback)
     rep.seconds = time.time() - t0
     return rep

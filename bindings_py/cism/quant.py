@@ -26,6 +26,8 @@ QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_N
 # the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
 # that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
 INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16"}
+# the formats calibrated rounding applies to (GPTQ or imatrix); q8 and q4a are rounded as without calibration
+CALIBRATED_DTYPES = (DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S, DTYPE_Q4SX16)
 GROUP_ROWS = 16
 LAYOUTS = ("auto", "rows")
 for _n, _v in QUANT_DTYPES.items():
@@ -154,6 +156,8 @@ class Recipe:
     pick: Callable[[str], str]
     # with calibration: the dtype of a matrix given every matrix's shape (None: as pick)
     pick_calibrated: Optional[Callable[[str, Dict[str, Tuple[int, ...]]], str]] = None
+    # `cism convert --quant NAME` calibrates unless told not to (--no-calibrate; docs/QUANTIZATION.md)
+    calibrate_by_default: bool = False
 
     def dtypes(self, shapes: Dict[str, Tuple[int, ...]], calibrated: bool = False) -> Dict[str, str]:
         """The dtype name of every matrix (2-D entry of shapes)."""
@@ -195,10 +199,11 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("5bit", "embeddings/output head q6, every other matrix q5", lambda n: "q6" if _kind(n) == "embed" else "q5"),
     Recipe("4bit-q6", f"embeddings/output head q6, every other matrix {BEST4}",
            lambda n: "q6" if _kind(n) == "embed" else BEST4),
-    Recipe("4bit", f"the default 4-bit recipe: embeddings/output head q8, every other matrix {BEST4}; "
-                   f"calibrated: the embeddings/head q8 only when they hold at most {100 * EMBED_Q8_MAX_SHARE:g}% "
-                   f"of the weights, else {BEST4} too",
-           lambda n: "q8" if _kind(n) == "embed" else BEST4, _pick_4bit_calibrated),
+    Recipe("4bit", f"the default 4-bit recipe, calibrated by default (GPTQ on text the model samples itself): "
+                   f"every matrix {BEST4}, the embeddings/output head q8 only when they hold at most "
+                   f"{100 * EMBED_Q8_MAX_SHARE:g}% of the weights; --no-calibrate: data-free rounding, "
+                   f"embeddings/head q8",
+           lambda n: "q8" if _kind(n) == "embed" else BEST4, _pick_4bit_calibrated, calibrate_by_default=True),
     Recipe("mix", f"embeddings/output head and attention q8, MLP {BEST4}",
            lambda n: "q8" if _kind(n) in ("embed", "attn") else BEST4),
 ]}

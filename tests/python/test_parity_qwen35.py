@@ -393,7 +393,7 @@ def test_quantized(converted, workdir, recipe):
     out = str(workdir / f"qwen35-x16-{recipe}.cism")
     cal = recipe.endswith("-cal")  # GPTQ rounding with the inputs' statistics (the DeltaNet projections' too)
     rep = convert(str(src), out, quant=recipe.replace("-cal", ""), progress=None,
-                  calibrate="auto" if cal else None, calib_tokens=512 if cal else 0)
+                  calibrate="auto" if cal else False, calib_tokens=512 if cal else 0)
     for name, dt in rep.tensors.items():
         if any(name.endswith(s) for s in (".ssm_conv", ".ssm_a_log", ".ssm_dt_bias", ".ssm_norm", "_norm")):
             assert dt == "f32", name

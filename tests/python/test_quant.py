@@ -128,23 +128,33 @@ def test_convert_recipes_file_roundtrip(tmp_path, shared_models):
     f32 = str(tmp_path / "f32.cism")
     convert(src, f32, progress=None)
     ref = fmt.CismFile(f32)
-    for recipe in ("q8", "4bit", "mix"):
-        out = str(tmp_path / f"{recipe}.cism")
-        rep = convert(src, out, quant=recipe, progress=None)
+    # 4bit calibrates by default (docs/QUANTIZATION.md, "Calibrated rounding"): its plain rounding is
+    # --no-calibrate (calibrate=False); the default's 4-bit matrices are GPTQ's, not the plain bytes
+    for recipe, cal in (("q8", None), ("4bit", False), ("4bit", None), ("mix", None)):
+        out = str(tmp_path / f"{recipe}-{cal}.cism")
+        rep = convert(src, out, quant=recipe, progress=None, calibrate=cal)
         f = fmt.CismFile(out)
+        calibrated = recipe == "4bit" and cal is None
         assert f.metadata["general.quantization"] == recipe
+        assert ("general.quantization.calibration" in f.metadata) == calibrated
         assert rep.bits_per_weight() < (9.0 if recipe == "q8" else 6.5)
         assert any("ffn_down" in n and "padded" in n for n in rep.notes) or recipe == "q8" and rep.notes
+        plan = q.recipe(recipe).dtypes({n: t.shape for n, t in f.tensors.items()}, calibrated=calibrated)
+        changed = 0
         for name, t in f.tensors.items():
             if len(t.shape) == 1:
                 assert t.dtype == fmt.DTYPE_F32
                 continue
-            want = q.QUANT_DTYPES[q.stored_dtype(name, q.recipe(recipe).pick(name), t.shape,
-                                                 f.metadata["model.head_dim"])]
+            want = q.QUANT_DTYPES[q.stored_dtype(name, plan[name], t.shape, f.metadata["model.head_dim"])]
             assert t.dtype == want, name
-            # the stored bytes are exactly what the library packs from the f32 weights
+            # the stored bytes are exactly what the library packs from the f32 weights (calibrated:
+            # those of the formats calibration leaves alone)
             packed = q.quantize(ref.array(name), t.dtype)
-            assert packed.tobytes() == f.raw(name), name
+            if calibrated and t.dtype in q.CALIBRATED_DTYPES:
+                changed += packed.tobytes() != f.raw(name)
+            else:
+                assert packed.tobytes() == f.raw(name), name
+        assert (changed > 10) == calibrated, changed
         with pytest.raises(FileExistsError):
             convert(src, out, quant=recipe, progress=None)
 

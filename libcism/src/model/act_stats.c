@@ -22,6 +22,8 @@
 #define N_INPUTS(hp) ((hp)->n_layers * CISM__AS_PER_LAYER + 1)
 
 /* Columns of input i (i = l * CISM__AS_PER_LAYER + which; the last one is the head's). */
+#define AS_TILE 16 /* rows per tile of the Gram update */
+
 static int64_t input_cols(const cism__hparams *hp, int64_t i) {
     if (i == N_INPUTS(hp) - 1) return hp->dim;
     switch (i % CISM__AS_PER_LAYER) {
@@ -52,7 +54,7 @@ int cism__act_stats_init(cism_session *s, int64_t gram_block) {
     if ((uint64_t)(sums + grams) > (uint64_t)SIZE_MAX / sizeof(double) / 2) return -1;
     s->act_sums = (double *)calloc((size_t)sums, sizeof(double));
     s->act_gram = grams ? (double *)calloc((size_t)grams, sizeof(double)) : NULL;
-    s->act_row = grams ? (double *)calloc((size_t)(hp->ffn_dim > hp->n_heads * hp->head_dim ? hp->ffn_dim : hp->n_heads * hp->head_dim) + (size_t)hp->dim, sizeof(double)) : NULL;
+    s->act_row = grams ? (double *)calloc(((size_t)(hp->ffn_dim > hp->n_heads * hp->head_dim ? hp->ffn_dim : hp->n_heads * hp->head_dim) + (size_t)hp->dim) * AS_TILE, sizeof(double)) : NULL;
     return s->act_sums && (s->act_gram || !grams) && (s->act_row || !grams) ? 0 : -1;
 }
 
@@ -77,17 +79,25 @@ void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, 
     }
     if (g > 1) { /* each block: sum over rows of the outer product of the row's slice (lower triangle) */
         double *gram = s->act_gram + s->act_off[N_INPUTS(hp) + i], *xd = s->act_row;
-        int64_t c0;
-        for (t = t0; t < t1; t++) {
-            const float *r = x + t * ld;
-            for (c = 0; c < cols; c++) xd[c] = (double)r[c];
+        int64_t c0, k, nt;
+        /* tiles of AS_TILE rows: a row of a block takes the tile's rows one after the other while it
+           is in cache; every value still receives its rows in row order (the same sums, bit for bit) */
+        for (t = t0; t < t1; t += nt) {
+            nt = t1 - t < AS_TILE ? t1 - t : AS_TILE;
+            for (k = 0; k < nt; k++) {
+                const float *r = x + (t + k) * ld;
+                for (c = 0; c < cols; c++) xd[k * cols + c] = (double)r[c];
+            }
             for (c0 = 0; c0 < cols; c0 += g) {
                 int64_t w = cols - c0 < g ? cols - c0 : g, a, b;
                 double *blk = gram + (c0 / g) * g * g;
-                const double *xs = xd + c0;
                 for (a = 0; a < w; a++) {
-                    double xa = xs[a], *row = blk + a * g;
-                    for (b = 0; b <= a; b++) row[b] += xa * xs[b];
+                    double *row = blk + a * g;
+                    for (k = 0; k < nt; k++) {
+                        const double *xs = xd + k * cols + c0;
+                        double xa = xs[a];
+                        for (b = 0; b <= a; b++) row[b] += xa * xs[b];
+                    }
                 }
             }
         }
