@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _lib
 from .errors import check
+from .kvtypes import kv_type_arg
 
 
 @dataclass
@@ -175,8 +176,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--gen-tokens", type=int, default=128, help="decode test length (default 128; 0 skips)")
     p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
     p.add_argument("-r", "--reps", type=int, default=3, help="repetitions of each test; the median is shown (default 3)")
-    p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8", "q4a"],
-                   help="KV cache type (default f16; q8, q4a: quantized, docs/KV_CACHE.md)")
+    p.add_argument("--kv-type", default="f16", type=kv_type_arg, metavar="{f16,f32,q8,q4a,K/V}",
+                   help="KV cache type (default f16; q8, q4a: quantized; K/V such as q8/q4a: K cache q8, "
+                        "V cache q4a; docs/KV_CACHE.md)")
     p.add_argument("-b", "--batch", type=int, default=None, help="tokens per internal prefill step (default: library's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt tokens")
     p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "

@@ -21,6 +21,7 @@ import sys
 from typing import List, Optional
 
 from . import __version__
+from .kvtypes import kv_type_arg
 
 
 def _count(text: str) -> int:
@@ -44,8 +45,9 @@ def _add_session_args(p: argparse.ArgumentParser) -> None:
                    "fetched and converted on first use, see `cism pull`)")
     p.add_argument("-t", "--threads", type=_count, default=0, help="threads (default: the library's choice)")
     p.add_argument("-c", "--ctx", type=_count, default=0, help="context length (default: min(model, 4096))")
-    p.add_argument("--kv-type", default="f16", choices=["f16", "f32", "q8", "q4a"],
-                   help="KV cache type (default f16; q8, q4a: quantized, docs/KV_CACHE.md)")
+    p.add_argument("--kv-type", default="f16", type=kv_type_arg, metavar="{f16,f32,q8,q4a,K/V}",
+                   help="KV cache type (default f16; q8, q4a: quantized; K/V such as q8/q4a: K cache q8, "
+                        "V cache q4a; docs/KV_CACHE.md)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, temperature: float, top_k: int = 0, top_p: float = 1.0,

@@ -21,14 +21,14 @@ KEYS: Dict[str, int] = {
     "act_outliers": _lib.PARAM_ACT_OUTLIERS,
     "verify_checksums": _lib.PARAM_VERIFY_CHECKSUMS,
     "kv_rotate": _lib.PARAM_KV_ROTATE,
+    "kv_type_v": _lib.PARAM_KV_TYPE_V,
 }
 TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,
                          "avx512": _lib.TIER_AVX512, "neon": _lib.TIER_NEON, "neon_dotprod": _lib.TIER_NEON_DOTPROD,
                          "neon_i8mm": _lib.TIER_NEON_I8MM}
 DTYPES: Dict[str, int] = {"f32": _lib.DTYPE_F32, "f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
                           "q8": _lib.DTYPE_Q8, "q4": _lib.DTYPE_Q4, "q4a": _lib.DTYPE_Q4A}
-# the KV cache types CISM_PARAM_KV_TYPE accepts (docs/KV_CACHE.md)
-KV_TYPES = ("f16", "f32", "q8", "q4a")
+from .kvtypes import KV_TYPES, kv_type_arg, split_kv_type  # noqa: F401 (re-exported)
 
 
 def dtype_code(name) -> int:
@@ -70,7 +70,12 @@ class Params:
                     continue
                 if key not in KEYS:
                     raise TypeError(f"unknown parameter {key!r} (known: {', '.join(KEYS)})")
-                if key == "kv_type":
+                if key == "kv_type":  # "q8/q4a": K q8, V q4a (the V type goes to kv_type_v)
+                    k, v = split_kv_type(value)
+                    value = dtype_code(k)
+                    if v != k:
+                        check(_lib.lib.cism_params_set_int(h, KEYS["kv_type_v"], dtype_code(v)))
+                elif key == "kv_type_v":
                     value = dtype_code(value)
                 elif key == "kernel_tier":
                     value = tier_code(value)

@@ -72,7 +72,8 @@ class Session:
     """A conversation: evaluates tokens, exposes logits, generates.
 
     Parameters: n_ctx (0 = min(model context, 4096)), n_threads (0 = library
-    default), kv_type ("f16", "f32", or a quantized cache "q8" / "q4a": docs/KV_CACHE.md),
+    default), kv_type ("f16", "f32", a quantized cache "q8" / "q4a", or "K/V" such as "q8/q4a":
+    K cache q8, V cache q4a; docs/KV_CACHE.md),
     kv_rotate (None: the KV type's default, rotated for q8 and q4a; False/True: the
     Walsh-Hadamard rotation of a quantized cache off/on), n_batch (tokens per internal step),
     logits_all (keep the logits of every evaluated position, for perplexity),

@@ -138,10 +138,15 @@ enum {
                                    header, metadata and tensor directory are checked on every load.
                                    Files of versions 1 and 2 have no checksums: they load (a warning
                                    is logged) as without it. docs/FORMAT.md, "Integrity" */
-    CISM_PARAM_KV_ROTATE = 12   /* int -1, 0 or 1, default -1: the Walsh-Hadamard rotation of each
+    CISM_PARAM_KV_ROTATE = 12,  /* int -1, 0 or 1, default -1: the Walsh-Hadamard rotation of each
                                    head's K, V and query around a quantized KV cache (docs/KV_CACHE.md).
                                    -1 = the KV type's default (on for q8 and q4a), 0 = off, 1 = on.
-                                   f16/f32 caches are never rotated (1 is refused there) */
+                                   f16/f32 caches are never rotated (1 is refused there; with
+                                   CISM_PARAM_KV_TYPE_V, "quantized" means K or V is) */
+    CISM_PARAM_KV_TYPE_V = 13   /* int, default -1 = the same as CISM_PARAM_KV_TYPE: the V cache's
+                                   type (f32, f16, q8 or q4a) when it should differ from K's, e.g.
+                                   K q8 + V q4a (docs/KV_CACHE.md). CISM_PARAM_KV_TYPE then sets
+                                   the K cache (and short-convolution caches) only */
 };
 CISM_API cism_status cism_params_create(cism_params **out);
 CISM_API void        cism_params_free(cism_params *params);
@@ -323,7 +328,7 @@ CISM_API cism_status cism_model_meta_array(const cism_model *model, const char *
 /* ---- sessions (one conversation: KV cache, scratch, logits) -------------- */
 typedef struct cism_session cism_session;
 
-/* params may be NULL. Reads N_THREADS, N_CTX, KV_TYPE, KV_ROTATE, N_BATCH, LOGITS_ALL. */
+/* params may be NULL. Reads N_THREADS, N_CTX, KV_TYPE, KV_TYPE_V, KV_ROTATE, N_BATCH, LOGITS_ALL. */
 CISM_API cism_status cism_session_create(cism_model *model, const cism_params *params, cism_session **out);
 CISM_API void        cism_session_free(cism_session *session);
 /* Forgets every evaluated token (the KV cache is emptied). */
@@ -408,7 +413,7 @@ CISM_API cism_status cism_session_act_gram(const cism_session *session, const ch
 typedef struct cism_batch cism_batch;
 /* Reads N_THREADS, N_BATCH (the most tokens one eval takes in all, default
    256), N_CTX (a hint: the attention scratch grows to the largest member's
-   context), KERNEL_TIER, ACT_QUANT, ACT_OUTLIERS, KV_TYPE, KV_ROTATE. params may be NULL. */
+   context), KERNEL_TIER, ACT_QUANT, ACT_OUTLIERS, KV_TYPE, KV_TYPE_V, KV_ROTATE. params may be NULL. */
 CISM_API cism_status cism_batch_create(cism_model *model, const cism_params *params, cism_batch **out);
 CISM_API void        cism_batch_free(cism_batch *batch);
 /* Adds n_tokens tokens (copied) to evaluate after session's evaluated ones.

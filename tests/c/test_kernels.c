@@ -94,25 +94,26 @@ static void test_elementwise(const cism__kernels *k) {
 
 static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact);
 
-static void test_attention(const cism__kernels *k, int kv_dtype) {
+static void test_attention(const cism__kernels *k, int kv_dtype, int v_dtype) {
     enum { HD = 64, N = 37 };
     float q[HD], kf[N * HD], vf[N * HD], out[HD], scores[N];
     uint16_t kh[N * HD], vh[N * HD];
     double sc[N], mx = -1e300, sum = 0;
     int t, i;
     fill(q, HD); fill(kf, N * HD); fill(vf, N * HD);
-    if (cism__kv_is_quant(kv_dtype)) { /* rows of the quantized cache against their decoded values in double */
-        static uint8_t kq[N * HD * 2], vq[N * HD * 2];
+    if (cism__kv_is_quant(kv_dtype) || cism__kv_is_quant(v_dtype)) { /* quantized rows against their decoded values in double */
+        static uint8_t kq[N * HD * 4], vq[N * HD * 4]; /* room for f32 rows */
         float kx[N * HD], vx[N * HD];
         to_dtype(kv_dtype, kf, N * HD, kq, kx);
-        to_dtype(kv_dtype, vf, N * HD, vq, vx);
-        k->attention(q, HD, out, HD, 1, 1, kq, vq, kv_dtype, N, HD, 0.125f, scores);
+        to_dtype(v_dtype, vf, N * HD, vq, vx);
+        k->attention(q, HD, out, HD, 1, 1, kq, vq, kv_dtype, v_dtype, N, HD, 0.125f, scores);
         for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kx + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
         for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
         for (i = 0; i < HD; i++) {
             double ref = 0;
             for (t = 0; t < N; t++) ref += sc[t] / sum * vx[t * HD + i];
-            CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention kv %s: %g vs %g", k->name, cism_dtype_name(kv_dtype), out[i], ref);
+            CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention K %s V %s: %g vs %g", k->name, cism_dtype_name(kv_dtype),
+                      cism_dtype_name(v_dtype), out[i], ref);
         }
         return;
     }
@@ -122,7 +123,7 @@ static void test_attention(const cism__kernels *k, int kv_dtype) {
         if (kv_dtype == CISM_DTYPE_F16) { kf[i] = cism__f16_to_f32(kh[i]); vf[i] = cism__f16_to_f32(vh[i]); }
     }
     k->attention(q, HD, out, HD, 1, 1, kv_dtype == CISM_DTYPE_F32 ? (const void *)kf : (const void *)kh,
-                 kv_dtype == CISM_DTYPE_F32 ? (const void *)vf : (const void *)vh, kv_dtype, N, HD, 0.125f, scores);
+                 kv_dtype == CISM_DTYPE_F32 ? (const void *)vf : (const void *)vh, kv_dtype, kv_dtype, N, HD, 0.125f, scores);
     for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kf + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
     for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
     for (i = 0; i < HD; i++) {
@@ -211,8 +212,8 @@ static void matmul_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
     free(w); free(wq); free(wd); free(x); free(ys); free(yk); free(ysplit);
 }
 
-static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int kv_dtype, int64_t hd, int64_t n_kv,
-                                float qscale) {
+static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int kv_dtype, int v_dtype, int64_t hd,
+                                int64_t n_kv, float qscale) {
     float *q = (float *)malloc((size_t)hd * 4), *kf = (float *)malloc((size_t)(n_kv * hd) * 4);
     float *vf = (float *)malloc((size_t)(n_kv * hd) * 4), *kx = (float *)malloc((size_t)(n_kv * hd) * 4);
     float *vx = (float *)malloc((size_t)(n_kv * hd) * 4);
@@ -225,9 +226,9 @@ static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref
     fill(q, hd); fill(kf, n_kv * hd); fill(vf, n_kv * hd);
     for (i = 0; i < hd; i++) q[i] *= qscale;
     to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
-    to_dtype(kv_dtype, vf, n_kv * hd, vd, vx);
-    ref->attention(q, hd, os, hd, 1, 1, kd, vd, kv_dtype, n_kv, hd, scale, sc);
-    k->attention(q, hd, ok, hd, 1, 1, kd, vd, kv_dtype, n_kv, hd, scale, sc);
+    to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
+    ref->attention(q, hd, os, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, hd, scale, sc);
+    k->attention(q, hd, ok, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, hd, scale, sc);
     for (t = 0; t < n_kv; t++) {
         double mag = 0;
         s[t] = ref_dot(q, kx + t * hd, hd) * scale;
@@ -245,15 +246,16 @@ static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref
         for (t = 0; t < n_kv; t++) mag += p[t] / sum * fabs((double)vx[t * hd + i]);
         b = KB_ATTENTION(dsmax, range, n_kv) * mag;
         note(OP_ATTENTION, e, b);
-        CHECK_MSG(e <= b, "%s attention kv %s hd %lld n_kv %lld: out[%lld] %.9g vs scalar %.9g (bound %.3g)", k->name,
-                  cism_dtype_name(kv_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], os[i], b);
+        CHECK_MSG(e <= b, "%s attention K %s V %s hd %lld n_kv %lld: out[%lld] %.9g vs scalar %.9g (bound %.3g)", k->name,
+                  cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], os[i], b);
     }
     free(q); free(kf); free(vf); free(kx); free(vx); free(kd); free(vd); free(sc); free(os); free(ok); free(s); free(p);
 }
 
 /* A block of n_tok tokens x n_grp heads gives the same bits as each query alone
    (causal: query (a, i) sees n_kv0 + a positions). */
-static void attention_block(const cism__kernels *k, int kv_dtype, int64_t hd, int64_t n_kv0, int64_t n_tok, int64_t n_grp) {
+static void attention_block(const cism__kernels *k, int kv_dtype, int v_dtype, int64_t hd, int64_t n_kv0, int64_t n_tok,
+                            int64_t n_grp) {
     int64_t n_max = n_kv0 + n_tok - 1, ldq = n_grp * hd + 3, ldo = n_grp * hd + 5, a, i;
     float *q = (float *)malloc((size_t)(n_tok * ldq) * 4), *kf = (float *)malloc((size_t)(n_max * hd) * 4);
     float *vf = (float *)malloc((size_t)(n_max * hd) * 4), *kx = (float *)malloc((size_t)(n_max * hd) * 4);
@@ -263,14 +265,14 @@ static void attention_block(const cism__kernels *k, int kv_dtype, int64_t hd, in
     float scale = (float)(1.0 / sqrt((double)hd));
     fill(q, n_tok * ldq); fill(kf, n_max * hd); fill(vf, n_max * hd);
     to_dtype(kv_dtype, kf, n_max * hd, kd, kx);
-    to_dtype(kv_dtype, vf, n_max * hd, vd, vx);
-    k->attention(q, ldq, ob, ldo, n_tok, n_grp, kd, vd, kv_dtype, n_kv0, hd, scale, sc);
+    to_dtype(v_dtype, vf, n_max * hd, vd, vx);
+    k->attention(q, ldq, ob, ldo, n_tok, n_grp, kd, vd, kv_dtype, v_dtype, n_kv0, hd, scale, sc);
     for (a = 0; a < n_tok; a++)
         for (i = 0; i < n_grp; i++) {
-            k->attention(q + a * ldq + i * hd, hd, o1, hd, 1, 1, kd, vd, kv_dtype, n_kv0 + a, hd, scale, sc);
+            k->attention(q + a * ldq + i * hd, hd, o1, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv0 + a, hd, scale, sc);
             CHECK_MSG(memcmp(o1, ob + a * ldo + i * hd, (size_t)hd * 4) == 0,
-                      "%s attention kv %s hd %lld: block of %lld tokens x %lld heads differs from query (%lld, %lld) alone",
-                      k->name, cism_dtype_name(kv_dtype), (long long)hd, (long long)n_tok, (long long)n_grp, (long long)a, (long long)i);
+                      "%s attention K %s V %s hd %lld: block of %lld tokens x %lld heads differs from query (%lld, %lld) alone",
+                      k->name, cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_tok, (long long)n_grp, (long long)a, (long long)i);
         }
     free(q); free(kf); free(vf); free(kx); free(vx); free(ob); free(o1); free(sc); free(kd); free(vd);
 }
@@ -721,20 +723,26 @@ static void vs_scalar(const cism__kernels *k) {
     }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
         for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
-            attention_vs_scalar(k, ref, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
-            attention_vs_scalar(k, ref, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+            attention_vs_scalar(k, ref, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
+            attention_vs_scalar(k, ref, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
             if (hds[h] % 32 == 0) { /* the quantized KV caches (head_dim a multiple of 32) */
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+                /* K and V of different types (CISM_PARAM_KV_TYPE_V) */
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+                attention_vs_scalar(k, ref, CISM_DTYPE_F16, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
             }
         }
     for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
-        attention_block(k, CISM_DTYPE_F32, hds[h], 1, 4, 3);
-        attention_block(k, CISM_DTYPE_F16, hds[h], 70, 5, 2);
-        attention_block(k, CISM_DTYPE_F16, hds[h], 130, 3, 1);
+        attention_block(k, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], 1, 4, 3);
+        attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 70, 5, 2);
+        attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 130, 3, 1);
         if (hds[h] % 32 == 0) {
-            attention_block(k, CISM_DTYPE_Q8, hds[h], 70, 5, 2);
-            attention_block(k, CISM_DTYPE_Q4A, hds[h], 130, 3, 3);
+            attention_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], 70, 5, 2);
+            attention_block(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], 130, 3, 3);
+            attention_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], 70, 5, 2);
+            attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], 130, 3, 3);
         }
     }
     elementwise_vs_scalar(k, ref);
@@ -840,10 +848,12 @@ static void test_tier(const cism__kernels *k) {
             }
     }
     test_elementwise(k);
-    test_attention(k, CISM_DTYPE_F32);
-    test_attention(k, CISM_DTYPE_F16);
-    test_attention(k, CISM_DTYPE_Q8);
-    test_attention(k, CISM_DTYPE_Q4A);
+    test_attention(k, CISM_DTYPE_F32, CISM_DTYPE_F32);
+    test_attention(k, CISM_DTYPE_F16, CISM_DTYPE_F16);
+    test_attention(k, CISM_DTYPE_Q8, CISM_DTYPE_Q8);
+    test_attention(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A);
+    test_attention(k, CISM_DTYPE_Q8, CISM_DTYPE_Q4A);
+    test_attention(k, CISM_DTYPE_F16, CISM_DTYPE_Q8);
     vs_scalar(k);
 }
 

@@ -7,16 +7,32 @@
  * quantized) but stay close to it; memory estimates count the smaller rows;
  * a model whose head_dim is not a multiple of 32, kv_rotate 1 on an f16
  * cache, a state of another KV type or rotation, a batch of another KV
- * rotation, and KV types that are not accepted are refused with a message. */
+ * rotation, and KV types that are not accepted are refused with a message.
+ * K and V of different types (CISM_PARAM_KV_TYPE_V, e.g. K q8 + V q4a) pass
+ * the same session checks; their states refuse sessions of other K/V types,
+ * batches refuse members of another V type, and estimates count each cache. */
 #include "cism.h"
 #include "kernels/kv_quant.h"
 #include "test_util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#if defined(_WIN32)
+#include <process.h>
+#define test_pid() _getpid()
+#else
+#include <unistd.h>
+#define test_pid() getpid()
+#endif
 
-
-#define STATE "test_kv_cache.tmp"
+/* the state file: one name per process, so that copies run at once (ctest -j, emulators) do not collide */
+static const char *state_path(void) {
+    static char path[64];
+    if (!path[0]) snprintf(path, sizeof(path), "test_kv_cache.%ld.tmp", (long)test_pid());
+    return path;
+}
+#define STATE state_path()
 
 static uint32_t g_rng = 12345u;
 static float frand(void) { /* [-1, 1) */
@@ -112,7 +128,7 @@ static void test_hadamard(void) {
 }
 
 /* ---- sessions ------------------------------------------------------------------------ */
-typedef struct kvcfg { int32_t kv_type; int rotate; } kvcfg;
+typedef struct kvcfg { int32_t kv_type; int rotate; int32_t kv_type_v; } kvcfg; /* kv_type_v -1: as kv_type */
 
 static cism_session *kv_session(cism_model *m, kvcfg c, int threads, int n_batch, int n_ctx) {
     cism_params *p = NULL;
@@ -121,6 +137,7 @@ static cism_session *kv_session(cism_model *m, kvcfg c, int threads, int n_batch
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, threads));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE, c.kv_type));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_ROTATE, c.rotate));
+    CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE_V, c.kv_type_v));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_LOGITS_ALL, 1));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_BATCH, n_batch));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_CTX, n_ctx));
@@ -176,7 +193,9 @@ static void greedy(cism_session *s, int steps, int32_t *out, float *last, int vo
    measured) */
 static void test_sessions(const char *name, int n, int n_ctx, int rewind_to, double bound8, double bound4) {
     const char *path = fixture_path(name);
-    const kvcfg cfgs[] = {{CISM_DTYPE_Q8, 0}, {CISM_DTYPE_Q8, 1}, {CISM_DTYPE_Q4A, 1}, {CISM_DTYPE_Q4A, 0}, {CISM_DTYPE_Q8, -1}};
+    const kvcfg cfgs[] = {{CISM_DTYPE_Q8, 0, -1}, {CISM_DTYPE_Q8, 1, -1}, {CISM_DTYPE_Q4A, 1, -1}, {CISM_DTYPE_Q4A, 0, -1},
+                          {CISM_DTYPE_Q8, -1, -1}, {CISM_DTYPE_Q8, 1, CISM_DTYPE_Q4A}, {CISM_DTYPE_Q8, 0, CISM_DTYPE_Q4A},
+                          {CISM_DTYPE_F16, -1, CISM_DTYPE_Q8}};
     const int whole[] = {1 << 20}, uneven[] = {5, 1, 13, 2, 31, 7};
     cism_model *m = NULL;
     int32_t *toks;
@@ -198,31 +217,34 @@ static void test_sessions(const char *name, int n, int n_ctx, int rewind_to, dou
     f16 = (float *)malloc(rows_bytes);
     got = (float *)malloc(rows_bytes);
     { /* the f16 cache, for comparison */
-        cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_F16, -1}, 2, n, n_ctx);
+        cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_F16, -1, -1}, 2, n, n_ctx);
         if (s) eval_rows(s, toks, n, whole, 1, f16, vocab);
         cism_session_free(s);
     }
     for (c = 0; c < (int)(sizeof(cfgs) / sizeof(cfgs[0])); c++) {
         const kvcfg k = cfgs[c];
-        const char *kn = cism_dtype_name(k.kv_type);
+        const int32_t vt = k.kv_type_v < 0 ? k.kv_type : k.kv_type_v;
+        char kn[48];
         cism_session *a = kv_session(m, k, 1, n, n_ctx), *b = kv_session(m, k, 2, 8, n_ctx), *r = NULL;
         int32_t ga[6], gb[6];
         float *la = (float *)malloc((size_t)vocab * 4), *lb = (float *)malloc((size_t)vocab * 4);
         double d;
+        snprintf(kn, sizeof(kn), "%s%s%s", cism_dtype_name(k.kv_type), vt != k.kv_type ? "/" : "",
+                 vt != k.kv_type ? cism_dtype_name(vt) : "");
         if (!a || !b) { cism_session_free(a); cism_session_free(b); free(la); free(lb); continue; }
         eval_rows(a, toks, n, whole, 1, ref, vocab);                /* one call, one thread */
         eval_rows(b, toks, n, uneven, 6, got, vocab);               /* uneven calls in chunks of 8, two threads */
         CHECK_MSG(memcmp(ref, got, rows_bytes) == 0, "%s kv %s rotate %d: chunked / 2 threads differ from one call", name, kn,
                   k.rotate);
-        double close_bound = k.kv_type == CISM_DTYPE_Q8 ? bound8 : bound4;
+        double close_bound = k.kv_type == CISM_DTYPE_Q4A || vt == CISM_DTYPE_Q4A ? bound4 : bound8;
         d = max_diff(ref, f16, (size_t)n * (size_t)vocab);
         CHECK_MSG(d > 0, "%s kv %s rotate %d: logits equal the f16 cache's: the cache is not quantized", name, kn, k.rotate);
         CHECK_MSG(d < close_bound, "%s kv %s rotate %d: logits differ from the f16 cache's by %g (bound %g)", name, kn, k.rotate, d,
                   close_bound);
         printf("%s kv %s rotate %d: max |logit - f16 cache's| %.4g\n", name, kn, k.rotate, d);
-        if (k.kv_type == CISM_DTYPE_Q8 && k.rotate == 0) rot_off = (float *)memcpy(malloc(rows_bytes), ref, rows_bytes);
-        if (k.kv_type == CISM_DTYPE_Q8 && k.rotate == 1) rot_on = (float *)memcpy(malloc(rows_bytes), ref, rows_bytes);
-        if (k.kv_type == CISM_DTYPE_Q8 && k.rotate == -1 && rot_off && rot_on) { /* q8's default: rotated (KV_CACHE.md) */
+        if (k.kv_type == CISM_DTYPE_Q8 && vt == CISM_DTYPE_Q8 && k.rotate == 0) rot_off = (float *)memcpy(malloc(rows_bytes), ref, rows_bytes);
+        if (k.kv_type == CISM_DTYPE_Q8 && vt == CISM_DTYPE_Q8 && k.rotate == 1) rot_on = (float *)memcpy(malloc(rows_bytes), ref, rows_bytes);
+        if (k.kv_type == CISM_DTYPE_Q8 && vt == CISM_DTYPE_Q8 && k.rotate == -1 && rot_off && rot_on) { /* q8's default: rotated (KV_CACHE.md) */
             CHECK_MSG(memcmp(rot_off, rot_on, rows_bytes) != 0, "%s: q8 with and without rotation give the same bits", name);
             CHECK_MSG(memcmp(rot_on, ref, rows_bytes) == 0, "%s: q8's default is not the rotated cache", name);
         }
@@ -241,12 +263,34 @@ static void test_sessions(const char *name, int n, int n_ctx, int rewind_to, dou
             CHECK_MSG(memcmp(ga, gb, sizeof(ga)) == 0 && memcmp(la, lb, (size_t)vocab * 4) == 0,
                       "%s kv %s rotate %d: the loaded session continues differently", name, kn, k.rotate);
             if (k.rotate >= 0) { /* a state of the other rotation is refused, the session unchanged */
-                cism_session *o = kv_session(m, (kvcfg){k.kv_type, !k.rotate}, 1, 8, n_ctx);
+                cism_session *o = kv_session(m, (kvcfg){k.kv_type, !k.rotate, k.kv_type_v}, 1, 8, n_ctx);
                 cism_status st = o ? cism_session_load(o, NULL, STATE) : CISM_OK;
                 CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_rotate"), "state of another rotation: %s",
                           cism_last_error());
                 if (o) CHECK(cism_session_n_past(o) == 0);
                 cism_session_free(o);
+            }
+            if (vt != k.kv_type) { /* K q8 + V q4a: a session with V of K's type, or K of V's, is refused (both ways) */
+                const kvcfg others[] = {{k.kv_type, k.rotate, -1}, {vt, k.rotate, -1}, {vt, k.rotate, k.kv_type}};
+                int j;
+                for (j = 0; j < 3; j++) {
+                    cism_session *o = kv_session(m, others[j], 1, 8, n_ctx);
+                    cism_status st = o ? cism_session_load(o, NULL, STATE) : CISM_OK;
+                    CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_type_v") &&
+                              strstr(cism_last_error(), " + V "), "%s: state of K/V %s in another K/V session (%d): %s",
+                              name, kn, j, cism_last_error());
+                    if (o) CHECK(cism_session_n_past(o) == 0);
+                    cism_session_free(o);
+                }
+                { /* and a single-type state in this session */
+                    cism_session *o = kv_session(m, (kvcfg){k.kv_type, k.rotate, -1}, 1, 8, n_ctx);
+                    if (o) {
+                        CHECK_OK(cism_session_eval(o, toks, 3));
+                        CHECK_OK(cism_session_save(o, NULL, STATE));
+                        CHECK(cism_session_load(r, NULL, STATE) == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_type_v"));
+                    }
+                    cism_session_free(o);
+                }
             }
         }
         remove(STATE);
@@ -272,7 +316,7 @@ static int32_t no_callback(void *data, int32_t token) {
 
 static void test_speculative(const char *name, int n_ctx) {
     const char *path = fixture_path(name);
-    const kvcfg cfgs[] = {{CISM_DTYPE_Q8, 1}, {CISM_DTYPE_Q4A, -1}};
+    const kvcfg cfgs[] = {{CISM_DTYPE_Q8, 1, -1}, {CISM_DTYPE_Q4A, -1, -1}, {CISM_DTYPE_Q8, -1, CISM_DTYPE_Q4A}};
     cism_model *m = NULL;
     int32_t prompt[120];
     int c, i;
@@ -317,12 +361,14 @@ static void test_speculative(const char *name, int n_ctx) {
     cism_model_free(m);
 }
 
-static cism_status create_with(cism_model *m, int32_t kv_type, int64_t rotate, int n_ctx, int64_t *estimate) {
+static cism_status create_kv(cism_model *m, int32_t kv_type, int32_t kv_type_v, int64_t rotate, int n_ctx,
+                             int64_t *estimate) {
     cism_params *p = NULL;
     cism_session *s = NULL;
     cism_status st;
     CHECK_OK(cism_params_create(&p));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE, kv_type));
+    CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE_V, kv_type_v));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_ROTATE, rotate));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_CTX, n_ctx));
     CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, 1));
@@ -336,6 +382,10 @@ static cism_status create_with(cism_model *m, int32_t kv_type, int64_t rotate, i
     return st;
 }
 
+static cism_status create_with(cism_model *m, int32_t kv_type, int64_t rotate, int n_ctx, int64_t *estimate) {
+    return create_kv(m, kv_type, -1, rotate, n_ctx, estimate);
+}
+
 static void test_refusals(void) {
     const char *small = fixture_path("stories260K.cism"), *syn = fixture_path("synthetic.q4s.cism");
     cism_params *p = NULL;
@@ -345,6 +395,18 @@ static void test_refusals(void) {
     st = cism_params_set_int(p, CISM_PARAM_KV_TYPE, CISM_DTYPE_Q4);  /* the symmetric 4-bit type is not a KV type */
     CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "q4a"), "kv_type q4: %s", cism_last_error());
     CHECK(cism_params_set_int(p, CISM_PARAM_KV_ROTATE, 2) == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_rotate"));
+    st = cism_params_set_int(p, CISM_PARAM_KV_TYPE_V, CISM_DTYPE_Q4);  /* the V type: the same types, or -1 */
+    CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_type_v") && strstr(cism_last_error(), "q4a"),
+              "kv_type_v q4: %s", cism_last_error());
+    CHECK(cism_params_set_int(p, CISM_PARAM_KV_TYPE_V, -2) == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_type_v"));
+    {
+        int64_t v = 0;
+        CHECK_OK(cism_params_get_int(p, CISM_PARAM_KV_TYPE_V, &v));
+        CHECK(v == -1); /* the default, unchanged by the refusals */
+        CHECK_OK(cism_params_set_int(p, CISM_PARAM_KV_TYPE_V, CISM_DTYPE_Q4A));
+        CHECK_OK(cism_params_get_int(p, CISM_PARAM_KV_TYPE_V, &v));
+        CHECK(v == CISM_DTYPE_Q4A);
+    }
     cism_params_free(p);
     if (small) { /* head_dim 8 */
         CHECK_OK(cism_model_load(small, NULL, &m));
@@ -361,6 +423,13 @@ static void test_refusals(void) {
             st = create_with(m, CISM_DTYPE_F16, 1, 64, NULL);
             CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_rotate"), "kv_rotate 1 on f16: %s",
                       cism_last_error());
+            st = create_kv(m, CISM_DTYPE_F16, CISM_DTYPE_Q4A, -1, 64, NULL); /* a quantized V alone needs head_dim 32k too */
+            CHECK_MSG(st == CISM_ERR_UNSUPPORTED && strstr(cism_last_error(), "q4a") && strstr(cism_last_error(), "head_dim is 8"),
+                      "f16/q4a cache on head_dim 8: %s", cism_last_error());
+            st = create_kv(m, CISM_DTYPE_F32, CISM_DTYPE_F16, 1, 64, NULL);
+            CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "kv_rotate"), "kv_rotate 1 on f32/f16: %s",
+                      cism_last_error());
+            CHECK_OK(create_kv(m, CISM_DTYPE_F32, CISM_DTYPE_F16, -1, 64, NULL));
             CHECK_OK(create_with(m, CISM_DTYPE_F16, 0, 64, NULL));
             cism_model_free(m);
             m = NULL;
@@ -375,8 +444,18 @@ static void test_refusals(void) {
             CHECK_OK(create_with(m, CISM_DTYPE_Q4A, -1, 128, &e4));
             CHECK_MSG(e16 - e8 == 2 * rows * (128 - 68) && e16 - e4 == 2 * rows * (128 - 40),
                       "estimates f16 %lld q8 %lld q4a %lld", (long long)e16, (long long)e8, (long long)e4);
+            { /* K q8 + V q4a: each cache counted in its own rows; V f32 under K f16 */
+                int64_t e84 = 0, e1632 = 0;
+                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q8, -1, CISM_DTYPE_Q4A}, 1, 256, 128);
+                CHECK_OK(create_kv(m, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, -1, 128, &e84));
+                CHECK_OK(create_kv(m, CISM_DTYPE_F16, CISM_DTYPE_F32, -1, 128, &e1632));
+                CHECK_MSG(e16 - e84 == rows * (128 - 68) + rows * (128 - 40) && e1632 - e16 == rows * (256 - 128),
+                          "estimates f16 %lld q8/q4a %lld f16/f32 %lld", (long long)e16, (long long)e84, (long long)e1632);
+                if (s) CHECK(cism_session_memory_bytes(s) == e84);
+                cism_session_free(s);
+            }
             { /* a created session counts the same */
-                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q4A, -1}, 1, 256, 128), *s16 = kv_session(m, (kvcfg){CISM_DTYPE_F16, -1}, 1, 256, 128);
+                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q4A, -1, -1}, 1, 256, 128), *s16 = kv_session(m, (kvcfg){CISM_DTYPE_F16, -1, -1}, 1, 256, 128);
                 if (s && s16) CHECK(cism_session_memory_bytes(s16) - cism_session_memory_bytes(s) == 2 * rows * (128 - 40));
                 cism_session_free(s);
                 cism_session_free(s16);
@@ -384,7 +463,7 @@ static void test_refusals(void) {
             { /* a batch holds sessions of one KV type and rotation */
                 cism_batch *b = NULL;
                 cism_params *bp = NULL;
-                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q8, 0}, 1, 8, 128); /* the batch: q8, rotated */
+                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q8, 0, -1}, 1, 8, 128); /* the batch: q8, rotated */
                 int32_t t = 5;
                 CHECK_OK(cism_params_create(&bp));
                 CHECK_OK(cism_params_set_int(bp, CISM_PARAM_KV_TYPE, CISM_DTYPE_Q8));
@@ -396,6 +475,30 @@ static void test_refusals(void) {
                 cism_batch_free(b);
                 cism_params_free(bp);
                 cism_session_free(s);
+            }
+            { /* ... and one V type: K q8 + V q4a sessions join a K q8 + V q4a batch, not a q8 one, nor q4a ones a q8/q4a batch */
+                cism_batch *b = NULL, *b8 = NULL;
+                cism_params *bp = NULL;
+                cism_session *s = kv_session(m, (kvcfg){CISM_DTYPE_Q8, -1, CISM_DTYPE_Q4A}, 1, 8, 128);
+                cism_session *s4 = kv_session(m, (kvcfg){CISM_DTYPE_Q4A, -1, -1}, 1, 8, 128);
+                int32_t t = 5;
+                CHECK_OK(cism_params_create(&bp));
+                CHECK_OK(cism_params_set_int(bp, CISM_PARAM_KV_TYPE, CISM_DTYPE_Q8));
+                CHECK_OK(cism_batch_create(m, bp, &b8));
+                CHECK_OK(cism_params_set_int(bp, CISM_PARAM_KV_TYPE_V, CISM_DTYPE_Q4A));
+                CHECK_OK(cism_batch_create(m, bp, &b));
+                if (b && b8 && s && s4) {
+                    st = cism_batch_add(b8, s, &t, 1);
+                    CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "KV_TYPE_V"), "batch V: %s", cism_last_error());
+                    st = cism_batch_add(b, s4, &t, 1);
+                    CHECK_MSG(st == CISM_ERR_INVALID_ARG && strstr(cism_last_error(), "KV_TYPE"), "batch K: %s", cism_last_error());
+                    CHECK_OK(cism_batch_add(b, s, &t, 1));
+                }
+                cism_batch_free(b);
+                cism_batch_free(b8);
+                cism_params_free(bp);
+                cism_session_free(s);
+                cism_session_free(s4);
             }
             cism_model_free(m);
         }

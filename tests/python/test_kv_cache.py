@@ -3,7 +3,9 @@ the real SmolLM2-135M-Instruct (build/cache/smol-q8.cism) at a 2048-token
 context: KL divergence and perplexity of the q8 and q4a caches against the f16
 cache of the same model, over one window of 2048 tokens of the eval text. The
 bounds are about 1.5-2x what was measured (docs/KV_CACHE.md), so a worse
-quantizer, a broken rotation or a wrong kernel fails them."""
+quantizer, a broken rotation or a wrong kernel fails them. K and V of
+different types (kv_type="q8/q4a": K cache q8, V cache q4a) are checked the
+same way: that recipe must stay within the 2% perplexity target."""
 from __future__ import annotations
 
 import os
@@ -11,6 +13,8 @@ import os
 import pytest
 
 import cism
+from cism.kvtypes import kv_type_arg, split_kv_type
+from cism.params import DTYPES, Params
 from cism.ppl import kl_divergence
 
 CTX = 2048
@@ -70,3 +74,37 @@ def test_q4a_cache_cost_at_2k_and_rotation(smol, text):
     assert rot.kld_mean < 0.07, rot.kld_mean          # measured 0.045
     assert rot.ln_ppl_ratio < 0.065, rot.ln_ppl_ratio
     assert rot.kld_mean < 0.9 * plain.kld_mean        # the rotation must help
+
+
+def test_kv_type_k_slash_v_from_python(smol):
+    toks = smol.tokenizer.encode("The quick brown fox jumps over the lazy dog.", add_bos=True)
+    rows = {}
+    for kv in ("q8", "q4a", "q8/q4a", "q8/q8", "Q8 / Q4A", "f16/q8"):
+        with smol.session(kv_type=kv, n_ctx=64, logits_all=True) as s:
+            s.eval(toks)
+            rows[kv] = s.logits()
+    assert (rows["q8/q4a"] != rows["q8"]).any() and (rows["q8/q4a"] != rows["q4a"]).any()
+    assert (rows["q8/q8"] == rows["q8"]).all()
+    assert (rows["Q8 / Q4A"] == rows["q8/q4a"]).all()
+    assert (rows["f16/q8"] != rows["q8"]).any()
+    with Params(kv_type="q8/q4a") as p:
+        assert p.get("kv_type") == DTYPES["q8"] and p.get("kv_type_v") == DTYPES["q4a"]
+    with Params(kv_type="q4a") as p:
+        assert p.get("kv_type_v") == -1                 # the default: V as K
+    with pytest.raises(cism.InvalidArgumentError, match="kv_type_v"):
+        smol.session(kv_type="q8/q4")
+    with pytest.raises(ValueError, match="K/V"):
+        smol.session(kv_type="q8/q4a/f16")
+    assert split_kv_type("q8/q4a") == ("q8", "q4a") and split_kv_type("f16") == ("f16", "f16")
+    assert kv_type_arg("Q8/q4a") == "q8/q4a" and kv_type_arg("q8/q8") == "q8"
+    with pytest.raises(Exception, match="K/V"):
+        kv_type_arg("q8/q4")
+
+
+def test_k_q8_v_q4a_cache_cost_at_2k(smol, text):
+    r = _cost(smol, text, "q8/q4a")                   # rotated by default (a quantized cache)
+    print(f"K q8 + V q4a: {r.describe()}")
+    assert r.model.n_scored == CTX - 1
+    assert r.kld_mean < 0.012, r.kld_mean            # measured 0.006 over 2 windows
+    assert abs(r.ln_ppl_ratio) < 0.02, r.ln_ppl_ratio  # the 2% target (measured +0.04% over 2 windows)
+    assert r.same_top > 0.93

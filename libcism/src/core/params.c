@@ -22,6 +22,7 @@ void cism__params_defaults(struct cism_params *p) {
     p->act_outliers = 1;
     p->verify_checksums = 0;
     p->kv_rotate = -1;
+    p->kv_type_v = -1;
 }
 
 int cism__default_threads(void) {
@@ -61,6 +62,7 @@ static int64_t *param_slot(cism_params *p, cism_param key) {
     case CISM_PARAM_ACT_OUTLIERS: return &p->act_outliers;
     case CISM_PARAM_VERIFY_CHECKSUMS: return &p->verify_checksums;
     case CISM_PARAM_KV_ROTATE: return &p->kv_rotate;
+    case CISM_PARAM_KV_TYPE_V: return &p->kv_type_v;
     default: return NULL;
     }
 }
@@ -82,6 +84,14 @@ static cism_status range_error(cism_param key, int64_t value) {
             return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %s is not supported: use f16, f32, q8 or q4a", name);
         return cism__fail(CISM_ERR_INVALID_ARG, "KV cache type (kv_type) %lld is not supported: use f16 (CISM_DTYPE_F16), "
                           "f32 (CISM_DTYPE_F32), q8 (CISM_DTYPE_Q8) or q4a (CISM_DTYPE_Q4A)", v);
+    }
+    case CISM_PARAM_KV_TYPE_V: {
+        const char *name = value >= 0 && value <= INT32_MAX ? cism_dtype_name((cism_dtype)value) : NULL;
+        if (name)
+            return cism__fail(CISM_ERR_INVALID_ARG, "V cache type (kv_type_v) %s is not supported: use f16, f32, q8, q4a, "
+                              "or -1 for the same type as kv_type", name);
+        return cism__fail(CISM_ERR_INVALID_ARG, "V cache type (kv_type_v) %lld is not supported: use -1 (the same as kv_type), "
+                          "f16 (CISM_DTYPE_F16), f32 (CISM_DTYPE_F32), q8 (CISM_DTYPE_Q8) or q4a (CISM_DTYPE_Q4A)", v);
     }
     case CISM_PARAM_N_BATCH:
         return cism__fail(CISM_ERR_INVALID_ARG, "batch size (n_batch) %lld is out of range: use 1..65536 tokens", v);
@@ -116,6 +126,10 @@ cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t val
         ok = value == CISM_DTYPE_F32 || value == CISM_DTYPE_F16 || value == CISM_DTYPE_Q8 || value == CISM_DTYPE_Q4A;
         break;
     case CISM_PARAM_KV_ROTATE: ok = value >= -1 && value <= 1; break;
+    case CISM_PARAM_KV_TYPE_V:
+        ok = value == -1 || value == CISM_DTYPE_F32 || value == CISM_DTYPE_F16 || value == CISM_DTYPE_Q8 ||
+             value == CISM_DTYPE_Q4A;
+        break;
     case CISM_PARAM_N_BATCH: ok = value >= 1 && value <= 65536; break;
     case CISM_PARAM_KERNEL_TIER: ok = value >= CISM_TIER_AUTO && value <= CISM_TIER_NEON_I8MM; break;
     case CISM_PARAM_ACT_STATS: ok = value >= 0 && value <= 4096; break;

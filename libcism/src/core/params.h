@@ -18,6 +18,7 @@ struct cism_params {
     int64_t act_stats;
     int64_t verify_checksums;
     int64_t kv_rotate;      /* -1 = the KV type's default */
+    int64_t kv_type_v;      /* -1 = kv_type */
 };
 
 /* Fills p with the defaults; used when the caller passes NULL. */

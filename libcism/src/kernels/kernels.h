@@ -48,7 +48,7 @@ typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t co
    consecutive tokens x n_grp query heads (grouped-query attention). Query
    (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim;
    it attends to the first n_kv0 + a cached positions of k and v (rows of
-   head_dim elements in kv_dtype: f32 or f16, stride head_dim elements, or a
+   head_dim elements, K's in k_dtype and V's in v_dtype (they may differ): f32 or f16, stride head_dim elements, or a
    quantized type, q8 or q4a, stride cism__kv_row_bytes, read through
    cism__kv_decode of kv_quant.h, the same floats on every tier) and writes
    softmax(q.k * scale) . v to out + a*ldo + i*head_dim. scores is scratch of
@@ -57,8 +57,8 @@ typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t co
    on its own query and positions (never on n_tok, n_grp or its place in the
    block). */
 typedef void (*cism__attention_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok,
-                                   int64_t n_grp, const void *k, const void *v, int32_t kv_dtype,
-                                   int64_t n_kv0, int64_t head_dim, float scale, float *scores);
+                                   int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
+                                   int32_t v_dtype, int64_t n_kv0, int64_t head_dim, float scale, float *scores);
 
 typedef struct cism__kernels {
     const char *name;

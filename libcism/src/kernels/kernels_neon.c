@@ -288,7 +288,7 @@ static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n
 }
 
 static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
-                      const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
+                      const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
     float buf[KV_BLOCK_FLOATS];
     const int64_t n_max = n_kv0 + n_tok - 1;
     int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
@@ -296,7 +296,7 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
     kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
     for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
         int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *kf = widen_rows(k, kv_dtype, b0, bn, hd, buf);
+        const float *kf = widen_rows(k, k_dtype, b0, bn, hd, buf);
         for (a = 0; a < n_tok; a++) {
             int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
             for (i = 0; i < n_grp && nk > 0; i++) {
@@ -319,7 +319,7 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
         }
     for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
         int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *vf = widen_rows(v, kv_dtype, b0, bn, hd, buf);
+        const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
         for (a = 0; a < n_tok; a++) {
             int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
             for (i = 0; i < n_grp && nk > 0; i++)

@@ -113,7 +113,7 @@ static const float *kv_chunk(const void *kv, int32_t kv_dtype, int64_t t, int64_
 
 /* one query over n_kv positions; every K/V row is widened CHUNK elements at a
    time into f32 (exactly, kv_quant.h) and then used as an f32 row */
-static void attention_one(const float *q, const void *k, const void *v, int32_t kv_dtype, int64_t n_kv,
+static void attention_one(const float *q, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv,
                           int64_t head_dim, float scale, float *scores, float *out) {
     float buf[CHUNK];
     float mx = -INFINITY, sum = 0.0f, inv;
@@ -122,7 +122,7 @@ static void attention_one(const float *q, const void *k, const void *v, int32_t 
         float s, acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
             int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
-            dot_lanes(acc, q + c0, kv_chunk(k, kv_dtype, t, head_dim, c0, cn, buf), cn);
+            dot_lanes(acc, q + c0, kv_chunk(k, k_dtype, t, head_dim, c0, cn, buf), cn);
         }
         s = lanes_sum(acc);
         s *= scale;
@@ -139,19 +139,19 @@ static void attention_one(const float *q, const void *k, const void *v, int32_t 
         float p = scores[t] * inv;
         for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
             int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
-            const float *vr = kv_chunk(v, kv_dtype, t, head_dim, c0, cn, buf);
+            const float *vr = kv_chunk(v, v_dtype, t, head_dim, c0, cn, buf);
             for (i = 0; i < cn; i++) out[c0 + i] += p * vr[i];
         }
     }
 }
 
 static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp,
-                      const void *k, const void *v, int32_t kv_dtype, int64_t n_kv0, int64_t head_dim, float scale,
+                      const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t head_dim, float scale,
                       float *scores) {
     int64_t a, i;
     for (a = 0; a < n_tok; a++)
         for (i = 0; i < n_grp; i++)
-            attention_one(q + a * ldq + i * head_dim, k, v, kv_dtype, n_kv0 + a, head_dim, scale, scores,
+            attention_one(q + a * ldq + i * head_dim, k, v, k_dtype, v_dtype, n_kv0 + a, head_dim, scale, scores,
                           out + a * ldo + i * head_dim);
 }
 

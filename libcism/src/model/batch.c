@@ -18,7 +18,7 @@
 struct cism_batch {
     cism_model *model;
     cism__work w;
-    int32_t kv_type;
+    int32_t kv_type, kv_type_v; /* K's and V's (CISM_PARAM_KV_TYPE_V resolved) */
     int kv_rot;               /* CISM_PARAM_KV_ROTATE resolved for kv_type */
     int64_t n_batch;          /* tokens per eval in all */
     int64_t n_ctx_hint;
@@ -50,13 +50,15 @@ cism_status cism_batch_create(cism_model *model, const cism_params *params, cism
     if (!cism__kernels_tier((int32_t)params->kernel_tier))
         return cism__fail(CISM_ERR_UNSUPPORTED, "kernel tier %s cannot run on this CPU (or is not compiled into this build)",
                           cism_kernel_tier_name((cism_kernel_tier)params->kernel_tier));
-    if ((st = cism__kv_check(&model->hp, (int32_t)params->kv_type, params->kv_rotate, &rot)) != CISM_OK) return st;
+    st = cism__kv_check(&model->hp, (int32_t)params->kv_type, cism__kv_type_v(params), params->kv_rotate, &rot);
+    if (st != CISM_OK) return st;
     b = (cism_batch *)calloc(1, sizeof(*b));
     if (!b) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_batch_create: out of memory");
     nb = params->n_batch;
     b->n_batch = nb;
     b->n_ctx_hint = params->n_ctx;
     b->kv_type = (int32_t)params->kv_type;
+    b->kv_type_v = cism__kv_type_v(params);
     b->kv_rot = rot;
     b->w.k = cism__kernels_tier((int32_t)params->kernel_tier);
     b->w.nth = params->n_threads > 0 ? (int)params->n_threads : cism__default_threads();
@@ -120,6 +122,9 @@ static cism_status check_member(const cism_batch *b, const cism_session *s) {
     if (s->kv_type != b->kv_type)
         return cism__fail(CISM_ERR_INVALID_ARG, "the session keeps its KV cache in %s, the batch expects %s: create both with the "
                           "same CISM_PARAM_KV_TYPE", kv_name(s->kv_type), kv_name(b->kv_type));
+    if (s->kv_type_v != b->kv_type_v)
+        return cism__fail(CISM_ERR_INVALID_ARG, "the session keeps its V cache in %s, the batch expects %s: create both with the "
+                          "same CISM_PARAM_KV_TYPE_V", kv_name(s->kv_type_v), kv_name(b->kv_type_v));
     if (s->kv_rot != b->kv_rot)
         return cism__fail(CISM_ERR_INVALID_ARG, "the session's %s KV cache is %s, the batch expects it %s: create both with the "
                           "same CISM_PARAM_KV_ROTATE", kv_name(s->kv_type), s->kv_rot ? "rotated" : "not rotated",

@@ -124,10 +124,10 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
 
 /* A quantized row goes through the one scalar quantizer (kv_quant.c): the
    cache holds the same bytes whatever the tier. */
-static void store_row(const cism__work *w, const cism_session *s, void *row, const float *src, int64_t n) {
-    if (s->kv_type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
-    else if (s->kv_type == CISM_DTYPE_F16) w->k->f32_to_f16(src, (uint16_t *)row, n);
-    else cism__kv_quantize_row(s->kv_type, src, n, (uint8_t *)row);
+static void store_row(const cism__work *w, int32_t type, void *row, const float *src, int64_t n) {
+    if (type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
+    else if (type == CISM_DTYPE_F16) w->k->f32_to_f16(src, (uint16_t *)row, n);
+    else cism__kv_quantize_row(type, src, n, (uint8_t *)row);
 }
 
 /* K or V row of (layer, head, pos) into the cache, and into its ring copy.
@@ -135,9 +135,10 @@ static void store_row(const cism__work *w, const cism_session *s, void *row, con
 static void store_kv(const cism__work *w, const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos,
                      const float *src) {
     int64_t hd = s->model->hp.head_dim;
+    const int32_t type = cache == s->v_cache ? s->kv_type_v : s->kv_type;
     void *copy = cism__kv_row_copy(s, cache, layer, head, pos);
-    store_row(w, s, cism__kv_row(s, cache, layer, head, pos), src, hd);
-    if (copy) store_row(w, s, copy, src, hd);
+    store_row(w, type, cism__kv_row(s, cache, layer, head, pos), src, hd);
+    if (copy) store_row(w, type, copy, src, hd);
 }
 
 /* RoPE of row t on the layer's table (none on a NoPE layer): the first
@@ -253,6 +254,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     if (window == 0) {
         w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, 0), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
+                        sq->s->kv_type_v,
                         sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
         unrotate_rows(f, sq->s, row, n_tok, h, hpu);
         if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
@@ -264,7 +266,7 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
         int64_t pos = sq->s->n_past + t + i, first = pos + 1 > window ? pos + 1 - window : 0;
         w->k->attention(w->q + (row + i) * q_rows + h * hd, q_rows, w->att + (row + i) * q_rows + h * hd, q_rows, 1, hpu,
                         cism__kv_row(sq->s, sq->s->k_cache, l, kvh, first), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, first),
-                        sq->s->kv_type, pos + 1 - first, hd, hp->attn_scale, scores);
+                        sq->s->kv_type, sq->s->kv_type_v, pos + 1 - first, hd, hp->attn_scale, scores);
     }
     unrotate_rows(f, sq->s, row, n_tok, h, hpu);
     if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);

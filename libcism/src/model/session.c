@@ -44,25 +44,32 @@ int cism__model_has_packed(const cism_model *m) {
 }
 
 /* The session shape params ask for, checked against the model. */
-/* kv_bytes: of each of the K and V caches; conv_elem: bytes of a short-convolution cache element */
-typedef struct shape { int64_t n_ctx, n_batch, kv_bytes, kv_elems, conv_elem; int nth, act_quant, kv_rot; } shape;
+/* kv_bytes, kv_bytes_v: of the K and of the V cache; conv_elem: bytes of a short-convolution cache element */
+typedef struct shape { int64_t n_ctx, n_batch, kv_bytes, kv_bytes_v, kv_elems, conv_elem; int nth, act_quant, kv_rot; } shape;
 
 /* KV types rotated when CISM_PARAM_KV_ROTATE is -1 (measured: docs/KV_CACHE.md) */
 static int kv_rotate_default(int32_t kv_type) { return kv_type == CISM_DTYPE_Q8 || kv_type == CISM_DTYPE_Q4A; }
 
-cism_status cism__kv_check(const cism__hparams *hp, int32_t kv_type, int64_t rotate, int *rot) {
-    const char *name = cism_dtype_name((cism_dtype)kv_type);
+int32_t cism__kv_type_v(const cism_params *params) {
+    return params->kv_type_v < 0 ? (int32_t)params->kv_type : (int32_t)params->kv_type_v;
+}
+
+cism_status cism__kv_check(const cism__hparams *hp, int32_t k_type, int32_t v_type, int64_t rotate, int *rot) {
+    const char *kname = cism_dtype_name((cism_dtype)k_type), *vname = cism_dtype_name((cism_dtype)v_type);
+    const int quant = cism__kv_is_quant(k_type) || cism__kv_is_quant(v_type);
     *rot = 0;
-    if (!cism__kv_is_quant(kv_type)) {
+    if (!quant) {
         if (rotate == 1)
             return cism__fail(CISM_ERR_INVALID_ARG, "kv_rotate 1 applies to a quantized KV cache (q8, q4a); this session's KV "
-                              "type is %s: use kv_rotate -1 or 0", name ? name : "unknown");
+                              "type is %s%s%s: use kv_rotate -1 or 0", kname ? kname : "unknown", k_type != v_type ? " (V " : "",
+                              k_type != v_type ? (vname ? vname : "unknown") : "");
         return CISM_OK;
     }
     if (hp->head_dim % 32 != 0)
         return cism__fail(CISM_ERR_UNSUPPORTED, "KV cache type %s stores each head in blocks of 32 elements, but this model's "
-                          "head_dim is %lld (not a multiple of 32): use kv_type f16 or f32", name, (long long)hp->head_dim);
-    *rot = rotate < 0 ? kv_rotate_default(kv_type) : (int)rotate;
+                          "head_dim is %lld (not a multiple of 32): use kv_type f16 or f32",
+                          cism__kv_is_quant(k_type) ? kname : vname, (long long)hp->head_dim);
+    *rot = rotate < 0 ? (kv_rotate_default(k_type) || kv_rotate_default(v_type)) : (int)rotate;
     return CISM_OK;
 }
 
@@ -83,8 +90,9 @@ static cism_status resolve_shape(const cism_model *model, const cism_params *par
     sh->act_quant = params->act_quant != 0 && cism__model_has_packed(model); /* float weights never use it */
     sh->kv_elems = cism__kv_layout(hp, model->layers, sh->n_ctx, sh->n_batch, NULL);
     sh->kv_bytes = sh->kv_elems / hp->head_dim * (int64_t)cism__kv_row_bytes((int32_t)params->kv_type, hp->head_dim);
+    sh->kv_bytes_v = sh->kv_elems / hp->head_dim * (int64_t)cism__kv_row_bytes(cism__kv_type_v(params), hp->head_dim);
     sh->conv_elem = params->kv_type == CISM_DTYPE_F32 ? 4 : 2; /* f16 for every other KV type */
-    return cism__kv_check(hp, (int32_t)params->kv_type, params->kv_rotate, &sh->kv_rot);
+    return cism__kv_check(hp, (int32_t)params->kv_type, cism__kv_type_v(params), params->kv_rotate, &sh->kv_rot);
 }
 
 int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int64_t n_ctx, int64_t n_batch, cism__kv_layer *kv) {
@@ -109,19 +117,24 @@ static uint64_t kv_row_index(const cism_session *s, int64_t layer, int64_t head,
     return L->off / (uint64_t)s->model->hp.head_dim + (uint64_t)head * (uint64_t)L->slots + (uint64_t)slot;
 }
 
+/* K and V rows may differ in size (CISM_PARAM_KV_TYPE_V): the cache says which */
+static uint64_t row_bytes(const cism_session *s, const void *cache) {
+    return cache == s->v_cache ? s->kv_row_bytes_v : s->kv_row_bytes;
+}
+
 void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
     int64_t ring = s->kv[layer].ring;
-    return (uint8_t *)cache + kv_row_index(s, layer, head, ring ? pos % ring : pos) * s->kv_row_bytes;
+    return (uint8_t *)cache + kv_row_index(s, layer, head, ring ? pos % ring : pos) * row_bytes(s, cache);
 }
 
 void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos) {
     int64_t ring = s->kv[layer].ring;
     if (!ring) return NULL;
-    return (uint8_t *)cache + kv_row_index(s, layer, head, pos % ring + ring) * s->kv_row_bytes;
+    return (uint8_t *)cache + kv_row_index(s, layer, head, pos % ring + ring) * row_bytes(s, cache);
 }
 
 static int64_t shape_bytes(const cism__hparams *hp, const shape *sh, int64_t logit_rows, int with_scratch) {
-    int64_t b = (int64_t)sizeof(cism_session) + 2 * sh->kv_bytes + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
+    int64_t b = (int64_t)sizeof(cism_session) + sh->kv_bytes + sh->kv_bytes_v + logit_rows * hp->vocab * 4 + sh->n_ctx * 4 +
                 cism__shortconv_cache_bytes(hp, sh->n_ctx, sh->conv_elem) + cism__dn_session_bytes(hp);
     if (with_scratch) b += cism__work_bytes(hp, sh->n_batch, sh->n_ctx, sh->nth, sh->act_quant);
     return b;
@@ -145,6 +158,7 @@ int64_t cism_session_memory_bytes(const cism_session *s) {
     sh.nth = s->nth;
     sh.kv_elems = s->kv_elems;
     sh.kv_bytes = s->kv_elems / s->model->hp.head_dim * (int64_t)s->kv_row_bytes;
+    sh.kv_bytes_v = s->kv_elems / s->model->hp.head_dim * (int64_t)s->kv_row_bytes_v;
     sh.conv_elem = s->kv_type == CISM_DTYPE_F32 ? 4 : 2;
     sh.act_quant = s->act_quant;
     return shape_bytes(&s->model->hp, &sh, s->logits_cap, s->w.x != NULL);
@@ -198,7 +212,9 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->n_batch = sh.n_batch;
     s->kv_type = (int32_t)params->kv_type;
     s->kv_rot = sh.kv_rot;
+    s->kv_type_v = cism__kv_type_v(params);
     s->kv_row_bytes = cism__kv_row_bytes(s->kv_type, hp->head_dim);
+    s->kv_row_bytes_v = cism__kv_row_bytes(s->kv_type_v, hp->head_dim);
     s->logits_all = (int)params->logits_all;
     s->act_quant = sh.act_quant;
     s->act_outliers = (int)params->act_outliers;
@@ -210,15 +226,15 @@ cism_status cism_session_create(cism_model *model, const cism_params *params, ci
     s->kv = (cism__kv_layer *)calloc((size_t)hp->n_layers, sizeof(cism__kv_layer));
     if (!s->kv) failed = 1;
     else s->kv_elems = cism__kv_layout(hp, model->layers, sh.n_ctx, sh.n_batch, s->kv);
-    if ((uint64_t)sh.kv_bytes > (uint64_t)SIZE_MAX) failed = 1;
+    if ((uint64_t)sh.kv_bytes > (uint64_t)SIZE_MAX || (uint64_t)sh.kv_bytes_v > (uint64_t)SIZE_MAX) failed = 1;
     if (!failed) {
-        size_t kv = (size_t)sh.kv_bytes;
+        size_t kv = (size_t)sh.kv_bytes, kvv = (size_t)sh.kv_bytes_v;
         s->k_cache = malloc(kv ? kv : 1); /* none without attention layers */
-        s->v_cache = malloc(kv ? kv : 1);
+        s->v_cache = malloc(kvv ? kvv : 1);
         if (!s->k_cache || !s->v_cache) failed = 1;
     }
     if (failed) {
-        double mb = 2.0 * (double)sh.kv_bytes / 1048576.0;
+        double mb = ((double)sh.kv_bytes + (double)sh.kv_bytes_v) / 1048576.0;
         cism_session_free(s);
         return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache (%.1f MiB for %lld positions); use a smaller context length",
                           mb, (long long)sh.n_ctx);

@@ -70,10 +70,12 @@ int64_t cism__kv_layout(const cism__hparams *hp, const cism__layer *layers, int6
 /* The cache row of (layer, KV head, position), and its second copy in a ring (NULL otherwise). */
 void *cism__kv_row(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
 void *cism__kv_row_copy(const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos);
-/* Whether kv_type can hold this model's heads (a quantized type needs head_dim
+/* Whether K/V types k_type, v_type can hold this model's heads (a quantized type needs head_dim
    a multiple of 32) and the rotation CISM_PARAM_KV_ROTATE `rotate` gives it
    (*rot); CISM_OK or a failure with a message. */
-cism_status cism__kv_check(const cism__hparams *hp, int32_t kv_type, int64_t rotate, int *rot);
+cism_status cism__kv_check(const cism__hparams *hp, int32_t k_type, int32_t v_type, int64_t rotate, int *rot);
+/* The V cache's type params ask for (CISM_PARAM_KV_TYPE_V, -1 = CISM_PARAM_KV_TYPE). */
+int32_t cism__kv_type_v(const cism_params *params);
 
 struct cism_spec;
 struct cism_session {
@@ -82,9 +84,11 @@ struct cism_session {
     const cism__kernels *k;
     int nth;
     int64_t n_ctx, n_batch;
-    int32_t kv_type;
+    int32_t kv_type;        /* the K cache's (and short-convolution caches') type */
+    int32_t kv_type_v;      /* the V cache's type (CISM_PARAM_KV_TYPE_V resolved) */
     int kv_rot;             /* rotated K/V/queries (CISM_PARAM_KV_ROTATE resolved; kv_quant.h) */
-    uint64_t kv_row_bytes;  /* bytes of one cache row (head_dim elements in kv_type) */
+    uint64_t kv_row_bytes;  /* bytes of one K cache row (head_dim elements in kv_type) */
+    uint64_t kv_row_bytes_v; /* bytes of one V cache row (in kv_type_v) */
     int logits_all;
     int act_quant;   /* CISM_PARAM_ACT_QUANT */
     int act_outliers; /* CISM_PARAM_ACT_OUTLIERS (act_outliers.c) */

@@ -28,7 +28,7 @@
    (returns 1 when some did) and load only where the ring has room. */
 static int copy_rows(const cism_session *s, void *cache, int64_t l, int64_t h, int64_t n, uint8_t *save_to,
                      const uint8_t *load_from) {
-    uint64_t rb = s->kv_row_bytes;
+    uint64_t rb = cache == s->v_cache ? s->kv_row_bytes_v : s->kv_row_bytes;
     int64_t ring = s->kv[l].ring, p, lo;
     int lost = 0;
     if (!ring) {
@@ -92,14 +92,22 @@ static uint64_t model_fingerprint(const cism_model *m) {
     return h;
 }
 
-/* The header's KV type field: the dtype, plus KV_ROTATED when the rows are
-   rotated (kv_quant.h). f32 and f16 states read as before. */
+/* The header's KV type field: the K dtype, plus KV_ROTATED when the rows are
+   rotated (kv_quant.h), plus (V dtype + 1) << 16 when V's type differs from
+   K's (CISM_PARAM_KV_TYPE_V). States of one type read as before. */
 #define KV_ROTATED 0x100u
-static uint32_t kv_code(const cism_session *s) { return (uint32_t)s->kv_type | (s->kv_rot ? KV_ROTATED : 0u); }
+static uint32_t kv_code(const cism_session *s) {
+    return (uint32_t)s->kv_type | (s->kv_rot ? KV_ROTATED : 0u) |
+           (s->kv_type_v != s->kv_type ? ((uint32_t)s->kv_type_v + 1u) << 16 : 0u);
+}
 static void kv_describe(uint32_t code, char *out, size_t n) {
-    const char *name = (code & 0xffu) < CISM__DTYPE_COUNT && (code & ~(0xffu | KV_ROTATED)) == 0
-                           ? cism_dtype_name((cism_dtype)(code & 0xffu)) : NULL;
-    snprintf(out, n, "%s%s", name ? name : "unknown", name && (code & KV_ROTATED) ? " (rotated, kv_rotate 1)" : "");
+    const uint32_t k = code & 0xffu, v1 = (code >> 16) & 0xffu;
+    const int ok = k < CISM__DTYPE_COUNT && v1 <= CISM__DTYPE_COUNT && (code & 0xff00fe00u) == 0;
+    const char *kname = ok ? cism_dtype_name((cism_dtype)k) : NULL;
+    const char *vname = ok && v1 ? cism_dtype_name((cism_dtype)(v1 - 1u)) : NULL;
+    if (!kname || (v1 && !vname)) snprintf(out, n, "unknown (code %#x)", (unsigned)code);
+    else if (v1) snprintf(out, n, "K %s + V %s%s", kname, vname, code & KV_ROTATED ? " (rotated, kv_rotate 1)" : "");
+    else snprintf(out, n, "%s%s", kname, code & KV_ROTATED ? " (rotated, kv_rotate 1)" : "");
 }
 
 /* Bytes of the recurrent section: the current snapshot (deltanet.h), 0 without DeltaNet layers. */
@@ -107,7 +115,7 @@ static uint64_t recurrent_bytes(const cism__hparams *hp) { return (uint64_t)cism
 
 cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler, const char *path) {
     const cism__hparams *hp;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, total, off, layer_bytes, rec_bytes;
+    uint64_t row_bytes, row_bytes_v, kv_bytes, logit_bytes, samp_bytes, total, off, layer_bytes, rec_bytes;
     uint8_t *buf;
     int has_layers;
     int64_t l, h;
@@ -117,7 +125,8 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
     if (!s || !path) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_save: %s is NULL", s ? "path" : "session");
     hp = &s->model->hp;
     row_bytes = (uint64_t)s->n_past * s->kv_row_bytes;
-    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
+    row_bytes_v = (uint64_t)s->n_past * s->kv_row_bytes_v;
+    kv_bytes = (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * (row_bytes + row_bytes_v); /* attention layers' */
     logit_bytes = (uint64_t)s->logit_rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = sampler ? cism__sampler_state_size(sampler) : 0;
     has_layers = hp->n_shortconv > 0;
@@ -156,7 +165,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
                 if (copy_rows(s, c ? s->v_cache : s->k_cache, l, h, s->n_past, buf + off, NULL) ||
                     s->kv_min_keep > 0)
                     partial = 1;
-                off += row_bytes;
+                off += c ? row_bytes_v : row_bytes;
             }
     }
     if (partial) cism__put_u32(buf + 12, cism__get_u32(buf + 12) | STATE_FLAG_PARTIAL);
@@ -182,7 +191,7 @@ cism_status cism_session_save(const cism_session *s, const cism_sampler *sampler
 static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8_t *d, uint64_t size, const char *path) {
     const cism__hparams *hp = &s->model->hp;
     uint32_t version, flags, kv_type, n_past, last_n, rows, keep_rows;
-    uint64_t row_bytes, kv_bytes, logit_bytes, samp_bytes, off, fp, layer_bytes, layer_sec, rec_bytes = recurrent_bytes(hp);
+    uint64_t row_bytes, row_bytes_v, kv_bytes, logit_bytes, samp_bytes, off, fp, layer_bytes, layer_sec, rec_bytes = recurrent_bytes(hp);
     int64_t l, h;
     int has_layers = hp->n_shortconv > 0;
     if (size < STATE_HEADER + 4u || memcmp(d, STATE_MAGIC, 8) != 0) {
@@ -225,7 +234,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         kv_describe(kv_type, saved, sizeof(saved));
         kv_describe(kv_code(s), mine, sizeof(mine));
         return cism__fail(CISM_ERR_INVALID_ARG, "%s: session state holds a %s KV cache, this session's is %s: create the "
-                          "session with that KV type (and kv_rotate)", path, saved, mine);
+                          "session with that KV type (kv_type, kv_type_v and kv_rotate)", path, saved, mine);
     }
     n_past = cism__get_u32(d + 48);
     last_n = cism__get_u32(d + 52);
@@ -236,7 +245,8 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
     if (rows == 0 ? last_n != 0 : (last_n < 1 || last_n > n_past || (rows != 1 && rows != last_n)))
         return cism__fail(CISM_ERR_FORMAT, "%s: session state's position fields are inconsistent", path);
     row_bytes = (uint64_t)n_past * s->kv_row_bytes;
-    kv_bytes = 2u * (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * row_bytes; /* attention layers' */
+    row_bytes_v = (uint64_t)n_past * s->kv_row_bytes_v;
+    kv_bytes = (uint64_t)hp->n_kv_layers * (uint64_t)hp->n_kv_heads * (row_bytes + row_bytes_v); /* attention layers' */
     logit_bytes = (uint64_t)rows * (uint64_t)hp->vocab * 4u;
     samp_bytes = cism__get_u64(d + 80);
     if (((flags & STATE_FLAG_LAYERS) != 0) != has_layers)
@@ -275,7 +285,7 @@ static cism_status load_view(cism_session *s, cism_sampler *sampler, const uint8
         for (c = 0; c < 2; c++)
             for (h = 0; h < hp->n_kv_heads; h++) {
                 copy_rows(s, c ? s->v_cache : s->k_cache, l, h, n_past, NULL, d + off);
-                off += row_bytes;
+                off += c ? row_bytes_v : row_bytes;
             }
     }
     s->kv_hi = (int32_t)n_past;
