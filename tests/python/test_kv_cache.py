@@ -1,5 +1,5 @@
 """The quantized KV cache (docs/KV_CACHE.md) from Python, and what it costs on
-the real SmolLM2-135M-Instruct (build/cache/smol-q8.cism) at a 2048-token
+the real SmolLM2-135M-Instruct (its pinned GGUF converted to q8) at a 2048-token
 context: KL divergence and perplexity of the q8 and q4a caches against the f16
 cache of the same model, over one window of 2048 tokens of the eval text. The
 bounds are about 1.5-2x what was measured (docs/KV_CACHE.md), so a worse
@@ -13,6 +13,7 @@ import os
 import pytest
 
 import cism
+from cism.convert import convert
 from cism.kvtypes import kv_type_arg, split_kv_type
 from cism.params import DTYPES, Params
 from cism.ppl import kl_divergence
@@ -21,11 +22,10 @@ CTX = 2048
 
 
 @pytest.fixture(scope="module")
-def smol():
-    build = os.environ.get("CISM_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
-    path = os.path.join(build, "cache", "smol-q8.cism")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} is not there (the real SmolLM2-135M imported as q8)")
+def smol(real_gguf, tmp_path_factory):
+    """The real SmolLM2-135M-Instruct (the pinned GGUF) converted to q8."""
+    path = str(tmp_path_factory.mktemp("kv_cache") / "smol-q8.cism")
+    convert(real_gguf, path, quant="q8", progress=None)
     with cism.Model(path) as m:
         yield m
 
