@@ -192,37 +192,6 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
                   cism_dtype_name(dt), k->name, (int)NT);
         free(xs); free(y1); free(y2);
     }
-    /* 40 tokens: the tier epilogues take them in chunks of 16; the middle chunk has more distinct
-       channels (80) than their 64 slots (the direct-mapped cache path), the others a few shared ones */
-    {
-        enum { NT = 40 };
-        static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
-        uint8_t *xs = (uint8_t *)calloc(NT, (size_t)ldq);
-        float *y1 = (float *)calloc(NT * ROWS, sizeof(float)), *y2 = (float *)calloc(NT * ROWS, sizeof(float));
-        int seen[COLS] = {0}, distinct = 0, j;
-        int64_t t;
-        for (t = 0; t < NT; t++) {
-            const cism__act8_out *ot = (const cism__act8_out *)(const void *)(xs + (t + 1) * ldq - (int64_t)sizeof(cism__act8_out));
-            for (c = 0; c < COLS; c++) x[c] = 0.5f * frand();
-            if (t >= 16 && t < 32)
-                for (j = 0; j < 5; j++) x[(t * 13 + j * 40 + 7) % COLS] = big[j];
-            else {
-                x[3] = 30.0f; x[64 + t % 3] = -25.0f;
-            }
-            cism__act8_quantize_split(ref, x, COLS, xs + t * ldq, ldq, tmp);
-            for (j = 0; t >= 16 && t < 32 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
-        }
-        CHECK_MSG(distinct > 64, "the middle chunk has %d distinct outlier channels, meant to exceed 64", distinct);
-        ref->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y1, ROWS, NT, 0, ROWS);
-        cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
-        for (r = 0; r < ROWS; r += 16) {
-            k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xs, ldq, y2, ROWS, NT, r, r + 16);
-            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, ROWS, NT, r, r + 16);
-        }
-        CHECK_MSG(memcmp(y1, y2, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
-                  cism_dtype_name(dt), k->name, (int)NT);
-        free(xs); free(y1); free(y2);
-    }
     /* q4sx16: every E4M3 scale byte (subnormals, NaNs) decodes as the C code does (last: it edits wq) */
     if (dt == CISM_DTYPE_Q4SX16) {
         cism__x16 g = cism__x16_geom(dt, (uint64_t)rb);
@@ -241,6 +210,81 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
         }
     }
     free(w); free(wd); free(wq); free(xq); free(xp);
+}
+
+/* The tier's fused entry (matmul_a8_outl), where it has one, gives the bits
+   of the scalar tier's matmul_a8 followed by its epilogue (want), over rows
+   [0, rows) in one call and in calls of 16 rows, for tokens [0, nt). */
+static void check_fused(const cism__kernels *k, int32_t dt, const uint8_t *wq, int64_t rb, int64_t cols, int64_t rows,
+                        const uint8_t *xs, int64_t ldq, int64_t nt, const float *want) {
+    float *y = (float *)calloc((size_t)(nt * rows), sizeof(float));
+    int64_t r;
+    if (!k->matmul_a8_outl[dt]) {
+        free(y);
+        return;
+    }
+    k->matmul_a8_outl[dt](wq, (uint64_t)rb, cols, xs, ldq, y, rows, nt, 0, rows);
+    CHECK_MSG(memcmp(y, want, (size_t)(nt * rows) * sizeof(float)) == 0, "%s on %s, fused, %d tokens: not the scalar "
+              "tier's bits", cism_dtype_name(dt), k->name, (int)nt);
+    memset(y, 0, (size_t)(nt * rows) * sizeof(float));
+    for (r = 0; r < rows; r += 16) k->matmul_a8_outl[dt](wq, (uint64_t)rb, cols, xs, ldq, y, rows, nt, r, r + 16);
+    CHECK_MSG(memcmp(y, want, (size_t)(nt * rows) * sizeof(float)) == 0, "%s on %s, fused, %d tokens in calls of 16 "
+              "rows: not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)nt);
+    free(y);
+}
+
+/* A long call: 600 tokens (the x86 epilogues take runs of at most 256), the
+   middle ones with five strong channels each spread over a 330-wide row, so
+   that the first run meets more distinct channels (> 128) than a run holds and
+   ends early; the others share two channels. The tier's bits are the scalar
+   tier's, in one call over every row and in calls of 16 rows. */
+static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int32_t dt) {
+    enum { NT = 600, C2 = 330, T2 = C2 + 3 * ((C2 + 31) / 32) };
+    static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
+    int64_t rb = cism_dtype_row_bytes(dt, C2), ldq = ldq_of(C2), r, c, t, got = 0;
+    float *w = (float *)malloc(sizeof(float) * ROWS * C2), x[C2], tmp[T2];
+    uint8_t *wq = (uint8_t *)malloc((size_t)(rb * ROWS)), *xs = (uint8_t *)calloc(NT, (size_t)ldq);
+    float *y1 = (float *)calloc(NT * ROWS, sizeof(float)), *y2 = (float *)calloc(NT * ROWS, sizeof(float));
+    float *y3 = (float *)calloc(NT * ROWS, sizeof(float));
+    int seen[C2] = {0}, distinct = 0, j;
+    for (r = 0; r < ROWS * C2; r++) w[r] = 0.05f * frand();
+    CHECK_OK(cism_quantize(dt, w, ROWS, C2, NULL, wq, rb * ROWS, &got, 1));
+    for (t = 0; t < NT; t++) {
+        const cism__act8_out *ot = (const cism__act8_out *)(const void *)(xs + (t + 1) * ldq - (int64_t)sizeof(cism__act8_out));
+        for (c = 0; c < C2; c++) x[c] = 0.5f * frand();
+        if (t >= 100 && t < 400)
+            for (j = 0; j < 5; j++) x[(t * 37 + j * 61 + 5) % C2] = big[j];
+        else {
+            x[3] = 30.0f; x[64 + t % 3] = -25.0f;
+        }
+        cism__act8_quantize_split(ref, x, C2, xs + t * ldq, ldq, tmp);
+        for (j = 0; t < 256 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
+    }
+    CHECK_MSG(distinct > 128, "the first 256 tokens have %d distinct outlier channels, meant to exceed 128", distinct);
+    ref->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y1, ROWS, NT, 0, ROWS);
+    cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
+    k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y2, ROWS, NT, 0, ROWS);
+    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, ROWS, NT, 0, ROWS);
+    for (r = 0; r < ROWS; r += 16) {
+        k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y3, ROWS, NT, r, r + 16);
+        cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y3, ROWS, NT, r, r + 16);
+    }
+    CHECK_MSG(memcmp(y1, y2, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
+              cism_dtype_name(dt), k->name, (int)NT);
+    CHECK_MSG(memcmp(y1, y3, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens in calls of 16 rows: not the scalar "
+              "tier's bits", cism_dtype_name(dt), k->name, (int)NT);
+    check_fused(k, dt, wq, rb, C2, ROWS, xs, ldq, NT, y1);
+    { /* few tokens (the token kernels), from the middle of the call */
+        static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};
+        size_t i;
+        for (i = 0; i < sizeof(few) / sizeof(few[0]); i++) {
+            const uint8_t *x0 = xs + 200 * ldq;
+            ref->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y1, ROWS, few[i], 0, ROWS);
+            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, x0, ldq, y1, ROWS, few[i], 0, ROWS);
+            check_fused(k, dt, wq, rb, C2, ROWS, x0, ldq, few[i], y1);
+        }
+    }
+    free(w); free(wq); free(xs); free(y1); free(y2); free(y3);
 }
 
 /* The tier's block statistics are the scalar tier's, bit for bit, on blocks
@@ -294,7 +338,10 @@ int main(void) {
         if (!k) continue;
         printf("tier %s\n", k->name);
         test_top2(k, ref);
-        for (d = 0; d < sizeof(DT) / sizeof(DT[0]); d++) test_dtype(k, ref, DT[d]);
+        for (d = 0; d < sizeof(DT) / sizeof(DT[0]); d++) {
+            test_dtype(k, ref, DT[d]);
+            test_long_call(k, ref, DT[d]);
+        }
     }
     return test_finish("test_act_outliers");
 }

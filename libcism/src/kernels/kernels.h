@@ -97,7 +97,7 @@ typedef struct cism__kernels {
        outputs of each token from row 0, ldy apart). For each token and
        k = 0..n-1 of its table in order, y[r] = y[r] + val[k] * w(r, idx[k]),
        the weight decoded exactly (q8: f16 scale x int8 code; q4s: E4M3 scale
-       x scale_mul x level), one rounding per product and per sum, so every
+       x scale_mul x level), y[r] = fmaf(val[k], w, y[r]) (one rounding), so every
        tier has the C code's bits. NULL: act_outliers.c's C code. */
     void (*outliers_x16)(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
                          const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1);
@@ -112,6 +112,11 @@ typedef struct cism__kernels {
        above every number). Exact, so every tier gives the scalar tier's
        values. NULL: the scalar tier's. */
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
+    /* matmul_a8 followed by the outlier epilogue (model/act_outliers.c
+       cism__act8_add_outliers) for rows [r0, r1) in whole groups of 16, with
+       the same bits as the two calls; the epilogue runs on each group while
+       its outputs and weights are still in cache. NULL: the two calls. */
+    cism__matmul_a8_fn matmul_a8_outl[CISM__DTYPE_COUNT];
 } cism__kernels;
 
 /* The reference tier; always available. */

@@ -599,8 +599,8 @@ CISM__INLINE void ov_store(float *p, ovec v) {
 }
 CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) {
     const __m256 s = _mm256_set1_ps(v);
-    acc.lo = _mm256_add_ps(acc.lo, _mm256_mul_ps(s, col.lo));
-    acc.hi = _mm256_add_ps(acc.hi, _mm256_mul_ps(s, col.hi));
+    acc.lo = _mm256_fmadd_ps(s, col.lo, acc.lo);
+    acc.hi = _mm256_fmadd_ps(s, col.hi, acc.hi);
     return acc;
 }
 
@@ -620,37 +620,44 @@ CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, in
     return v;
 }
 
-/* q4a: column c of 8 rows gathered, the dword at the block's start (d, m) and
-   the one ending in the code's byte (inside the block), d and m widened
-   exactly, then d * code + m. */
-CISM__INLINE __m256 q4a_half(const uint8_t *p, __m256i offs, int64_t j) {
+/* q4a: the dwords of 8 rows gathered, at the block's start (d, m, widened
+   exactly) and the one ending in a code's byte (inside the block); a column
+   is d * code + m. */
+CISM__INLINE void q4a_dm8(const uint8_t *p, __m256i offs, __m256 *d, __m256 *m) {
     const __m256i dm = _mm256_i32gather_epi32((const int *)(const void *)p, offs, 1);
-    const __m256i cb = _mm256_i32gather_epi32((const int *)(const void *)(p + 1 + j % 16), offs, 1);
     const __m256i lo = _mm256_and_si256(dm, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(dm, 16);
-    const __m256 d = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
-    const __m256 m = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+    *d = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+    *m = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+}
+CISM__INLINE __m256 q4a_code8(const uint8_t *p, __m256i offs, int64_t j, __m256 d, __m256 m) {
+    const __m256i cb = _mm256_i32gather_epi32((const int *)(const void *)(p + 1 + j % 16), offs, 1);
     const __m256i code = _mm256_and_si256(_mm256_srli_epi32(cb, j < 16 ? 24 : 28), _mm256_set1_epi32(15));
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(code)), m);
 }
 
 typedef struct oq4a {
     __m256i offs; /* the 8 rows' offsets */
+    uint64_t half; /* 8 rows' bytes */
 } oq4a;
 CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
     c->offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int32_t)row_bytes));
+    c->half = 8 * row_bytes;
 }
-CISM__INLINE ovec ov_q4a_col(const uint8_t *p, uint64_t row_bytes, const oq4a *c, int64_t j) {
+CISM__INLINE void ov_q4a_dm(const uint8_t *p, const oq4a *c, ovec *d, ovec *m) {
+    q4a_dm8(p, c->offs, &d->lo, &m->lo);
+    q4a_dm8(p + c->half, c->offs, &d->hi, &m->hi);
+}
+CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d, ovec m) {
     ovec v;
-    v.lo = q4a_half(p, c->offs, j);
-    v.hi = q4a_half(p + 8 * row_bytes, c->offs, j);
+    v.lo = q4a_code8(p, c->offs, j, d.lo, m.lo);
+    v.hi = q4a_code8(p + c->half, c->offs, j, d.hi, m.hi);
     return v;
 }
 
 #include "x86_outliers.h"
 
 void cism__fill_avx2_quant(cism__kernels *k) {
-    k->outliers_x16 = outliers_x16;
-    k->outliers_q4a = outliers_q4a;
+    fill_outlier_entries(k);
     k->int8_mac_loop = int8_mac_loop;
     fill_a8_entries(k);
     k->quantize_act = quantize_act;

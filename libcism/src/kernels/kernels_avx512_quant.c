@@ -482,7 +482,7 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int
 typedef __m512 ovec;
 CISM__INLINE ovec ov_load(const float *p) { return _mm512_loadu_ps(p); }
 CISM__INLINE void ov_store(float *p, ovec v) { _mm512_storeu_ps(p, v); }
-CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) { return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(v), col)); }
+CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) { return _mm512_fmadd_ps(_mm512_set1_ps(v), col, acc); }
 
 typedef struct oconst {
     __m512 levels, smul; /* q4sx16: the levels, scale_mul */
@@ -522,18 +522,9 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
     }
 }
 
-/* q4a: column c of 16 rows gathered, the dword at the block's start (d, m)
-   and the one ending in the code's byte (inside the block), d and m widened
-   exactly, then d * code + m. */
-CISM__INLINE __m512 q4a_col(const uint8_t *p, __m512i offs, int64_t j) {
-    const __m512i dm = _mm512_i32gather_epi32(offs, (const void *)p, 1);
-    const __m512i cb = _mm512_i32gather_epi32(offs, (const void *)(p + 1 + j % 16), 1);
-    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-    const __m512 m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-    const __m512i code = _mm512_and_si512(_mm512_srli_epi32(cb, j < 16 ? 24 : 28), _mm512_set1_epi32(15));
-    return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
-}
-
+/* q4a: the dwords of 16 rows gathered, at the block's start (d, m, widened
+   exactly) and the one ending in a code's byte (inside the block); a column
+   is d * code + m. */
 typedef struct oq4a {
     __m512i offs; /* the 16 rows' offsets */
 } oq4a;
@@ -541,16 +532,21 @@ CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
     c->offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                  _mm512_set1_epi32((int32_t)row_bytes));
 }
-CISM__INLINE ovec ov_q4a_col(const uint8_t *p, uint64_t row_bytes, const oq4a *c, int64_t j) {
-    (void)row_bytes;
-    return q4a_col(p, c->offs, j);
+CISM__INLINE void ov_q4a_dm(const uint8_t *p, const oq4a *c, ovec *d, ovec *m) {
+    const __m512i dm = _mm512_i32gather_epi32(c->offs, (const void *)p, 1);
+    *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+}
+CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d, ovec m) {
+    const __m512i cb = _mm512_i32gather_epi32(c->offs, (const void *)(p + 1 + j % 16), 1);
+    const __m512i code = _mm512_and_si512(_mm512_srli_epi32(cb, j < 16 ? 24 : 28), _mm512_set1_epi32(15));
+    return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
 }
 
 #include "x86_outliers.h"
 
 void cism__fill_avx512_quant(cism__kernels *k) {
-    k->outliers_x16 = outliers_x16;
-    k->outliers_q4a = outliers_q4a;
+    fill_outlier_entries(k);
     k->int8_mac_loop = int8_mac_loop;
     fill_a8_entries(k);
     k->quantize_act = quantize_act;

@@ -6,16 +6,15 @@
  * tier includes it after defining, for 16 rows of one column:
  *   ovec                           16 floats (AVX2: two __m256, AVX-512: __m512)
  *   ov_load, ov_store              16 floats from / to memory
- *   ov_addmul(acc, v, col)         acc + v * col (the product rounded, then the sum)
+ *   ov_addmul(acc, v, col)         acc + v * col, fused (one rounding, as fmaf)
  *   oconst, oconst_init(&c, q8, f) the constants of a q8x16 / q4sx16 decode
  *   ov_x16_col(grp, code, scale, shift, q8, &c)   a column of a group, decoded exactly
- *   oq4a, oq4a_init(&c, row_bytes), ov_q4a_col(p, row_bytes, &c, j)
- *                                  q4a: column j of the block at p, 16 rows
+ *   oq4a, oq4a_init(&c, row_bytes) q4a: the 16 rows' offsets
+ *   ov_q4a_dm(p, &c, &d, &m)       q4a: the scales d, m of the block at p, 16 rows, widened exactly
+ *   ov_q4a_code(p, &c, j, d, m)    q4a: d * code + m, column j of the block at p
  * so both tiers run the same operations in the same order (the C code's). */
 #ifndef CISM_X86_OUTLIERS_H
 #define CISM_X86_OUTLIERS_H
-
-enum { OSLOTS = 64 }; /* decoded columns kept per group (a power of two) */
 
 /* A column's place in a group, the same for every group: where its codes
    and scales are, and the shift that brings its code to the top (q8, then
@@ -39,159 +38,244 @@ CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int
     return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
-/* A chunk of up to ODENSE_TOK tokens: the distinct channels of their tables
-   and the places of those channels, found once per chunk (a place is the
-   same in every group), and each entry's index among them, so a group decodes
-   each distinct column once and then only adds, without the cache's tag
-   checks or a place's divisions at every miss. */
-enum { ODENSE_TOK = 16 };
-typedef struct odense {
+/* The distinct channels of the tables of a run of tokens [t0, t1) and each
+   entry's index among them, found once per call (the outlier channels are
+   mostly the same few for every token): each group of 16 rows then decodes
+   each distinct column once and only adds. A run ends where OSLOTS would
+   overflow or after OTOK tokens; a call takes as many runs as it needs. */
+enum { OSLOTS = 128, OTOK = 256, OHASH = 512 };
+typedef struct otab {
     int n;
-    ocol p[OSLOTS];
-    uint8_t ix[ODENSE_TOK][CISM__A8_MAX_OUT];
-} odense;
-
-/* 0 when the chunk has more than ODENSE_TOK tokens or OSLOTS distinct channels (the cache path then) */
-static int odense_build(odense *d, const uint8_t *w, const struct cism__x16 *g, int q8, int64_t B, const uint8_t *xq,
-                        int64_t ldq, int64_t nt) {
     int32_t ch[OSLOTS];
-    int64_t t;
-    int k, j;
+    uint8_t ix[OTOK][CISM__A8_MAX_OUT];
+    int32_t key[OHASH]; /* open addressing, -1 free; emptied again by the next build */
+    uint8_t slot[OHASH];
+    int16_t used[OSLOTS];
+} otab;
+
+static void otab_init(otab *d) {
+    int i;
+    for (i = 0; i < OHASH; i++) d->key[i] = -1;
     d->n = 0;
-    if (nt > ODENSE_TOK) return 0;
-    for (t = 0; t < nt; t++) {
-        const cism__act8_out *o = out_table(xq, ldq, t);
-        for (k = 0; k < o->n; k++) {
-            for (j = 0; j < d->n && ch[j] != o->idx[k]; j++) {}
-            if (j == d->n) {
-                if (d->n == OSLOTS) return 0;
-                ch[j] = o->idx[k];
-                d->p[j] = x16_place(w, g, q8, B, o->idx[k]);
-                d->n++;
-            }
-            d->ix[t][k] = (uint8_t)j;
-        }
-    }
-    return 1;
 }
 
-/* One token: the columns' places once, then group after group. Several: in
-   chunks of ODENSE_TOK tokens, each group decodes the chunk's distinct columns
-   once (a direct-mapped cache of them when there are more than OSLOTS). Either
-   way one product and one sum per entry, in table order, as the C code. */
+/* the run from t0 (at least one token); returns its end */
+static int64_t otab_build(otab *d, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t nt) {
+    int64_t t;
+    int k;
+    for (k = 0; k < d->n; k++) d->key[d->used[k]] = -1;
+    d->n = 0;
+    for (t = t0; t < nt && t - t0 < OTOK; t++) {
+        const cism__act8_out *o = out_table(xq, ldq, t);
+        if (d->n + o->n > OSLOTS) break;
+        for (k = 0; k < o->n; k++) {
+            const int32_t c = o->idx[k];
+            uint32_t h = ((uint32_t)c * 2654435761u) >> 23; /* 9 bits: OHASH */
+            while (d->key[h] != -1 && d->key[h] != c) h = (h + 1) & (OHASH - 1);
+            if (d->key[h] == -1) {
+                d->key[h] = c;
+                d->slot[h] = (uint8_t)d->n;
+                d->used[d->n] = (int16_t)h;
+                d->ch[d->n++] = c;
+            }
+            d->ix[t - t0][k] = d->slot[h];
+        }
+    }
+    return t;
+}
+
+/* Tokens [t0, t1) of a run whose first token's quantized row is xq and
+   first output row y (16 outputs from there): each entry's product with its
+   decoded column, in table order (the C code's order). */
+CISM__INLINE void otab_add(const otab *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t t1,
+                           float *y, int64_t ldy) {
+    int64_t t;
+    int k;
+    for (t = t0; t < t1; t++) {
+        const cism__act8_out *o = out_table(xq, ldq, t);
+        const uint8_t *ix = d->ix[t];
+        float *yt = y + t * ldy;
+        ovec acc;
+        if (!o->n) continue;
+        acc = ov_load(yt);
+        for (k = 0; k < o->n; k++) acc = ov_addmul(acc, o->val[k], col[ix[k]]);
+        ov_store(yt, acc);
+    }
+}
+
+/* A run's columns where they sit in a matrix, found once per run: x16, each
+   distinct channel's place in a group (the same in every group); q4a, the
+   distinct blocks of the channels, so that a group widens each block's
+   scales (d, m) once. */
+typedef struct oplace {
+    int q4a, q8, nb;
+    int64_t B;
+    const cism__x16 *g;
+    oconst cc;
+    oq4a cq;
+    ocol p[OSLOTS];
+    int32_t blk[OSLOTS];      /* q4a: the distinct blocks, */
+    int16_t first[OSLOTS + 1]; /* block i's channels: ord[first[i] .. first[i + 1]) */
+    uint8_t ord[OSLOTS];
+} oplace;
+
+static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
+    pl->q4a = g == NULL;
+    pl->q8 = base == CISM_DTYPE_Q8;
+    pl->g = g;
+    pl->B = pl->q8 ? CISM__Q8_BLOCK : pl->q4a ? CISM__Q4A_BLOCK : cism__fmt4_of(base)->block;
+    if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
+    else oconst_init(&pl->cc, pl->q8, pl->q8 ? NULL : cism__fmt4_of(base));
+}
+
+static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
+    uint8_t bix[OSLOTS];
+    int16_t at[OSLOTS];
+    int k, i;
+    if (!pl->q4a) {
+        for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, pl->q8, pl->B, d->ch[k]);
+        return;
+    }
+    for (k = pl->nb = 0; k < d->n; k++) { /* few blocks: a linear search */
+        const int32_t b = d->ch[k] / CISM__Q4A_BLOCK;
+        for (i = 0; i < pl->nb && pl->blk[i] != b; i++) {}
+        if (i == pl->nb) {
+            pl->blk[pl->nb] = b;
+            pl->first[++pl->nb] = 0;
+        }
+        pl->first[i + 1]++;
+        bix[k] = (uint8_t)i;
+    }
+    pl->first[0] = 0;
+    for (i = 0; i < pl->nb; i++) {
+        pl->first[i + 1] = (int16_t)(pl->first[i + 1] + pl->first[i]);
+        at[i] = pl->first[i];
+    }
+    for (k = 0; k < d->n; k++) pl->ord[at[bix[k]]++] = (uint8_t)k;
+}
+
+/* The run's distinct columns of the 16 rows at grp (x16: a group; q4a: its
+   first row), decoded exactly; q4a: block by block, its scales once. */
+static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ovec *col) {
+    int k, i;
+    if (!pl->q4a) {
+        for (k = 0; k < d->n; k++) col[k] = ov_x16_col(grp, pl->p[k].code, pl->p[k].scale, pl->p[k].shift, pl->q8, &pl->cc);
+        return;
+    }
+    for (i = 0; i < pl->nb; i++) {
+        const uint8_t *p = grp + (uint64_t)pl->blk[i] * CISM__Q4A_BYTES;
+        ovec dv, mv;
+        ov_q4a_dm(p, &pl->cq, &dv, &mv);
+        for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
+            const int c = pl->ord[k];
+            col[c] = ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv);
+        }
+    }
+}
+
+/* Groups of 16 rows from r (x16: group indices from r / 16) for the tokens of
+   one call: run after run, each group's columns decoded once, then added. */
+static void outliers_runs(const oplace *plc, const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
+                          int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    oplace pl = *plc;
+    ovec col[OSLOTS];
+    otab d;
+    int64_t t0, t1, r;
+    otab_init(&d);
+    for (t0 = 0; t0 < nt; t0 = t1) {
+        t1 = otab_build(&d, xq, ldq, t0, nt);
+        if (!d.n) continue;
+        oplace_build(&pl, &d, w);
+        for (r = r0; r < r1; r += 16) {
+            oplace_cols(&pl, &d, w + (uint64_t)r * row_bytes, col);
+            otab_add(&d, col, xq + t0 * ldq, ldq, 0, t1 - t0, y + t0 * ldy + r, ldy);
+        }
+    }
+}
+
 static void outliers_x16(const uint8_t *w, uint64_t row_bytes, const struct cism__x16 *g, int32_t base,
                          const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int q8 = base == CISM_DTYPE_Q8;
-    const cism__fmt4 *f = q8 ? NULL : cism__fmt4_of(base);
-    const int64_t B = q8 ? CISM__Q8_BLOCK : f->block;
+    oplace pl;
+    oplace_init(&pl, g, base, row_bytes);
+    outliers_runs(&pl, w, row_bytes, xq, ldq, nt, y, ldy, g0 * CISM__X16, g1 * CISM__X16);
+}
+
+static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                         int64_t ldy, int64_t r0, int64_t r1) {
+    oplace pl;
+    oplace_init(&pl, NULL, CISM_DTYPE_Q4A, row_bytes);
+    outliers_runs(&pl, w, row_bytes, xq, ldq, nt, y, ldy, r0, r1);
+}
+
+/* ---- matmul_a8_outl: the epilogue of each group as soon as the matmul has
+   its outputs (tokens of a run at a time), instead of a second pass over y */
+typedef struct ofuse {
+    const oplace *pl;
+    const otab *d;
+    const uint8_t *w, *xq;
+    uint64_t row_bytes;
+    int64_t ldq, ldy, r0;
+    float *y;
+} ofuse;
+
+static void ofuse_rows(void *ctx, int64_t t0, int64_t t1, int64_t r, int64_t nr) {
+    const ofuse *f = (const ofuse *)ctx;
     ovec col[OSLOTS];
-    oconst cc;
-    odense d;
-    int32_t tag[OSLOTS], k;
-    int64_t t, t0, gi;
-    oconst_init(&cc, q8, f);
-    if (nt == 1) {
-        const cism__act8_out *o = out_table(xq, ldq, 0);
-        ocol p[CISM__A8_MAX_OUT];
-        if (!o->n) return;
-        for (k = 0; k < o->n; k++) p[k] = x16_place(w, g, q8, B, o->idx[k]);
-        for (gi = g0; gi < g1; gi++) {
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            float *yg = y + gi * CISM__X16;
-            ovec acc = ov_load(yg);
-            for (k = 0; k < o->n; k++) acc = ov_addmul(acc, o->val[k], ov_x16_col(grp, p[k].code, p[k].scale, p[k].shift, q8, &cc));
-            ov_store(yg, acc);
-        }
+    if ((r + nr - f->r0) % 16) return; /* panels of 8 rows: after the second */
+    r = r + nr - 16;
+    oplace_cols(f->pl, f->d, f->w + (uint64_t)r * f->row_bytes, col);
+    otab_add(f->d, col, f->xq, f->ldq, t0, t1, f->y + r, f->ldy);
+}
+
+/* rows [r0, r1) in whole groups of 16; x16: base dtype of an interleaved matrix */
+static void matmul_outl(const uint8_t *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy,
+                        int64_t nt, int64_t r0, int64_t r1, int32_t x16dt) {
+    cism__x16 g;
+    oplace pl;
+    otab d;
+    ofuse f;
+    int64_t t0, t1;
+    if (x16dt) g = cism__x16_geom(x16dt, rb);
+    oplace_init(&pl, x16dt ? &g : NULL, x16dt ? cism__dtype_base(x16dt) : CISM_DTYPE_Q4A, rb);
+    if (!x16dt && nt <= GEMV_TOKENS(F_Q4A)) { /* the token kernels: then the epilogue */
+        matmul_a8_q4a(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
+        outliers_runs(&pl, w, rb, xq, ldq, nt, y, ldy, r0, r1);
         return;
     }
-    for (t0 = 0; t0 < nt; t0 += ODENSE_TOK) { /* tokens in chunks: a chunk's distinct columns decoded once per group */
-        const int64_t tn = nt - t0 < ODENSE_TOK ? nt - t0 : ODENSE_TOK;
-        const uint8_t *xc = xq + t0 * ldq;
-        float *yc = y + t0 * ldy;
-        if (odense_build(&d, w, g, q8, B, xc, ldq, tn)) {
-            for (gi = g0; gi < g1; gi++) {
-                const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-                for (k = 0; k < d.n; k++) col[k] = ov_x16_col(grp, d.p[k].code, d.p[k].scale, d.p[k].shift, q8, &cc);
-                for (t = 0; t < tn; t++) {
-                    const cism__act8_out *o = out_table(xc, ldq, t);
-                    float *yt = yc + t * ldy + gi * CISM__X16;
-                    ovec acc;
-                    if (!o->n) continue;
-                    acc = ov_load(yt);
-                    for (k = 0; k < o->n; k++) acc = ov_addmul(acc, o->val[k], col[d.ix[t][k]]);
-                    ov_store(yt, acc);
-                }
-            }
-            continue;
-        }
-        for (gi = g0; gi < g1; gi++) { /* more distinct channels than slots: a direct-mapped cache of them */
-            const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * row_bytes;
-            for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-            for (t = 0; t < tn; t++) {
-                const cism__act8_out *o = out_table(xc, ldq, t);
-                float *yt = yc + t * ldy + gi * CISM__X16;
-                ovec acc;
-                if (!o->n) continue;
-                acc = ov_load(yt);
-                for (k = 0; k < o->n; k++) {
-                    const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                    if (tag[s] != c) {
-                        const ocol p = x16_place(grp, g, q8, B, c);
-                        col[s] = ov_x16_col(grp, p.code, p.scale, p.shift, q8, &cc);
-                        tag[s] = c;
-                    }
-                    acc = ov_addmul(acc, o->val[k], col[s]);
-                }
-                ov_store(yt, acc);
-            }
-        }
+    otab_init(&d);
+    f.pl = &pl; f.d = &d; f.w = w; f.row_bytes = rb; f.ldq = ldq; f.ldy = ldy; f.r0 = r0;
+    for (t0 = 0; t0 < nt; t0 = t1) {
+        t1 = otab_build(&d, xq, ldq, t0, nt);
+        oplace_build(&pl, &d, w);
+        f.xq = xq + t0 * ldq;
+        f.y = y + t0 * ldy;
+        if (x16dt)
+            matmul_a8_x16_cb(w, rb, cols, f.xq, ldq, f.y, ldy, t1 - t0, r0, r1, x16dt == CISM_DTYPE_Q8X16,
+                             d.n ? ofuse_rows : NULL, &f);
+        else
+            gemm_cb(w, rb, cols, f.xq, ldq, f.y, ldy, t1 - t0, r0, r1, F_Q4A, d.n ? ofuse_rows : NULL, &f);
     }
 }
 
-/* q4a, rows [r0, r1) in groups of 16: one token decodes each entry's column
-   where it is; several keep a direct-mapped cache of columns per group. */
-static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
-                         int64_t ldy, int64_t r0, int64_t r1) {
-    ovec col[OSLOTS];
-    oq4a cq;
-    int32_t tag[OSLOTS], k;
-    int64_t t, r;
-    oq4a_init(&cq, row_bytes);
-    if (nt == 1) {
-        const cism__act8_out *o = out_table(xq, ldq, 0);
-        if (!o->n) return;
-        for (r = r0; r < r1; r += 16) {
-            const uint8_t *wr = w + (uint64_t)r * row_bytes;
-            ovec acc = ov_load(y + r);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k];
-                acc = ov_addmul(acc, o->val[k],
-                                ov_q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, row_bytes, &cq, c % CISM__Q4A_BLOCK));
-            }
-            ov_store(y + r, acc);
-        }
-        return;
-    }
-    for (r = r0; r < r1; r += 16) {
-        const uint8_t *wr = w + (uint64_t)r * row_bytes;
-        for (k = 0; k < OSLOTS; k++) tag[k] = -1;
-        for (t = 0; t < nt; t++) {
-            const cism__act8_out *o = out_table(xq, ldq, t);
-            float *yt = y + t * ldy + r;
-            ovec acc;
-            if (!o->n) continue;
-            acc = ov_load(yt);
-            for (k = 0; k < o->n; k++) {
-                const int32_t c = o->idx[k], s = c & (OSLOTS - 1);
-                if (tag[s] != c) {
-                    col[s] = ov_q4a_col(wr + (uint64_t)(c / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES, row_bytes, &cq, c % CISM__Q4A_BLOCK);
-                    tag[s] = c;
-                }
-                acc = ov_addmul(acc, o->val[k], col[s]);
-            }
-            ov_store(yt, acc);
-        }
-    }
+static void matmul_a8_outl_q4a(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, 0);
+}
+static void matmul_a8_outl_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, CISM_DTYPE_Q8X16);
+}
+static void matmul_a8_outl_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                  int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, CISM_DTYPE_Q4SX16);
+}
+
+CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
+    k->outliers_x16 = outliers_x16;
+    k->outliers_q4a = outliers_q4a;
+    k->matmul_a8_outl[CISM_DTYPE_Q4A] = matmul_a8_outl_q4a;
+    k->matmul_a8_outl[CISM_DTYPE_Q8X16] = matmul_a8_outl_q8x16;
+    k->matmul_a8_outl[CISM_DTYPE_Q4SX16] = matmul_a8_outl_q4sx16;
 }
 
 #endif

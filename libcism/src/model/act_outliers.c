@@ -12,7 +12,8 @@
  * CISM__A8_MAX_OUT of them, with their float values. Those channels are
  * zeroed before the row is quantized, and after the integer-dot kernel each
  * output element adds value * weight (the weight decoded exactly from its
- * packed block) for every channel of the table, in table order: in the C
+ * packed block; one fused multiply-add, fmaf, a single rounding) for every
+ * channel of the table, in table order: in the C
  * code here, or for q8x16, q4sx16 and q4a in the tier's kernels (kernels.h
  * outliers_x16, outliers_q4a), which do the same operations in the same
  * order, so every tier has the same bits.
@@ -224,9 +225,9 @@ static void add_outliers_x16(const cism__kernels *kt, int32_t dtype, const uint8
                 }
                 wc = col[s];
                 if (lo == 0 && hi == CISM__X16)
-                    for (i = 0; i < CISM__X16; i++) yt[i] += v * wc[i];
+                    for (i = 0; i < CISM__X16; i++) yt[i] = fmaf(v, wc[i], yt[i]);
                 else
-                    for (i = lo; i < hi; i++) yt[i] += v * wc[i];
+                    for (i = lo; i < hi; i++) yt[i] = fmaf(v, wc[i], yt[i]);
             }
         }
     }
@@ -262,7 +263,7 @@ void cism__act8_add_outliers(const cism__kernels *kt, int32_t dtype, const void 
                     weight_col(dtype, (const uint8_t *)w, row_bytes, a, b, c, col[slot]);
                     tag[slot] = c;
                 }
-                for (r = a; r < b; r++) yt[r] += v * wc[r - a];
+                for (r = a; r < b; r++) yt[r] = fmaf(v, wc[r - a], yt[r]);
             }
         }
     }
