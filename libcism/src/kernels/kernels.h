@@ -112,11 +112,6 @@ typedef struct cism__kernels {
        above every number). Exact, so every tier gives the scalar tier's
        values. NULL: the scalar tier's. */
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
-    /* matmul_a8 followed by the outlier epilogue (model/act_outliers.c
-       cism__act8_add_outliers) for rows [r0, r1) in whole groups of 16, with
-       the same bits as the two calls; the epilogue runs on each group while
-       its outputs and weights are still in cache. NULL: the two calls. */
-    cism__matmul_a8_fn matmul_a8_outl[CISM__DTYPE_COUNT];
 } cism__kernels;
 
 /* The reference tier; always available. */

@@ -232,7 +232,6 @@ static const cism__kernels g_scalar = {
     NULL, /* outliers_x16: act_outliers.c's C code */
     NULL, /* outliers_q4a: the same */
     cism__act_block_top2_scalar,
-    {NULL}, /* matmul_a8_outl: matmul_a8, then act_outliers.c */
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

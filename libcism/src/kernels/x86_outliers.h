@@ -207,75 +207,9 @@ static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq
     outliers_runs(&pl, w, row_bytes, xq, ldq, nt, y, ldy, r0, r1);
 }
 
-/* ---- matmul_a8_outl: the epilogue of each group as soon as the matmul has
-   its outputs (tokens of a run at a time), instead of a second pass over y */
-typedef struct ofuse {
-    const oplace *pl;
-    const otab *d;
-    const uint8_t *w, *xq;
-    uint64_t row_bytes;
-    int64_t ldq, ldy, r0;
-    float *y;
-} ofuse;
-
-static void ofuse_rows(void *ctx, int64_t t0, int64_t t1, int64_t r, int64_t nr) {
-    const ofuse *f = (const ofuse *)ctx;
-    ovec col[OSLOTS];
-    if ((r + nr - f->r0) % 16) return; /* panels of 8 rows: after the second */
-    r = r + nr - 16;
-    oplace_cols(f->pl, f->d, f->w + (uint64_t)r * f->row_bytes, col);
-    otab_add(f->d, col, f->xq, f->ldq, t0, t1, f->y + r, f->ldy);
-}
-
-/* rows [r0, r1) in whole groups of 16; x16: base dtype of an interleaved matrix */
-static void matmul_outl(const uint8_t *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy,
-                        int64_t nt, int64_t r0, int64_t r1, int32_t x16dt) {
-    cism__x16 g;
-    oplace pl;
-    otab d;
-    ofuse f;
-    int64_t t0, t1;
-    if (x16dt) g = cism__x16_geom(x16dt, rb);
-    oplace_init(&pl, x16dt ? &g : NULL, x16dt ? cism__dtype_base(x16dt) : CISM_DTYPE_Q4A, rb);
-    if (!x16dt && nt <= GEMV_TOKENS(F_Q4A)) { /* the token kernels: then the epilogue */
-        matmul_a8_q4a(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-        outliers_runs(&pl, w, rb, xq, ldq, nt, y, ldy, r0, r1);
-        return;
-    }
-    otab_init(&d);
-    f.pl = &pl; f.d = &d; f.w = w; f.row_bytes = rb; f.ldq = ldq; f.ldy = ldy; f.r0 = r0;
-    for (t0 = 0; t0 < nt; t0 = t1) {
-        t1 = otab_build(&d, xq, ldq, t0, nt);
-        oplace_build(&pl, &d, w);
-        f.xq = xq + t0 * ldq;
-        f.y = y + t0 * ldy;
-        if (x16dt)
-            matmul_a8_x16_cb(w, rb, cols, f.xq, ldq, f.y, ldy, t1 - t0, r0, r1, x16dt == CISM_DTYPE_Q8X16,
-                             d.n ? ofuse_rows : NULL, &f);
-        else
-            gemm_cb(w, rb, cols, f.xq, ldq, f.y, ldy, t1 - t0, r0, r1, F_Q4A, d.n ? ofuse_rows : NULL, &f);
-    }
-}
-
-static void matmul_a8_outl_q4a(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, 0);
-}
-static void matmul_a8_outl_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, CISM_DTYPE_Q8X16);
-}
-static void matmul_a8_outl_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                  int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    matmul_outl((const uint8_t *)w, rb, cols, (const uint8_t *)xq, ldq, y, ldy, nt, r0, r1, CISM_DTYPE_Q4SX16);
-}
-
 CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
-    k->matmul_a8_outl[CISM_DTYPE_Q4A] = matmul_a8_outl_q4a;
-    k->matmul_a8_outl[CISM_DTYPE_Q8X16] = matmul_a8_outl_q8x16;
-    k->matmul_a8_outl[CISM_DTYPE_Q4SX16] = matmul_a8_outl_q4sx16;
 }
 
 #endif

@@ -30,12 +30,9 @@ CISM__INLINE void tiles(const panel *p, const void *xq, int64_t ldq, int64_t t0,
 }
 
 /* Prefill: tokens in blocks whose activations stay in L2 (CISM__X_BLOCK_BYTES),
-   rows in panels of PR x KC columns, each panel packed once per token block;
-   done (may be NULL): called with ctx once rows [r, r + nr) of tokens [t0, t1)
-   hold their results. */
-typedef void (*rows_done_fn)(void *ctx, int64_t t0, int64_t t1, int64_t r, int64_t nr);
-static void gemm_cb(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                    int64_t nt, int64_t r0, int64_t r1, int f, rows_done_fn done, void *ctx) {
+   rows in panels of PR x KC columns, each panel packed once per token block. */
+static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
+                 int64_t nt, int64_t r0, int64_t r1, int f) {
     uint8_t pdata[PANEL_BYTES];
     panel p;
     const int B = g_fmt[f].block;
@@ -54,13 +51,8 @@ static void gemm_cb(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq,
                 else if (B == 32) tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 32, 0);
                 else tiles(&p, xq, ldq, t0, t1, j0, y + r, ldy, m, j0 == 0, 16, 0);
             }
-            if (done) done(ctx, t0, t1, r, nr);
         }
     }
-}
-static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                 int64_t nt, int64_t r0, int64_t r1, int f) {
-    gemm_cb(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, f, NULL, NULL);
 }
 
 #include "x86_gemv_tokens.h"
@@ -90,11 +82,9 @@ A8_KERNEL(q4a, F_Q4A)
 /* Interleaved dtypes (q8x16, q4sx16): rows [r0, r1) of a matrix of whole
    groups; a group partly outside is computed whole and stored masked. Tokens
    in blocks whose activations stay in L2 while every group of the range
-   passes over them; calls of few tokens prefetch the group stream. done (may
-   be NULL): as gemm_cb's, after each group. */
-CISM__INLINE void matmul_a8_x16_cb(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                   int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8, rows_done_fn done,
-                                   void *ctx) {
+   passes over them; calls of few tokens prefetch the group stream. */
+CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
     cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end, pf_end;
@@ -114,13 +104,8 @@ CISM__INLINE void matmul_a8_x16_cb(const void *w, uint64_t rb, int64_t cols, con
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
                       (x16mask)mm, pf_end, q8);
-            if (done) done(ctx, t0, t1, gi * CISM__X16, CISM__X16);
         }
     }
-}
-CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
-    matmul_a8_x16_cb(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, q8, NULL, NULL);
 }
 
 static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,

@@ -67,10 +67,6 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
                pass over the same rows, while those weights are still in cache */
             for (a = r0; a < r1; a = b) {
                 b = a + CISM__OUTLIER_ROWS < r1 ? a + CISM__OUTLIER_ROWS : r1;
-                if (k->matmul_a8_outl[w->dtype] && a % 16 == 0 && b % 16 == 0) { /* the same bits, one pass */
-                    k->matmul_a8_outl[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
-                    continue;
-                }
                 mq(w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
                 cism__act8_add_outliers(k, w->dtype, w->data, w->row_bytes, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
             }
