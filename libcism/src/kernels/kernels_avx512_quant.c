@@ -502,9 +502,10 @@ CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, in
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): per block the
-   lane-wise max and min of its two halves, then the max of the maxes, the
-   second of the maxes (the max again when it is in two lanes) and the max of
-   the mins: the largest and second largest of the 32, as the C tournament. */
+   lane-wise max and min of its two halves; the largest is the max of the maxes
+   and the second the max of the mins and of the maxes but the first lane
+   holding the largest (the largest again when two lanes hold it): the two
+   largest of the 32, as the C tournament, in two reductions. */
 static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
     const __m512i abs = _mm512_set1_epi32(0x7fffffff);
     int64_t b;
@@ -513,10 +514,9 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
         const __m512i c = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK + 16)), abs);
         const __m512i hi = _mm512_max_epu32(a, c), lo = _mm512_min_epu32(a, c);
         const uint32_t top = _mm512_reduce_max_epu32(hi);
-        const __mmask16 at = _mm512_cmpeq_epu32_mask(hi, _mm512_set1_epi32((int)top));
-        uint32_t second = _mm512_reduce_max_epu32(lo), rest;
-        rest = (at & (at - 1)) ? top : _mm512_mask_reduce_max_epu32((__mmask16)~at, hi);
-        if (rest > second) second = rest;
+        const uint32_t at = _mm512_cmpeq_epu32_mask(hi, _mm512_set1_epi32((int)top));
+        const __mmask16 rest = (__mmask16)~(at & (0u - at)); /* every lane but the first with the largest */
+        const uint32_t second = _mm512_reduce_max_epu32(_mm512_mask_max_epu32(lo, rest, lo, hi));
         memcpy(&m1[b], &top, 4);
         memcpy(&m2[b], &second, 4);
     }
