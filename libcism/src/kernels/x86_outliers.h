@@ -48,22 +48,26 @@ typedef struct otab {
     int n;
     int32_t ch[OSLOTS];
     uint8_t ix[OTOK][CISM__A8_MAX_OUT];
+    int hashed;         /* 0: key[] not yet set up */
     int32_t key[OHASH]; /* open addressing, -1 free; emptied again by the next build */
     uint8_t slot[OHASH];
     int16_t used[OSLOTS];
 } otab;
 
 static void otab_init(otab *d) {
-    int i;
-    for (i = 0; i < OHASH; i++) d->key[i] = -1;
     d->n = 0;
+    d->hashed = 0;
 }
 
 /* the run from t0 (at least one token); returns its end */
 static int64_t otab_build(otab *d, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t nt) {
     int64_t t;
     int k;
-    for (k = 0; k < d->n; k++) d->key[d->used[k]] = -1;
+    if (!d->hashed)
+        for (k = 0; k < OHASH; k++) d->key[k] = -1;
+    else
+        for (k = 0; k < d->n; k++) d->key[d->used[k]] = -1;
+    d->hashed = 1;
     d->n = 0;
     for (t = t0; t < nt && t - t0 < OTOK; t++) {
         const cism__act8_out *o = out_table(xq, ldq, t);
@@ -173,21 +177,53 @@ static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ove
     }
 }
 
+/* One token: each entry's column decoded where it is and added at once,
+   group after group (no tables: fewer stores and loads per entry). */
+static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes, const cism__act8_out *o, float *y,
+                         int64_t r0, int64_t r1) {
+    ocol p[CISM__A8_MAX_OUT];
+    int64_t r;
+    int k;
+    if (!o->n) return;
+    if (!pl->q4a)
+        for (k = 0; k < o->n; k++) p[k] = x16_place(w, pl->g, pl->q8, pl->B, o->idx[k]);
+    for (r = r0; r < r1; r += 16) {
+        const uint8_t *grp = w + (uint64_t)r * row_bytes;
+        ovec acc = ov_load(y + r);
+        for (k = 0; k < o->n; k++) {
+            ovec col;
+            if (pl->q4a) {
+                const uint8_t *b = grp + (uint64_t)(o->idx[k] / CISM__Q4A_BLOCK) * CISM__Q4A_BYTES;
+                ovec dv, mv;
+                ov_q4a_dm(b, &pl->cq, &dv, &mv);
+                col = ov_q4a_code(b, &pl->cq, o->idx[k] % CISM__Q4A_BLOCK, dv, mv);
+            } else {
+                col = ov_x16_col(grp, p[k].code, p[k].scale, p[k].shift, pl->q8, &pl->cc);
+            }
+            acc = ov_addmul(acc, o->val[k], col);
+        }
+        ov_store(y + r, acc);
+    }
+}
+
 /* Groups of 16 rows from r (x16: group indices from r / 16) for the tokens of
    one call: run after run, each group's columns decoded once, then added. */
-static void outliers_runs(const oplace *plc, const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
+static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
                           int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    oplace pl = *plc;
     ovec col[OSLOTS];
     otab d;
     int64_t t0, t1, r;
+    if (nt == 1) {
+        outliers_one(pl, w, row_bytes, out_table(xq, ldq, 0), y, r0, r1);
+        return;
+    }
     otab_init(&d);
     for (t0 = 0; t0 < nt; t0 = t1) {
         t1 = otab_build(&d, xq, ldq, t0, nt);
         if (!d.n) continue;
-        oplace_build(&pl, &d, w);
+        oplace_build(pl, &d, w);
         for (r = r0; r < r1; r += 16) {
-            oplace_cols(&pl, &d, w + (uint64_t)r * row_bytes, col);
+            oplace_cols(pl, &d, w + (uint64_t)r * row_bytes, col);
             otab_add(&d, col, xq + t0 * ldq, ldq, 0, t1 - t0, y + t0 * ldy + r, ldy);
         }
     }
