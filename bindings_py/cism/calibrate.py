@@ -106,7 +106,10 @@ def _tied_embedding(grams: Dict[str, np.ndarray], names: List[str], dim: int) ->
     grams["token_embd"] = g
 
 
-def _collect(session, names: List[str]) -> Dict[str, np.ndarray]:
+def _collect(session, names: List[str], diag: bool = False) -> Dict[str, np.ndarray]:
+    """Each matrix's input statistics, averaged over the rows seen: the Gram
+    blocks (session.act_gram), or with diag the per-column mean squares
+    (session.act_stats, for imatrix); matrices that read one input share it."""
     from .errors import CismError
     out: Dict[str, np.ndarray] = {}
     by_input: Dict[str, np.ndarray] = {}
@@ -114,14 +117,12 @@ def _collect(session, names: List[str]) -> Dict[str, np.ndarray]:
         key = _input_of(n)
         if key not in by_input:
             try:
-                blocks, rows = session.act_gram(n)
+                stats, rows = session.act_stats(n) if diag else session.act_gram(n)
             except CismError:  # not multiplied: the embedding of an untied model
                 continue
-            by_input[key] = blocks / max(rows, 1)
+            by_input[key] = (stats / max(rows, 1)).astype(np.float32) if diag else stats / max(rows, 1)
         out[n] = by_input[key]
     return out
-
-
 
 
 def _tied_importance(imp: Dict[str, np.ndarray], names: List[str]) -> None:
@@ -131,22 +132,6 @@ def _tied_importance(imp: Dict[str, np.ndarray], names: List[str]) -> None:
     if v is None or "output" in names:
         return
     imp["token_embd"] = v + TIED_LOOKUP_WEIGHT * float(np.mean(v))
-
-
-def _collect_diag(session, names: List[str]) -> Dict[str, np.ndarray]:
-    from .errors import CismError
-    out: Dict[str, np.ndarray] = {}
-    by_input: Dict[str, np.ndarray] = {}
-    for n in names:
-        key = _input_of(n)
-        if key not in by_input:
-            try:
-                sums, rows = session.act_stats(n)
-            except CismError:  # not multiplied: the embedding of an untied model
-                continue
-            by_input[key] = (sums / max(rows, 1)).astype(np.float32)
-        out[n] = by_input[key]
-    return out
 
 
 def sample_sequences(model_path: str, n_seq: int, length: int, seed: int = 0, n_threads: int = 0,
@@ -218,7 +203,7 @@ def gather(model_path: str, windows: Sequence[Sequence[int]], *, method: str = D
                 stats = _collect(s, names)
                 _tied_embedding(stats, names, m.dim)
             else:
-                stats = _collect_diag(s, names)
+                stats = _collect(s, names, diag=True)
                 _tied_importance(stats, names)
     return stats, int(rows)
 
