@@ -43,9 +43,9 @@ _built = os.path.join(ROOT, "build", "release", "libcism", "libcism.so")
 if os.path.exists(_built):
     os.environ.setdefault("CISM_LIB", _built)  # a source checkout: use its build
 from cism import format as fmt  # noqa: E402
-from cism.convert import convert, expected_tensors, hparams_from_config  # noqa: E402
+from cism.convert import convert  # noqa: E402
 from cism.ppl import METHODS, perplexity  # noqa: E402
-from cism.llamacpp import _add_bpe_vocab, gguf_info, make_imatrix, quantize_gguf, unpermute_rope  # noqa: E402,E501  (the compare extra)
+from cism.llamacpp import gguf_info, make_imatrix, quantize_gguf, write_gguf_hf  # noqa: E402  (the compare extra)
 from cism.safetensors import open_checkpoint  # noqa: E402
 
 # (label, recipe, int8 activations, calibration): calibration None is the recipe's
@@ -151,80 +151,6 @@ def ppl_of(lp: np.ndarray, toks, ctx: int, bos: int, max_windows: int) -> float:
 
 # ---------------------------------------------------------------------------
 # llama.cpp (GGUF helpers shared with `cism bench --vs`: cism/llamacpp.py)
-
-def write_gguf(folder: str, out: str) -> None:
-    import gguf
-    cfg = json.load(open(os.path.join(folder, "config.json")))
-    meta = hparams_from_config(cfg)
-    tok = json.load(open(os.path.join(folder, "tokenizer.json")))
-    ck = open_checkpoint(folder)
-    L, nh, nkv = meta["model.n_layers"], meta["model.n_heads"], meta["model.n_kv_heads"]
-    w = gguf.GGUFWriter(out, "llama")
-    w.add_context_length(meta["model.context_length"])
-    w.add_embedding_length(meta["model.dim"])
-    w.add_block_count(L)
-    w.add_feed_forward_length(meta["model.ffn_dim"])
-    w.add_rope_dimension_count(meta["model.head_dim"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_layer_norm_rms_eps(meta["model.norm_eps"])
-    w.add_rope_freq_base(meta["model.rope_theta"])
-    w.add_file_type(0)
-    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
-    assert [i for _, i in vocab] == list(range(meta["model.vocab_size"]))
-    pieces = [p for p, _ in vocab]
-    types = []
-    for i, p in enumerate(pieces):
-        if i in (0,):
-            types.append(gguf.TokenType.UNKNOWN)
-        elif i in (1, 2):
-            types.append(gguf.TokenType.CONTROL)
-        elif p.startswith("<0x") and p.endswith(">") and len(p) == 6:
-            types.append(gguf.TokenType.BYTE)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-    if (tok.get("decoder") or {}).get("type") == "ByteLevel":
-        _add_bpe_vocab(w, tok, "smollm", meta["model.vocab_size"])  # byte-level BPE (SmolLM2's)
-        _write_tensors(w, ck, meta)
-        return
-    w.add_tokenizer_model("llama")
-    w.add_token_list(pieces)
-    w.add_token_scores([-float(i) for i in range(len(pieces))])
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    _write_tensors(w, ck, meta)
-
-
-def _write_tensors(w, ck, meta) -> None:
-    L, nh, nkv = meta["model.n_layers"], meta["model.n_heads"], meta["model.n_kv_heads"]
-    names = {"token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight"}
-
-    def get(hf):
-        a, _ = ck[hf].get(hf)
-        return np.ascontiguousarray(a, dtype=np.float32)
-    w.add_tensor("token_embd.weight", get(names["token_embd"]))
-    w.add_tensor("output_norm.weight", get(names["output_norm"]))
-    if not meta["model.tied_embeddings"]:
-        w.add_tensor("output.weight", get("lm_head.weight"))
-    for i in range(L):
-        p = f"model.layers.{i}."
-        w.add_tensor(f"blk.{i}.attn_norm.weight", get(p + "input_layernorm.weight"))
-        w.add_tensor(f"blk.{i}.attn_q.weight", unpermute_rope(get(p + "self_attn.q_proj.weight"), nh))
-        w.add_tensor(f"blk.{i}.attn_k.weight", unpermute_rope(get(p + "self_attn.k_proj.weight"), nkv))
-        w.add_tensor(f"blk.{i}.attn_v.weight", get(p + "self_attn.v_proj.weight"))
-        w.add_tensor(f"blk.{i}.attn_output.weight", get(p + "self_attn.o_proj.weight"))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", get(p + "post_attention_layernorm.weight"))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", get(p + "mlp.gate_proj.weight"))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", get(p + "mlp.up_proj.weight"))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", get(p + "mlp.down_proj.weight"))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
 
 def self_sampled_text(cism_f32: str, folder: str, out: str, n_seq: int = 16, length: int = 256) -> None:
     """The calibration text of llama.cpp's imatrix rows: what our `--calibrate
@@ -440,7 +366,7 @@ def main():
             continue
         f32g = os.path.join(a.work, f"{mname}.F32.gguf")
         if not os.path.exists(f32g):
-            write_gguf(folder, f32g)
+            write_gguf_hf(folder, f32g)
         bos = 1
         for ft in ["F32"] + (LLAMA_ALL if a.llama == "all" else [t for t in a.llama.split(",") if t]):
             path = f32g if ft == "F32" else os.path.join(a.work, f"{mname}.{ft.replace(':', '.')}.gguf")

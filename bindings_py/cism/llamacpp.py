@@ -292,6 +292,87 @@ def _add_byte_vocab(w, n_vocab: int) -> None:
 
 
 # ---------------------------------------------------------------------------
+# GGUF of a Hugging Face folder (tools/quality.py's llama.cpp rows)
+
+def write_gguf_hf(folder: str, out: str) -> None:
+    """A Llama-family Hugging Face folder (config.json, tokenizer.json, safetensors)
+    as an F32 GGUF file: a SentencePiece-style vocabulary, or the byte-level BPE
+    one (SmolLM2's) when tokenizer.json decodes ByteLevel."""
+    _, gguf = require()
+    from .convert import hparams_from_config
+    from .safetensors import open_checkpoint
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    meta = hparams_from_config(cfg)
+    tok = json.load(open(os.path.join(folder, "tokenizer.json")))
+    ck = open_checkpoint(folder)
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_context_length(meta["model.context_length"])
+    w.add_embedding_length(meta["model.dim"])
+    w.add_block_count(meta["model.n_layers"])
+    w.add_feed_forward_length(meta["model.ffn_dim"])
+    w.add_rope_dimension_count(meta["model.head_dim"])
+    w.add_head_count(meta["model.n_heads"])
+    w.add_head_count_kv(meta["model.n_kv_heads"])
+    w.add_layer_norm_rms_eps(meta["model.norm_eps"])
+    w.add_rope_freq_base(meta["model.rope_theta"])
+    w.add_file_type(0)
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    assert [i for _, i in vocab] == list(range(meta["model.vocab_size"]))
+    pieces = [p for p, _ in vocab]
+    types = []
+    for i, p in enumerate(pieces):
+        if i in (0,):
+            types.append(gguf.TokenType.UNKNOWN)
+        elif i in (1, 2):
+            types.append(gguf.TokenType.CONTROL)
+        elif p.startswith("<0x") and p.endswith(">") and len(p) == 6:
+            types.append(gguf.TokenType.BYTE)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+    if (tok.get("decoder") or {}).get("type") == "ByteLevel":
+        _add_bpe_vocab(w, tok, "smollm", meta["model.vocab_size"])  # byte-level BPE (SmolLM2's)
+        _write_hf_tensors(w, ck, meta)
+        return
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores([-float(i) for i in range(len(pieces))])
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    _write_hf_tensors(w, ck, meta)
+
+
+def _write_hf_tensors(w, ck, meta) -> None:
+    L, nh, nkv = meta["model.n_layers"], meta["model.n_heads"], meta["model.n_kv_heads"]
+    names = {"token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight"}
+
+    def get(hf):
+        a, _ = ck[hf].get(hf)
+        return np.ascontiguousarray(a, dtype=np.float32)
+    w.add_tensor("token_embd.weight", get(names["token_embd"]))
+    w.add_tensor("output_norm.weight", get(names["output_norm"]))
+    if not meta["model.tied_embeddings"]:
+        w.add_tensor("output.weight", get("lm_head.weight"))
+    for i in range(L):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", get(p + "input_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.attn_q.weight", unpermute_rope(get(p + "self_attn.q_proj.weight"), nh))
+        w.add_tensor(f"blk.{i}.attn_k.weight", unpermute_rope(get(p + "self_attn.k_proj.weight"), nkv))
+        w.add_tensor(f"blk.{i}.attn_v.weight", get(p + "self_attn.v_proj.weight"))
+        w.add_tensor(f"blk.{i}.attn_output.weight", get(p + "self_attn.o_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", get(p + "post_attention_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", get(p + "mlp.gate_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", get(p + "mlp.up_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", get(p + "mlp.down_proj.weight"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---------------------------------------------------------------------------
 # GGUF of a synthetic preset
 
 def write_gguf_synthetic(preset, seed: int, out: str, tokenizers_dir: Optional[str] = None) -> str:
