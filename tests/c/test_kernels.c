@@ -277,6 +277,133 @@ static void attention_block(const cism__kernels *k, int kv_dtype, int v_dtype, i
     free(q); free(kf); free(vf); free(kx); free(vx); free(ob); free(o1); free(sc); free(kd); free(vd);
 }
 
+/* The split kernel (kernels.h cism__attention_split_fn), one query over a range
+   of n_kv rows: its partial (max, sum, unnormalised output) against the same in
+   double from the decoded rows, and the normalised output against the scalar
+   tier's within the attention bound. */
+static void split_vs_ref(const cism__kernels *k, const cism__kernels *ref, int kv_dtype, int v_dtype, int64_t hd,
+                         int64_t n_kv, float qscale) {
+    float *q = (float *)malloc((size_t)hd * 4), *kf = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vf = (float *)malloc((size_t)(n_kv * hd) * 4), *kx = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vx = (float *)malloc((size_t)(n_kv * hd) * 4);
+    void *kd = malloc((size_t)(n_kv * hd) * 4), *vd = malloc((size_t)(n_kv * hd) * 4);
+    float *sc = (float *)malloc((size_t)n_kv * 4), *os = (float *)malloc((size_t)hd * 4), *ok = (float *)malloc((size_t)hd * 4);
+    double *s = (double *)malloc((size_t)n_kv * 8), mx = -1e300, sum = 0, dsmax = 0, range = 0;
+    float mls[2], mlk[2], scale = (float)(1.0 / sqrt((double)hd));
+    int64_t t, i;
+    fill(q, hd); fill(kf, n_kv * hd); fill(vf, n_kv * hd);
+    for (i = 0; i < hd; i++) q[i] *= qscale;
+    to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
+    to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
+    ref->attention_split(q, hd, os, hd, mls, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc);
+    k->attention_split(q, hd, ok, hd, mlk, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc);
+    for (t = 0; t < n_kv; t++) {
+        double mag = 0;
+        s[t] = ref_dot(q, kx + t * hd, hd) * scale;
+        for (i = 0; i < hd; i++) mag += fabs((double)q[i] * kx[t * hd + i]);
+        if (scale * KB_MATMUL(hd) * mag > dsmax) dsmax = scale * KB_MATMUL(hd) * mag;
+        if (s[t] > mx) mx = s[t];
+    }
+    for (t = 0; t < n_kv; t++) {
+        if (mx - s[t] > range) range = mx - s[t];
+        s[t] = exp(s[t] - mx);
+        sum += s[t];
+    }
+    CHECK_MSG(fabs(mlk[0] - mx) <= 2.0 * dsmax + 1e-6 * (1.0 + fabs(mx)) &&
+                  fabs(mlk[1] - sum) <= KB_ATTENTION(dsmax, range, n_kv) * sum,
+              "%s split attention K %s V %s hd %lld n_kv %lld: max %.9g sum %.9g vs %.9g %.9g in double", k->name,
+              cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, mlk[0], mlk[1], mx, sum);
+    for (i = 0; i < hd; i++) {
+        double mag = 0, r = 0, e, b;
+        for (t = 0; t < n_kv; t++) {
+            mag += s[t] * fabs((double)vx[t * hd + i]);
+            r += s[t] * vx[t * hd + i];
+        }
+        b = KB_ATTENTION(dsmax, range, n_kv) * mag;
+        CHECK_MSG(fabs((double)ok[i] - r) <= 2.0 * b + 1e-6 * mag,
+                  "%s split attention K %s V %s hd %lld n_kv %lld: out[%lld] %.9g vs %.9g in double", k->name,
+                  cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], r);
+        e = fabs((double)ok[i] / mlk[1] - (double)os[i] / mls[1]);
+        b = (KB_ATTENTION(dsmax, range, n_kv) + 4.0 * KB_U) * mag / sum;
+        note(OP_ATTENTION, e, b);
+        CHECK_MSG(e <= b, "%s split attention K %s V %s hd %lld n_kv %lld: out[%lld] / sum %.9g vs scalar %.9g (bound %.3g)",
+                  k->name, cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, (long long)i,
+                  ok[i] / mlk[1], os[i] / mls[1], b);
+    }
+    free(q); free(kf); free(vf); free(kx); free(vx); free(kd); free(vd); free(sc); free(os); free(ok); free(s);
+}
+
+/* A split call for a block of n_tok tokens x n_grp heads (query (a, i) sees
+   n_lim + a rows of the n_kv, clamped to [0, n_kv]) gives the same bits as each
+   query alone, over the same range and over a range cut to its own rows; a
+   query that sees no row gets max -inf, sum 0 and zeros. */
+static void split_block(const cism__kernels *k, int kv_dtype, int v_dtype, int64_t hd, int64_t n_kv, int64_t n_lim,
+                        int64_t n_tok, int64_t n_grp) {
+    int64_t ldq = n_grp * hd + 3, ldo = n_grp * hd + 5, ldm = 2 * n_grp + 1, a, i, c;
+    float *q = (float *)malloc((size_t)(n_tok * ldq) * 4), *kf = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vf = (float *)malloc((size_t)(n_kv * hd) * 4), *kx = (float *)malloc((size_t)(n_kv * hd) * 4);
+    float *vx = (float *)malloc((size_t)(n_kv * hd) * 4), *ob = (float *)malloc((size_t)(n_tok * ldo) * 4);
+    float *mb = (float *)malloc((size_t)(n_tok * ldm) * 4);
+    float *o1 = (float *)malloc((size_t)hd * 4), *sc = (float *)malloc((size_t)(n_tok * n_grp * n_kv) * 4);
+    void *kd = malloc((size_t)(n_kv * hd) * 4), *vd = malloc((size_t)(n_kv * hd) * 4);
+    float scale = (float)(1.0 / sqrt((double)hd)), m1[2];
+    fill(q, n_tok * ldq); fill(kf, n_kv * hd); fill(vf, n_kv * hd);
+    for (i = 0; i < n_tok * ldo; i++) ob[i] = 7.0f; /* every output is written */
+    to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
+    to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
+    k->attention_split(q, ldq, ob, ldo, mb, ldm, n_tok, n_grp, kd, vd, kv_dtype, v_dtype, n_kv, n_lim, hd, scale, sc);
+    for (a = 0; a < n_tok; a++) {
+        int64_t na = n_lim + a < 0 ? 0 : n_lim + a > n_kv ? n_kv : n_lim + a;
+        for (i = 0; i < n_grp; i++) {
+            const float *obi = ob + a * ldo + i * hd, *mbi = mb + a * ldm + 2 * i;
+            for (c = 0; c < 2; c++) {
+                k->attention_split(q + a * ldq + i * hd, hd, o1, hd, m1, 2, 1, 1, kd, vd, kv_dtype, v_dtype,
+                                   c ? (na > 0 ? na : 1) : n_kv, c ? na : n_lim + a, hd, scale, sc);
+                CHECK_MSG(memcmp(o1, obi, (size_t)hd * 4) == 0 && memcmp(m1, mbi, 8) == 0,
+                          "%s split attention K %s V %s hd %lld n_kv %lld n_lim %lld: block of %lld tokens x %lld heads "
+                          "differs from query (%lld, %lld) alone over %s", k->name, cism_dtype_name(kv_dtype),
+                          cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, (long long)n_lim, (long long)n_tok,
+                          (long long)n_grp, (long long)a, (long long)i, c ? "its own rows" : "the same range");
+            }
+            if (na == 0) {
+                int zero = 1;
+                for (c = 0; c < hd; c++) zero &= obi[c] == 0.0f;
+                CHECK_MSG(zero && isinf(mbi[0]) && mbi[0] < 0 && mbi[1] == 0.0f,
+                          "%s split attention: a query without rows gives max %g sum %g", k->name, mbi[0], mbi[1]);
+            }
+        }
+    }
+    free(q); free(kf); free(vf); free(kx); free(vx); free(ob); free(mb); free(o1); free(sc); free(kd); free(vd);
+}
+
+static void split_vs_scalar(const cism__kernels *k, const cism__kernels *ref, const int64_t *hds, size_t n_hd) {
+    static const int64_t nkv[] = {1, 7, 8, 9, 33, 100, 256};
+    size_t h, n;
+    for (h = 0; h < n_hd; h++) {
+        for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
+            split_vs_ref(k, ref, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
+            split_vs_ref(k, ref, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+            if (hds[h] % 32 == 0) {
+                split_vs_ref(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                split_vs_ref(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+                split_vs_ref(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
+                split_vs_ref(k, ref, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                split_vs_ref(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
+            }
+        }
+        /* blocks crossing the range's start (n_lim <= 0 for the first queries) and its end (n_lim + a > n_kv) */
+        split_block(k, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], 9, -2, 4, 3);
+        split_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 70, 68, 5, 2);
+        split_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 256, 256, 3, 1);
+        if (hds[h] % 32 == 0) {
+            split_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], 130, 127, 4, 2);
+            split_block(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], 3, -1, 4, 3);
+            split_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], 200, 1, 4, 7);
+            split_block(k, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], 65, 64, 4, 3);
+        }
+    }
+}
+
 static float special(int i) {
     static const float v[] = {0.0f, -0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 88.5f, -88.5f, 87.0f, -87.0f, 1e-3f, -1e-3f,
                               1e-30f, -1e-30f, 15.0f, -15.0f, 3.0e4f, -3.0e4f, 65519.0f, 65520.0f, 6.0e-8f, 3.0e-8f, 2.9e-8f,
@@ -745,6 +872,7 @@ static void vs_scalar(const cism__kernels *k) {
             attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], 130, 3, 3);
         }
     }
+    split_vs_scalar(k, ref, hds, sizeof(hds) / sizeof(hds[0]));
     elementwise_vs_scalar(k, ref);
     printf("  vs scalar, worst error / bound:");
     for (op = 0; op < N_OPS; op++) printf(" %s %.3f", g_op_names[op], g_worst[op]);

@@ -60,6 +60,22 @@ typedef void (*cism__attention_fn)(const float *q, int64_t ldq, float *out, int6
                                    int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
                                    int32_t v_dtype, int64_t n_kv0, int64_t head_dim, float scale, float *scores);
 
+/* Split attention (split-KV, flash-style; forward.c): the queries of
+   cism__attention_fn over one range of cache positions, k and v pointing at
+   the range's first row. Query (a, i) attends rows [0, n_a) of the range,
+   n_a = min(n_kv, max(0, n_lim + a)), and gets the unnormalised partial
+   result: with s_t = (q . k_t) * scale, m = max_t s_t, e_t = exp(s_t - m),
+   out + a*ldo + i*head_dim = sum_t e_t v_t, ml[a*ldm + 2i] = m and
+   ml[a*ldm + 2i + 1] = sum_t e_t (a query with n_a = 0: m = -inf, sum 0,
+   out 0). scores is scratch of n_tok * n_grp * n_kv floats (the range, not the
+   context). The caller combines the ranges of a query in a fixed order. As
+   with cism__attention_fn each output depends only on its own query and rows,
+   never on n_tok, n_grp, n_kv beyond n_a, or its place in the block. */
+typedef void (*cism__attention_split_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm,
+                                         int64_t n_tok, int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
+                                         int32_t v_dtype, int64_t n_kv, int64_t n_lim, int64_t head_dim, float scale,
+                                         float *scores);
+
 typedef struct cism__kernels {
     const char *name;
     int32_t tier;     /* CISM_TIER_* */
@@ -112,6 +128,8 @@ typedef struct cism__kernels {
        above every number). Exact, so every tier gives the scalar tier's
        values. NULL: the scalar tier's. */
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
+    /* Split attention (cism__attention_split_fn): what forward.c runs. */
+    cism__attention_split_fn attention_split;
 } cism__kernels;
 
 /* The reference tier; always available. */

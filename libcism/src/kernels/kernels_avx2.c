@@ -261,6 +261,40 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
     }
 }
 
+/* the split kernel (attention_split.h) */
+static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
+    int64_t t;
+    for (t = 0; t + 8 <= n; t += 8) scores8(q, k, t, 8, hd, scale, dst + t);
+    if (t < n) scores8(q, k, t, (int)(n - t), hd, scale, dst + t);
+}
+
+/* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
+static float att_exp_sum(float *s, int64_t n, float *mx) {
+    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m;
+    int64_t t;
+    for (t = 0; t + 8 <= n; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(s + t));
+    if (t < n) {
+        __m256i keep = lanes_below(n - t);
+        __m256 x = _mm256_maskload_ps(s + t, keep);
+        mx8 = _mm256_max_ps(mx8, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(keep)));
+    }
+    *mx = hmax8(mx8);
+    m = _mm256_set1_ps(*mx);
+    for (t = 0; t + 8 <= n; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
+        _mm256_storeu_ps(s + t, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    if (t < n) {
+        __m256i keep = lanes_below(n - t);
+        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(s + t, keep), m)), _mm256_castsi256_ps(keep));
+        _mm256_maskstore_ps(s + t, keep, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    return hsum8(sum8);
+}
+#include "attention_split.h"
+
 /* ---- elementwise ----------------------------------------------------------------- */
 /* The sum of squares is accumulated in double like the scalar tier (each x*x is
    exact in double), so the scale usually comes out bit-identical. */
@@ -332,6 +366,7 @@ void cism__kernels_fill_avx2(cism__kernels *k) {
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
     k->attention = attention;
+    k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;
     k->rope = rope;

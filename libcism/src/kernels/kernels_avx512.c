@@ -255,6 +255,36 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
     }
 }
 
+/* the split kernel (attention_split.h) */
+static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
+    int64_t t;
+    for (t = 0; t + 8 <= n; t += 8) scores8(q, k, t, 8, hd, scale, dst + t);
+    if (t < n) scores8(q, k, t, (int)(n - t), hd, scale, dst + t);
+}
+
+/* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
+static float att_exp_sum(float *s, int64_t n, float *mx) {
+    __m512 mx16 = _mm512_set1_ps(-INFINITY), sum16 = _mm512_setzero_ps(), m;
+    int64_t t;
+    for (t = 0; t + 16 <= n; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(s + t));
+    if (t < n) mx16 = _mm512_mask_max_ps(mx16, mask_below(n - t), mx16, _mm512_maskz_loadu_ps(mask_below(n - t), s + t));
+    *mx = _mm512_reduce_max_ps(mx16);
+    m = _mm512_set1_ps(*mx);
+    for (t = 0; t + 16 <= n; t += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
+        _mm512_storeu_ps(s + t, e);
+        sum16 = _mm512_add_ps(sum16, e);
+    }
+    if (t < n) {
+        __mmask16 keep = mask_below(n - t);
+        __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, s + t), m)));
+        _mm512_mask_storeu_ps(s + t, keep, e);
+        sum16 = _mm512_add_ps(sum16, e);
+    }
+    return hsum16(sum16);
+}
+#include "attention_split.h"
+
 /* ---- elementwise ----------------------------------------------------------------- */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
@@ -323,6 +353,7 @@ void cism__kernels_fill_avx512(cism__kernels *k) {
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
     k->attention = attention;
+    k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;
     k->rope = rope;

@@ -328,6 +328,40 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
     }
 }
 
+/* the split kernel (attention_split.h) */
+static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
+    int64_t t;
+    for (t = 0; t + 4 <= n; t += 4) scores4(q, k, t, 4, hd, scale, dst + t);
+    if (t < n) scores4(q, k, t, (int)(n - t), hd, scale, dst + t);
+}
+
+/* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
+static float att_exp_sum(float *s, int64_t n, float *mxo) {
+    float32x4_t mx4 = vdupq_n_f32(-INFINITY), sum4 = vdupq_n_f32(0.0f), m;
+    float mx;
+    int64_t t, i;
+    for (t = 0; t + 4 <= n; t += 4) mx4 = vmaxq_f32(mx4, vld1q_f32(s + t));
+    mx = vmaxvq_f32(mx4);
+    for (i = t; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    m = vdupq_n_f32(mx);
+    for (t = 0; t + 4 <= n; t += 4) {
+        float32x4_t e = exp4(vsubq_f32(vld1q_f32(s + t), m));
+        vst1q_f32(s + t, e);
+        sum4 = vaddq_f32(sum4, e);
+    }
+    if (t < n) {
+        float tmp[4] = {0, 0, 0, 0};
+        for (i = 0; t + i < n; i++) tmp[i] = s[t + i] - mx;
+        vst1q_f32(tmp, exp4(vld1q_f32(tmp)));
+        for (i = 0; t + i < n; i++) s[t + i] = tmp[i];
+        for (; i < 4; i++) tmp[i] = 0.0f;
+        sum4 = vaddq_f32(sum4, vld1q_f32(tmp));
+    }
+    *mxo = mx;
+    return vaddvq_f32(sum4);
+}
+#include "attention_split.h"
+
 /* ---- elementwise ----------------------------------------------------------------- */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     float64x2_t a0 = vdupq_n_f64(0.0), a1 = vdupq_n_f64(0.0);
@@ -395,6 +429,7 @@ void cism__kernels_fill_neon(cism__kernels *k) {
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
     k->attention = attention;
+    k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;
     k->rope = rope;

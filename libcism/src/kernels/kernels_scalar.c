@@ -155,6 +155,52 @@ static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int6
                           out + a * ldo + i * head_dim);
 }
 
+/* one query over the n rows of a range: the unnormalised partial result (kernels.h) */
+static void attention_part_one(const float *q, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n,
+                               int64_t head_dim, float scale, float *scores, float *out, float *ml) {
+    float buf[CHUNK];
+    float mx = -INFINITY, sum = 0.0f;
+    int64_t t, i, c0;
+    for (i = 0; i < head_dim; i++) out[i] = 0.0f;
+    for (t = 0; t < n; t++) {
+        float s, acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
+            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
+            dot_lanes(acc, q + c0, kv_chunk(k, k_dtype, t, head_dim, c0, cn, buf), cn);
+        }
+        s = lanes_sum(acc);
+        s *= scale;
+        scores[t] = s;
+        if (s > mx) mx = s;
+    }
+    for (t = 0; t < n; t++) {
+        scores[t] = expf(scores[t] - mx);
+        sum += scores[t];
+    }
+    for (t = 0; t < n; t++) {
+        float p = scores[t];
+        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
+            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
+            const float *vr = kv_chunk(v, v_dtype, t, head_dim, c0, cn, buf);
+            for (i = 0; i < cn; i++) out[c0 + i] += p * vr[i];
+        }
+    }
+    ml[0] = mx;
+    ml[1] = sum;
+}
+
+static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm, int64_t n_tok,
+                            int64_t n_grp, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv,
+                            int64_t n_lim, int64_t head_dim, float scale, float *scores) {
+    int64_t a, i;
+    for (a = 0; a < n_tok; a++) {
+        int64_t n = n_lim + a < 0 ? 0 : n_lim + a > n_kv ? n_kv : n_lim + a;
+        for (i = 0; i < n_grp; i++)
+            attention_part_one(q + a * ldq + i * head_dim, k, v, k_dtype, v_dtype, n, head_dim, scale, scores,
+                               out + a * ldo + i * head_dim, ml + a * ldm + 2 * i);
+    }
+}
+
 /* ---- elementwise ---------------------------------------------------------------- */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
@@ -232,6 +278,7 @@ static const cism__kernels g_scalar = {
     NULL, /* outliers_x16: act_outliers.c's C code */
     NULL, /* outliers_q4a: the same */
     cism__act_block_top2_scalar,
+    attention_split,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

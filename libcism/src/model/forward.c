@@ -5,7 +5,8 @@
  * the thread that completes a stage prepares the next (begin) and publishes it:
  *   begin: shared RMSNorm of the chunk | units: Q/K/V by head, with bias,
  *          q/k-norm, RoPE and the KV-cache write fused in
- *   units: attention by (block of tokens, query heads of one KV head)
+ *   units: attention by (block of tokens, query heads of one KV head), over
+ *          fixed splits of KV positions (split-KV: see attention_unit)
  *   units: output projection + residual, by row chunks
  *   begin: RMSNorm | units: gate/up (the two matrices that share the input) +
  *          SwiGLU, by row chunks
@@ -196,11 +197,24 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
     }
 }
 
-/* Attention units: per seq, blocks of up to CISM__ATT_TOKENS of its rows x
-   heads_per_unit query heads of one KV head. With enough units to go round, a
-   unit takes all the query heads of a KV head (the K/V rows are read and
-   widened once for them); otherwise (decode) one head each, so the threads
-   stay balanced. The kernel gives the same bits either way. */
+/* Attention units (split-KV): the KV positions of a layer are cut into fixed
+   splits [j * CISM__ATT_SPLIT, (j + 1) * CISM__ATT_SPLIT) of absolute
+   positions; a query's result is the combination, in split order, of the
+   partial results (kernels.h cism__attention_split_fn) of the splits that its
+   range (causal, or its sliding window) meets, each range intersected with its
+   split. Two ways to run that, with the same bits for every row:
+   - in-unit (prefill): a unit is a block of up to CISM__ATT_TOKENS of a seq's
+     rows x heads_per_unit query heads of one KV head, and folds its splits
+     one after the other into the output rows;
+   - split units (a seq of up to CISM__ATT_TOKENS rows whose range spans
+     several splits, while the partial slots last: decode, short verifies,
+     batches): a unit is one split x heads_per_unit heads; the partial results
+     go to w->att_part and the begin of the next stage folds them (combine).
+   The partial of a (query, split) is the same kernel call either way and the
+   fold is one function in one order, so neither the thread count, the chunking
+   nor the batch changes a bit. With enough work to go round, a unit takes all
+   the query heads of a KV head (the K/V rows are read and widened once for
+   them); otherwise one head each, so the threads stay balanced. */
 static int64_t att_heads_per_unit(const cism__hparams *hp, int64_t blocks, int nth) {
     return blocks * hp->n_kv_heads >= 4 * (int64_t)nth ? hp->n_heads / hp->n_kv_heads : 1;
 }
@@ -231,14 +245,87 @@ static void gate_rows(fwd *f, int64_t row, int64_t n_tok, int64_t h, int64_t hpu
     }
 }
 
+/* The splits that the ranges of queries at positions [p0, p1] meet: [*j0, *j1]. */
+static void att_split_range(int64_t window, int64_t p0, int64_t p1, int64_t *j0, int64_t *j1) {
+    int64_t first = window > 0 && p0 + 1 > window ? p0 + 1 - window : 0;
+    *j0 = first / CISM__ATT_SPLIT;
+    *j1 = p1 / CISM__ATT_SPLIT;
+}
+
+/* The partial results of split j for n_tok queries at positions p0.. (rows of
+   q from qrow, heads h..h+hpu of KV head kvh), into out (ldo) and ml (ldm). */
+static void att_split_part(fwd *f, const cism__seq *sq, int64_t l, int64_t qrow, int64_t n_tok, int64_t h, int64_t hpu,
+                           int64_t p0, int64_t j, float *out, int64_t ldo, float *ml, int64_t ldm, float *scores) {
+    cism__work *w = f->w;
+    const cism__hparams *hp = &f->m->hp;
+    const cism_session *s = sq->s;
+    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, kvh = h / (hp->n_heads / hp->n_kv_heads);
+    int64_t window = f->m->layers[l].window, s0 = j * CISM__ATT_SPLIT, s1 = s0 + CISM__ATT_SPLIT, i, e;
+    if (window == 0) { /* query a: positions [s0, min(s1, p0 + a + 1)) */
+        e = p0 + n_tok < s1 ? p0 + n_tok : s1;
+        w->k->attention_split(w->q + qrow * q_rows + h * hd, q_rows, out, ldo, ml, ldm, n_tok, hpu,
+                              cism__kv_row(s, s->k_cache, l, kvh, s0), cism__kv_row(s, s->v_cache, l, kvh, s0), s->kv_type,
+                              s->kv_type_v, e - s0, p0 + 1 - s0, hd, hp->attn_scale, scores);
+        return;
+    }
+    /* sliding window: each query over its window's part of the split, one per call */
+    for (i = 0; i < n_tok; i++) {
+        int64_t pos = p0 + i, first = pos + 1 > window ? pos + 1 - window : 0;
+        int64_t lo = first > s0 ? first : s0, hi = pos + 1 < s1 ? pos + 1 : s1, g;
+        if (hi <= lo) {
+            for (g = 0; g < hpu; g++) {
+                ml[i * ldm + 2 * g] = -INFINITY;
+                ml[i * ldm + 2 * g + 1] = 0.0f;
+            }
+            continue;
+        }
+        w->k->attention_split(w->q + (qrow + i) * q_rows + h * hd, q_rows, out + i * ldo, ldo, ml + i * ldm, ldm, 1, hpu,
+                              cism__kv_row(s, s->k_cache, l, kvh, lo), cism__kv_row(s, s->v_cache, l, kvh, lo), s->kv_type,
+                              s->kv_type_v, hi - lo, hi - lo, hd, hp->attn_scale, scores);
+    }
+}
+
+/* Folds a partial result (ml: max, sum; o) into the running one (acc: max,
+   sum; O); acc[1] == 0: nothing folded yet. Empty partials (sum 0) are
+   skipped, so a query's result depends only on the splits its range meets. */
+static void att_fold(float *acc, float *O, const float *ml, const float *o, int64_t hd) {
+    float mx, a, b;
+    int64_t i;
+    if (ml[1] == 0.0f) return;
+    if (acc[1] == 0.0f) {
+        acc[0] = ml[0];
+        acc[1] = ml[1];
+        if (O != o) memcpy(O, o, (size_t)hd * sizeof(float));
+        return;
+    }
+    mx = ml[0] > acc[0] ? ml[0] : acc[0];
+    a = expf(acc[0] - mx);
+    b = expf(ml[0] - mx);
+    acc[1] = acc[1] * a + ml[1] * b;
+    for (i = 0; i < hd; i++) O[i] = O[i] * a + o[i] * b;
+    acc[0] = mx;
+}
+
+static void att_finish(const float *acc, float *O, int64_t hd) {
+    int64_t i;
+    for (i = 0; i < hd; i++) O[i] = O[i] / acc[1];
+}
+
+/* Rotation and output gate of rows [row, row + n_tok), heads h..h+hpu, once their attention is complete. */
+static void att_epilogue(fwd *f, int64_t l, const cism__seq *sq, int64_t row, int64_t n_tok, int64_t h, int64_t hpu) {
+    unrotate_rows(f, sq->s, row, n_tok, h, hpu);
+    if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
+}
+
 static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu) {
     cism__work *w = f->w;
     const cism__hparams *hp = &f->m->hp;
-    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
-    int64_t units_per_block = hp->n_heads / hpu, lo = 0, hi = f->n_seqs - 1, t, h, kvh, n_tok, row, i;
-    int64_t window = f->m->layers[l].window;
+    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, n_hg = hp->n_heads / hpu;
+    int64_t lo = 0, hi = f->n_seqs - 1, t, h, n_tok, row, p0, j, j0, j1, a, g;
+    const int64_t window = f->m->layers[l].window;
     const cism__seq *sq;
     float *scores = w->scores + (int64_t)ith * w->scores_per_thread;
+    float *part, *pml, *run;
     while (lo < hi) { /* the last seq whose first unit is <= unit */
         int64_t mid = (lo + hi + 1) / 2;
         if (f->seqs[mid].att_u0 <= unit) lo = mid;
@@ -246,30 +333,59 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     }
     sq = &f->seqs[lo];
     unit -= sq->att_u0;
-    t = cism__fwd_seq_lo(f, sq) + (unit / units_per_block) * CISM__ATT_TOKENS;
-    h = (unit % units_per_block) * hpu;
-    kvh = h / group;
-    n_tok = sq->nt - t < CISM__ATT_TOKENS ? sq->nt - t : CISM__ATT_TOKENS;
-    row = sq->row0 + t;
-    if (window == 0) {
-        w->k->attention(w->q + row * q_rows + h * hd, q_rows, w->att + row * q_rows + h * hd, q_rows, n_tok, hpu,
-                        cism__kv_row(sq->s, sq->s->k_cache, l, kvh, 0), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, 0), sq->s->kv_type,
-                        sq->s->kv_type_v,
-                        sq->s->n_past + t + 1, hd, hp->attn_scale, scores);
-        unrotate_rows(f, sq->s, row, n_tok, h, hpu);
-        if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
+    h = (unit % n_hg) * hpu;
+    if (sq->att_spl) { /* one split of the seq's rows: partials to the slots, combined in the next begin */
+        int64_t js = unit / n_hg, nr = sq->nt - cism__fwd_seq_lo(f, sq);
+        int64_t slot = sq->att_p0 + js * nr * hp->n_heads + h;
+        t = cism__fwd_seq_lo(f, sq);
+        att_split_part(f, sq, l, sq->row0 + t, nr, h, hpu, sq->s->n_past + t, sq->att_j0 + js, w->att_part + slot * hd,
+                       hp->n_heads * hd, w->att_part + w->att_part_slots * hd + slot * 2, hp->n_heads * 2, scores);
         return;
     }
-    /* sliding window: each query over the last `window` positions up to its
-       own, one token per call (every position takes this one path) */
-    for (i = 0; i < n_tok; i++) {
-        int64_t pos = sq->s->n_past + t + i, first = pos + 1 > window ? pos + 1 - window : 0;
-        w->k->attention(w->q + (row + i) * q_rows + h * hd, q_rows, w->att + (row + i) * q_rows + h * hd, q_rows, 1, hpu,
-                        cism__kv_row(sq->s, sq->s->k_cache, l, kvh, first), cism__kv_row(sq->s, sq->s->v_cache, l, kvh, first),
-                        sq->s->kv_type, sq->s->kv_type_v, pos + 1 - first, hd, hp->attn_scale, scores);
+    t = cism__fwd_seq_lo(f, sq) + (unit / n_hg) * CISM__ATT_TOKENS;
+    n_tok = sq->nt - t < CISM__ATT_TOKENS ? sq->nt - t : CISM__ATT_TOKENS;
+    row = sq->row0 + t;
+    p0 = sq->s->n_past + t;
+    /* scratch: scores of one split, then a partial result, its (max, sum) pairs, the running pairs */
+    part = scores + CISM__ATT_TOKENS * hpu * CISM__ATT_SPLIT;
+    pml = part + CISM__ATT_TOKENS * hpu * hd;
+    run = pml + CISM__ATT_TOKENS * hpu * 2;
+    for (a = 0; a < n_tok * hpu; a++) run[2 * a] = run[2 * a + 1] = 0.0f;
+    att_split_range(window, p0, p0 + n_tok - 1, &j0, &j1);
+    for (j = j0; j <= j1; j++) {
+        att_split_part(f, sq, l, row, n_tok, h, hpu, p0, j, part, hpu * hd, pml, hpu * 2, scores);
+        for (a = 0; a < n_tok; a++)
+            for (g = 0; g < hpu; g++)
+                att_fold(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, pml + 2 * (a * hpu + g),
+                         part + (a * hpu + g) * hd, hd);
     }
-    unrotate_rows(f, sq->s, row, n_tok, h, hpu);
-    if (f->m->layers[l].wg.data) gate_rows(f, row, n_tok, h, hpu);
+    for (a = 0; a < n_tok; a++)
+        for (g = 0; g < hpu; g++) att_finish(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, hd);
+    att_epilogue(f, l, sq, row, n_tok, h, hpu);
+}
+
+/* The combine of the seqs with split units (begin of the stage after
+   attention): per row and head, the splits' partials in split order. */
+static void attention_combine(fwd *f, int64_t l) {
+    cism__work *w = f->w;
+    const cism__hparams *hp = &f->m->hp;
+    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, q, t, h, js;
+    const float *ml = w->att_part + w->att_part_slots * hd;
+    for (q = 0; q < f->n_seqs; q++) {
+        const cism__seq *sq = &f->seqs[q];
+        int64_t t0 = cism__fwd_seq_lo(f, sq), nr = sq->nt - t0;
+        if (!sq->att_spl) continue;
+        for (t = 0; t < nr; t++)
+            for (h = 0; h < hp->n_heads; h++) {
+                float run[2] = {0.0f, 0.0f}, *O = w->att + (sq->row0 + t0 + t) * q_rows + h * hd;
+                for (js = 0; js < sq->att_spl; js++) {
+                    int64_t slot = sq->att_p0 + (js * nr + t) * hp->n_heads + h;
+                    att_fold(run, O, ml + slot * 2, w->att_part + slot * hd, hd);
+                }
+                att_finish(run, O, hd);
+            }
+        att_epilogue(f, l, sq, sq->row0 + t0, nr, 0, hp->n_heads);
+    }
 }
 
 /* rows [r0, r1) of y = W in, then x += y on them, for rows [t_lo, nt); with
@@ -342,15 +458,31 @@ static int check_cancel(fwd *f) {
     return running == 0;
 }
 
-/* Attention units of the layer's rows needed, per seq from att_u0. */
-static int64_t attention_units(fwd *f) {
+/* Attention units of layer l's rows needed, per seq from att_u0: split units
+   for a seq of up to CISM__ATT_TOKENS rows over several splits while the
+   partial slots last, else in-unit blocks. */
+static int64_t attention_units(fwd *f, int64_t l) {
     const cism__hparams *hp = &f->m->hp;
-    int64_t q, blocks = 0, units = 0;
-    for (q = 0; q < f->n_seqs; q++) blocks += cism__fwd_units(f->seqs[q].nt - cism__fwd_seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS);
-    f->hpu = att_heads_per_unit(hp, blocks, cism__pool_size(f->w->pool));
+    int64_t q, work = 0, units = 0, slots = 0;
     for (q = 0; q < f->n_seqs; q++) {
-        f->seqs[q].att_u0 = units;
-        units += cism__fwd_units(f->seqs[q].nt - cism__fwd_seq_lo(f, &f->seqs[q]), CISM__ATT_TOKENS) * (hp->n_heads / f->hpu);
+        cism__seq *sq = &f->seqs[q];
+        int64_t t0 = cism__fwd_seq_lo(f, sq), nr = sq->nt - t0, j0, j1;
+        att_split_range(f->m->layers[l].window, sq->s->n_past + t0, sq->s->n_past + sq->nt - 1, &j0, &j1);
+        sq->att_spl = 0;
+        if (nr > 0 && nr <= CISM__ATT_TOKENS && j1 > j0 && slots + nr * hp->n_heads * (j1 - j0 + 1) <= f->w->att_part_slots) {
+            sq->att_spl = j1 - j0 + 1;
+            sq->att_j0 = j0;
+            sq->att_p0 = slots;
+            slots += nr * hp->n_heads * sq->att_spl;
+            work += sq->att_spl;
+        } else work += cism__fwd_units(nr, CISM__ATT_TOKENS);
+    }
+    f->hpu = att_heads_per_unit(hp, work, cism__pool_size(f->w->pool));
+    for (q = 0; q < f->n_seqs; q++) {
+        cism__seq *sq = &f->seqs[q];
+        sq->att_u0 = units;
+        units += (sq->att_spl ? sq->att_spl : cism__fwd_units(sq->nt - cism__fwd_seq_lo(f, sq), CISM__ATT_TOKENS)) *
+                 (hp->n_heads / f->hpu);
     }
     return units;
 }
@@ -391,7 +523,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_QKV);
         return hp->n_heads + 2 * hp->n_kv_heads;
     case ST_ATT:
-        return attention_units(f);
+        return attention_units(f, l);
     case ST_UP:
         if (hp->post_norms) post_residual(f, m->layers[l].post_attn_norm, f->t_lo, nt);
         norm_rows(w->k, w->xb, w->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
@@ -400,6 +532,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
         return cism__fwd_units(hp->ffn_dim, f->c_ffn);
     case ST_WO:
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_WO);
+        attention_combine(f, l);
         cism__fwd_quantize_rows(w, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_WO, w->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);

@@ -25,8 +25,10 @@ typedef struct cism__work {
     float *hb, *hb2; /* [n_rows][ffn_dim] */
     float *conv;     /* [n_rows][3*dim] B, C, x of a short-convolution layer (NULL without them) */
     float *tmp;      /* [nth][n_rows*head_dim] k/v head rows before they enter the cache */
-    float *scores;   /* [nth][scores_per_thread] attention scratch */
-    int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * n_ctx */
+    float *scores;   /* [nth][scores_per_thread] attention scratch, then att_part */
+    int64_t scores_per_thread;  /* CISM__ATT_TOKENS * (n_heads / n_kv_heads) * (CISM__ATT_SPLIT + head_dim + 4) */
+    float *att_part; /* [att_part_slots][head_dim] then [att_part_slots][2]: split-KV partial results (forward.c) */
+    int64_t att_part_slots;
     float *rope_cos, *rope_sin; /* [table][n_rows][rope_dim/2]: the model's RoPE tables (model.h) */
     uint8_t *xq;     /* act_quant: [n_rows] quantized rows of the current stage's matmul input,
                         each ending in its cism__act8_out table; then xo_tmp */
@@ -132,6 +134,11 @@ struct cism_session {
 
 /* Tokens per attention unit in prefill (forward.c). */
 #define CISM__ATT_TOKENS 4
+/* Split-KV attention (forward.c): KV positions per split, the splits at fixed
+   absolute positions [j * SPLIT, (j + 1) * SPLIT); rows of a pass whose
+   partial results get their own units (decode, short verifies, batches). */
+#define CISM__ATT_SPLIT 256
+#define CISM__ATT_PART_ROWS 16
 
 /* cism_session_eval without clearing a pending cancel request. */
 cism_status cism__session_eval(cism_session *s, const int32_t *tokens, int32_t n_tokens);
@@ -145,6 +152,7 @@ typedef struct cism__seq {
     int64_t nt, row0;
     int64_t rows_out, out0;
     int64_t att_u0;  /* forward.c: its first attention unit */
+    int64_t att_spl, att_j0, att_p0; /* forward.c: splits with units of their own (0: in-unit), the first split, first partial slot */
     int stop;        /* set when its cancel request was seen: its rows are meaningless */
 } cism__seq;
 

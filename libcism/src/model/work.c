@@ -9,9 +9,18 @@
 #include <string.h>
 
 /* Attention scratch of one thread (forward.c works on CISM__ATT_TOKENS tokens
-   times the query heads of one KV head at a time). */
-static int64_t scores_per_thread(const cism__hparams *hp, int64_t n_ctx) {
-    return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * n_ctx;
+   times the query heads of one KV head, over one split of CISM__ATT_SPLIT
+   positions at a time): the split's scores, a partial result and two pairs
+   (max, sum) per query. It does not grow with the context. */
+static int64_t scores_per_thread(const cism__hparams *hp) {
+    return CISM__ATT_TOKENS * (hp->n_heads / hp->n_kv_heads) * (CISM__ATT_SPLIT + hp->head_dim + 4);
+}
+
+/* Slots of split-KV partial results (head_dim + 2 floats each): every head
+   and every split of the context for up to CISM__ATT_PART_ROWS rows. */
+static int64_t att_part_slots(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx) {
+    int64_t rows = n_rows < CISM__ATT_PART_ROWS ? n_rows : CISM__ATT_PART_ROWS;
+    return rows * hp->n_heads * ((n_ctx + CISM__ATT_SPLIT - 1) / CISM__ATT_SPLIT);
 }
 
 static int64_t widest_input(const cism__hparams *hp) {
@@ -35,7 +44,8 @@ static int64_t xo_floats(const cism__hparams *hp) {
 static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
     int64_t q_rows = hp->n_heads * hp->head_dim;
     return n_rows * hp->dim * 3 + n_rows * q_rows * 2 + n_rows * hp->ffn_dim * 2 +
-           (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp, n_ctx) +
+           (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp) +
+           att_part_slots(hp, n_rows, n_ctx) * (hp->head_dim + 2) +
            n_rows * hp->rope_dim * 2 + (hp->n_shortconv ? n_rows * hp->dim * 3 : 0) + n_rows * cism__mix_row_floats(hp) +
            (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + xo_floats(hp) : 0);
 }
@@ -57,7 +67,8 @@ void cism__work_free_buffers(cism__work *w) {
     free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->bad); free(w->conv); free(w->mix);
     w->x = w->xb = w->q = w->att = w->ob = w->hb = w->hb2 = w->conv = w->mix = w->tmp = w->scores = w->rope_cos = w->rope_sin = NULL;
     w->xq = w->bad = NULL;
-    w->xo_tmp = NULL;
+    w->xo_tmp = w->att_part = NULL;
+    w->att_part_slots = 0;
     w->n_rows = w->n_ctx = 0;
 }
 
@@ -80,8 +91,11 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
         w->hb = (float *)cism__alloc_floats(n_rows * hp->ffn_dim, &failed);
         w->hb2 = (float *)cism__alloc_floats(n_rows * hp->ffn_dim, &failed);
         w->tmp = (float *)cism__alloc_floats((int64_t)w->nth * n_rows * hp->head_dim, &failed);
-        w->scores_per_thread = scores_per_thread(hp, n_ctx);
-        w->scores = (float *)cism__alloc_floats((int64_t)w->nth * w->scores_per_thread, &failed);
+        w->scores_per_thread = scores_per_thread(hp);
+        w->att_part_slots = att_part_slots(hp, n_rows, n_ctx);
+        w->scores = (float *)cism__alloc_floats((int64_t)w->nth * w->scores_per_thread +
+                                                    w->att_part_slots * (hp->head_dim + 2), &failed);
+        w->att_part = w->scores ? w->scores + (int64_t)w->nth * w->scores_per_thread : NULL;
         w->rope_cos = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed); /* two tables of rope_dim / 2 */
         w->rope_sin = (float *)cism__alloc_floats(n_rows * hp->rope_dim, &failed);
         if (hp->n_shortconv) w->conv = (float *)cism__alloc_floats(n_rows * hp->dim * 3, &failed);

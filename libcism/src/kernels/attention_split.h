@@ -1,0 +1,61 @@
+/* attention_split.h - the split attention kernel (cism__attention_split_fn,
+ * kernels.h) of the SIMD tiers, one body for AVX2, AVX-512 and NEON.
+ *
+ * Included by a tier's translation unit (compiled with its flags) after it
+ * defines, in its own vectors:
+ *   KV_BLOCK_FLOATS                      floats of the widened K/V block on the stack
+ *   widen_rows(kv, dt, b0, n, hd, buf)   rows [b0, b0 + n) of a cache as f32 rows
+ *   att_scores(q, k, n, hd, scale, dst)  dst[t] = (q . k_t) * scale, t < n, each row
+ *                                        with its own accumulator
+ *   att_exp_sum(s, n, &mx)               s[t] = exp(s[t] - max), returns the sum
+ *                                        (lanes in a fixed order given n), max in mx
+ *   pv_rows(p, v, n, hd, out)            out += sum_t p[t] v_t, in t order
+ * The range's K rows are widened a block (about 16 KiB) at a time and shared by
+ * every query of the block; then each query's exponentials and sum; then the
+ * V rows a block at a time. Scratch is the range's scores only. Each output
+ * is the same sequence of operations whatever n_tok, n_grp or the block
+ * boundaries (which start at the range's first row). */
+#ifndef CISM_ATTENTION_SPLIT_H
+#define CISM_ATTENTION_SPLIT_H
+
+static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm, int64_t n_tok,
+                            int64_t n_grp, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv,
+                            int64_t n_lim, int64_t hd, float scale, float *scores) {
+    float buf[KV_BLOCK_FLOATS];
+    int64_t n_max = n_lim + n_tok - 1 < n_kv ? n_lim + n_tok - 1 : n_kv;
+    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i;
+    kb = kb > 4096 / hd ? 4096 / hd : kb; /* about 16 KiB of rows: stays in L1 */
+    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *kf = widen_rows(k, k_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv, nk = na - b0 < bn ? na - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++)
+                att_scores(q + a * ldq + i * hd, kf, nk, hd, scale, scores + (a * n_grp + i) * n_kv + b0);
+        }
+    }
+    for (a = 0; a < n_tok; a++) {
+        int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv;
+        for (i = 0; i < n_grp; i++) {
+            float *m = ml + a * ldm + 2 * i;
+            if (na > 0) m[1] = att_exp_sum(scores + (a * n_grp + i) * n_kv, na, &m[0]);
+            else {
+                m[0] = -INFINITY;
+                m[1] = 0.0f;
+            }
+            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
+        }
+    }
+    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t e_t v_t, a block of values at a time */
+        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
+        const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
+        for (a = 0; a < n_tok; a++) {
+            int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv, nk = na - b0 < bn ? na - b0 : bn;
+            for (i = 0; i < n_grp && nk > 0; i++)
+                pv_rows(scores + (a * n_grp + i) * n_kv + b0, vf, nk, hd, out + a * ldo + i * hd);
+        }
+    }
+}
+
+#endif
