@@ -94,42 +94,58 @@ static void test_elementwise(const cism__kernels *k) {
 
 static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact);
 
+/* The combine of forward.c (att_fold, att_finish), written out here: fold the
+   partial (ml, o) of the next range into the running (acc, O). */
+static void fold_partial(float *acc, float *O, const float *ml, const float *o, int64_t hd) {
+    float mx, a, b;
+    int64_t i;
+    if (ml[1] == 0.0f) return;
+    if (acc[1] == 0.0f) {
+        acc[0] = ml[0];
+        acc[1] = ml[1];
+        memcpy(O, o, (size_t)hd * sizeof(float));
+        return;
+    }
+    mx = ml[0] > acc[0] ? ml[0] : acc[0];
+    a = expf(acc[0] - mx);
+    b = expf(ml[0] - mx);
+    acc[1] = acc[1] * a + ml[1] * b;
+    for (i = 0; i < hd; i++) O[i] = O[i] * a + o[i] * b;
+    acc[0] = mx;
+}
+
+/* Full softmax attention of one query over N rows, as the split kernel's
+   ranges folded in order and divided by the sum (one range, then three of
+   16, 1 and 20 rows), against the same in double from the decoded rows. */
 static void test_attention(const cism__kernels *k, int kv_dtype, int v_dtype) {
     enum { HD = 64, N = 37 };
-    float q[HD], kf[N * HD], vf[N * HD], out[HD], scores[N];
-    uint16_t kh[N * HD], vh[N * HD];
+    static const int64_t cuts[2][5] = {{0, N, -1}, {0, 16, 17, N, -1}};
+    static uint8_t kq[N * HD * 4], vq[N * HD * 4]; /* room for f32 rows */
+    float q[HD], kf[N * HD], vf[N * HD], kx[N * HD], vx[N * HD], out[HD], part[HD], ml[2], scores[N];
     double sc[N], mx = -1e300, sum = 0;
-    int t, i;
+    const uint64_t rbk = cism__kv_is_quant(kv_dtype) ? cism__kv_row_bytes(kv_dtype, HD) : (uint64_t)cism__row_bytes(kv_dtype, HD);
+    const uint64_t rbv = cism__kv_is_quant(v_dtype) ? cism__kv_row_bytes(v_dtype, HD) : (uint64_t)cism__row_bytes(v_dtype, HD);
+    int t, i, c, j;
     fill(q, HD); fill(kf, N * HD); fill(vf, N * HD);
-    if (cism__kv_is_quant(kv_dtype) || cism__kv_is_quant(v_dtype)) { /* quantized rows against their decoded values in double */
-        static uint8_t kq[N * HD * 4], vq[N * HD * 4]; /* room for f32 rows */
-        float kx[N * HD], vx[N * HD];
-        to_dtype(kv_dtype, kf, N * HD, kq, kx);
-        to_dtype(v_dtype, vf, N * HD, vq, vx);
-        k->attention(q, HD, out, HD, 1, 1, kq, vq, kv_dtype, v_dtype, N, HD, 0.125f, scores);
-        for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kx + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
-        for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
+    to_dtype(kv_dtype, kf, N * HD, kq, kx);
+    to_dtype(v_dtype, vf, N * HD, vq, vx);
+    for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kx + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
+    for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
+    for (c = 0; c < 2; c++) {
+        float acc[2] = {0.0f, 0.0f};
+        for (j = 0; cuts[c][j + 1] >= 0; j++) {
+            const int64_t r0 = cuts[c][j], n = cuts[c][j + 1] - r0;
+            k->attention_split(q, HD, part, HD, ml, 2, 1, 1, kq + (uint64_t)r0 * rbk, vq + (uint64_t)r0 * rbv, kv_dtype,
+                               v_dtype, n, n, HD, 0.125f, scores);
+            fold_partial(acc, out, ml, part, HD);
+        }
+        for (i = 0; i < HD; i++) out[i] = out[i] / acc[1];
         for (i = 0; i < HD; i++) {
             double ref = 0;
             for (t = 0; t < N; t++) ref += sc[t] / sum * vx[t * HD + i];
-            CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention K %s V %s: %g vs %g", k->name, cism_dtype_name(kv_dtype),
-                      cism_dtype_name(v_dtype), out[i], ref);
+            CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention K %s V %s in %d range(s): %g vs %g", k->name,
+                      cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), j, out[i], ref);
         }
-        return;
-    }
-    for (i = 0; i < N * HD; i++) {
-        kh[i] = cism__f32_to_f16(kf[i]);
-        vh[i] = cism__f32_to_f16(vf[i]);
-        if (kv_dtype == CISM_DTYPE_F16) { kf[i] = cism__f16_to_f32(kh[i]); vf[i] = cism__f16_to_f32(vh[i]); }
-    }
-    k->attention(q, HD, out, HD, 1, 1, kv_dtype == CISM_DTYPE_F32 ? (const void *)kf : (const void *)kh,
-                 kv_dtype == CISM_DTYPE_F32 ? (const void *)vf : (const void *)vh, kv_dtype, kv_dtype, N, HD, 0.125f, scores);
-    for (t = 0; t < N; t++) { sc[t] = ref_dot(q, kf + t * HD, HD) * 0.125; if (sc[t] > mx) mx = sc[t]; }
-    for (t = 0; t < N; t++) { sc[t] = exp(sc[t] - mx); sum += sc[t]; }
-    for (i = 0; i < HD; i++) {
-        double ref = 0;
-        for (t = 0; t < N; t++) ref += sc[t] / sum * vf[t * HD + i];
-        CHECK_MSG(fabs(out[i] - ref) < 1e-6, "%s attention kv %d: %g vs %g", k->name, kv_dtype, out[i], ref);
     }
 }
 
@@ -210,71 +226,6 @@ static void matmul_vs_scalar(const cism__kernels *k, const cism__kernels *ref, i
                       k->name, cism_dtype_name(dtype), (long long)rows, (long long)cols, (long long)nt, (long long)t);
     }
     free(w); free(wq); free(wd); free(x); free(ys); free(yk); free(ysplit);
-}
-
-static void attention_vs_scalar(const cism__kernels *k, const cism__kernels *ref, int kv_dtype, int v_dtype, int64_t hd,
-                                int64_t n_kv, float qscale) {
-    float *q = (float *)malloc((size_t)hd * 4), *kf = (float *)malloc((size_t)(n_kv * hd) * 4);
-    float *vf = (float *)malloc((size_t)(n_kv * hd) * 4), *kx = (float *)malloc((size_t)(n_kv * hd) * 4);
-    float *vx = (float *)malloc((size_t)(n_kv * hd) * 4);
-    void *kd = malloc((size_t)(n_kv * hd) * 4), *vd = malloc((size_t)(n_kv * hd) * 4);
-    float *sc = (float *)malloc((size_t)n_kv * 4), *os = (float *)malloc((size_t)hd * 4), *ok = (float *)malloc((size_t)hd * 4);
-    double *s = (double *)malloc((size_t)n_kv * 8), *p = (double *)malloc((size_t)n_kv * 8);
-    double mx = -1e300, sum = 0, dsmax = 0, range = 0;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    int64_t t, i;
-    fill(q, hd); fill(kf, n_kv * hd); fill(vf, n_kv * hd);
-    for (i = 0; i < hd; i++) q[i] *= qscale;
-    to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
-    to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
-    ref->attention(q, hd, os, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, hd, scale, sc);
-    k->attention(q, hd, ok, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, hd, scale, sc);
-    for (t = 0; t < n_kv; t++) {
-        double mag = 0;
-        s[t] = ref_dot(q, kx + t * hd, hd) * scale;
-        for (i = 0; i < hd; i++) mag += fabs((double)q[i] * kx[t * hd + i]);
-        if (scale * KB_MATMUL(hd) * mag > dsmax) dsmax = scale * KB_MATMUL(hd) * mag;
-        if (s[t] > mx) mx = s[t];
-    }
-    for (t = 0; t < n_kv; t++) {
-        if (mx - s[t] > range) range = mx - s[t];
-        p[t] = exp(s[t] - mx);
-        sum += p[t];
-    }
-    for (i = 0; i < hd; i++) {
-        double mag = 0, e = fabs((double)ok[i] - (double)os[i]), b;
-        for (t = 0; t < n_kv; t++) mag += p[t] / sum * fabs((double)vx[t * hd + i]);
-        b = KB_ATTENTION(dsmax, range, n_kv) * mag;
-        note(OP_ATTENTION, e, b);
-        CHECK_MSG(e <= b, "%s attention K %s V %s hd %lld n_kv %lld: out[%lld] %.9g vs scalar %.9g (bound %.3g)", k->name,
-                  cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_kv, (long long)i, ok[i], os[i], b);
-    }
-    free(q); free(kf); free(vf); free(kx); free(vx); free(kd); free(vd); free(sc); free(os); free(ok); free(s); free(p);
-}
-
-/* A block of n_tok tokens x n_grp heads gives the same bits as each query alone
-   (causal: query (a, i) sees n_kv0 + a positions). */
-static void attention_block(const cism__kernels *k, int kv_dtype, int v_dtype, int64_t hd, int64_t n_kv0, int64_t n_tok,
-                            int64_t n_grp) {
-    int64_t n_max = n_kv0 + n_tok - 1, ldq = n_grp * hd + 3, ldo = n_grp * hd + 5, a, i;
-    float *q = (float *)malloc((size_t)(n_tok * ldq) * 4), *kf = (float *)malloc((size_t)(n_max * hd) * 4);
-    float *vf = (float *)malloc((size_t)(n_max * hd) * 4), *kx = (float *)malloc((size_t)(n_max * hd) * 4);
-    float *vx = (float *)malloc((size_t)(n_max * hd) * 4), *ob = (float *)calloc((size_t)(n_tok * ldo), 4);
-    float *o1 = (float *)malloc((size_t)hd * 4), *sc = (float *)malloc((size_t)(n_tok * n_grp * n_max) * 4);
-    void *kd = malloc((size_t)(n_max * hd) * 4), *vd = malloc((size_t)(n_max * hd) * 4);
-    float scale = (float)(1.0 / sqrt((double)hd));
-    fill(q, n_tok * ldq); fill(kf, n_max * hd); fill(vf, n_max * hd);
-    to_dtype(kv_dtype, kf, n_max * hd, kd, kx);
-    to_dtype(v_dtype, vf, n_max * hd, vd, vx);
-    k->attention(q, ldq, ob, ldo, n_tok, n_grp, kd, vd, kv_dtype, v_dtype, n_kv0, hd, scale, sc);
-    for (a = 0; a < n_tok; a++)
-        for (i = 0; i < n_grp; i++) {
-            k->attention(q + a * ldq + i * hd, hd, o1, hd, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv0 + a, hd, scale, sc);
-            CHECK_MSG(memcmp(o1, ob + a * ldo + i * hd, (size_t)hd * 4) == 0,
-                      "%s attention K %s V %s hd %lld: block of %lld tokens x %lld heads differs from query (%lld, %lld) alone",
-                      k->name, cism_dtype_name(kv_dtype), cism_dtype_name(v_dtype), (long long)hd, (long long)n_tok, (long long)n_grp, (long long)a, (long long)i);
-        }
-    free(q); free(kf); free(vf); free(kx); free(vx); free(ob); free(o1); free(sc); free(kd); free(vd);
 }
 
 /* The split kernel (kernels.h cism__attention_split_fn), one query over a range
@@ -388,6 +339,7 @@ static void split_vs_scalar(const cism__kernels *k, const cism__kernels *ref, co
                 split_vs_ref(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
                 split_vs_ref(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
                 split_vs_ref(k, ref, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
+                split_vs_ref(k, ref, CISM_DTYPE_F16, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
                 split_vs_ref(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
             }
         }
@@ -398,6 +350,7 @@ static void split_vs_scalar(const cism__kernels *k, const cism__kernels *ref, co
         if (hds[h] % 32 == 0) {
             split_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], 130, 127, 4, 2);
             split_block(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], 3, -1, 4, 3);
+            split_block(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], 130, 128, 3, 3); /* q4a over three K/V blocks */
             split_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], 200, 1, 4, 7);
             split_block(k, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], 65, 64, 4, 3);
         }
@@ -795,8 +748,8 @@ static void vs_scalar(const cism__kernels *k) {
     const cism__kernels *ref = cism__kernels_scalar();
     int64_t shapes[][3] = {{1, 1, 1}, {9, 7, 2}, {8, 16, 3}, {33, 64, 4}, {17, 300, 7}, {67, 576, 5}, {12, 100, 13},
                            {5, 1000, 2}, {40, 129, 1}, {31, 33, 6}};
-    int64_t hds[] = {8, 16, 20, 32, 64, 72, 128}, nkv[] = {1, 5, 8, 37, 130};
-    size_t s, h, n;
+    int64_t hds[] = {8, 16, 20, 32, 64, 72, 128};
+    size_t s;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
     /* q6 and q5 have only the scalar kernels so far (phase 2 adds the SIMD
@@ -846,30 +799,6 @@ static void vs_scalar(const cism__kernels *k) {
                     q8_min_code(k, ref, CISM_DTYPE_Q8, ms[s][0] + (s % 3), ms[s][1], ms[s][2], pat);
                     q8_min_code(k, ref, CISM_DTYPE_Q8X16, ms[s][0], ms[s][1], ms[s][2], pat);
                 }
-        }
-    }
-    for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++)
-        for (n = 0; n < sizeof(nkv) / sizeof(nkv[0]); n++) {
-            attention_vs_scalar(k, ref, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
-            attention_vs_scalar(k, ref, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
-            if (hds[h] % 32 == 0) { /* the quantized KV caches (head_dim a multiple of 32) */
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
-                /* K and V of different types (CISM_PARAM_KV_TYPE_V) */
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 8.0f : 1.0f);
-                attention_vs_scalar(k, ref, CISM_DTYPE_F16, CISM_DTYPE_Q4A, hds[h], nkv[n], n % 2 ? 1.0f : 8.0f);
-                attention_vs_scalar(k, ref, CISM_DTYPE_Q4A, CISM_DTYPE_F32, hds[h], nkv[n], 1.0f);
-            }
-        }
-    for (h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
-        attention_block(k, CISM_DTYPE_F32, CISM_DTYPE_F32, hds[h], 1, 4, 3);
-        attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 70, 5, 2);
-        attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_F16, hds[h], 130, 3, 1);
-        if (hds[h] % 32 == 0) {
-            attention_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q8, hds[h], 70, 5, 2);
-            attention_block(k, CISM_DTYPE_Q4A, CISM_DTYPE_Q4A, hds[h], 130, 3, 3);
-            attention_block(k, CISM_DTYPE_Q8, CISM_DTYPE_Q4A, hds[h], 70, 5, 2);
-            attention_block(k, CISM_DTYPE_F16, CISM_DTYPE_Q8, hds[h], 130, 3, 3);
         }
     }
     split_vs_scalar(k, ref, hds, sizeof(hds) / sizeof(hds[0]));

@@ -44,33 +44,25 @@ typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t co
                                    const void *xq, int64_t ldq, float *y, int64_t ldy,
                                    int64_t nt, int64_t r0, int64_t r1);
 
-/* Causal attention of a block of queries that share one KV head: n_tok
-   consecutive tokens x n_grp query heads (grouped-query attention). Query
-   (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim;
-   it attends to the first n_kv0 + a cached positions of k and v (rows of
-   head_dim elements, K's in k_dtype and V's in v_dtype (they may differ): f32 or f16, stride head_dim elements, or a
-   quantized type, q8 or q4a, stride cism__kv_row_bytes, read through
-   cism__kv_decode of kv_quant.h, the same floats on every tier) and writes
-   softmax(q.k * scale) . v to out + a*ldo + i*head_dim. scores is scratch of
-   n_tok * n_grp * (n_kv0 + n_tok - 1) floats. Sharing lets a tier convert and
-   load each K/V block once for all the queries; each output still depends only
-   on its own query and positions (never on n_tok, n_grp or its place in the
-   block). */
-typedef void (*cism__attention_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok,
-                                   int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
-                                   int32_t v_dtype, int64_t n_kv0, int64_t head_dim, float scale, float *scores);
-
-/* Split attention (split-KV, flash-style; forward.c): the queries of
-   cism__attention_fn over one range of cache positions, k and v pointing at
-   the range's first row. Query (a, i) attends rows [0, n_a) of the range,
+/* Split attention (split-KV, flash-style; forward.c) of a block of queries
+   that share one KV head: n_tok consecutive tokens x n_grp query heads
+   (grouped-query attention), over one range of n_kv cache positions. Query
+   (a, i), a < n_tok, i < n_grp, is the head_dim floats at q + a*ldq + i*head_dim.
+   k and v point at the range's first row (rows of head_dim elements, K's in
+   k_dtype and V's in v_dtype (they may differ): f32 or f16, stride head_dim
+   elements, or a quantized type, q8 or q4a, stride cism__kv_row_bytes, read
+   through cism__kv_decode of kv_quant.h, the same floats on every tier).
+   Query (a, i) attends rows [0, n_a) of the range,
    n_a = min(n_kv, max(0, n_lim + a)), and gets the unnormalised partial
    result: with s_t = (q . k_t) * scale, m = max_t s_t, e_t = exp(s_t - m),
    out + a*ldo + i*head_dim = sum_t e_t v_t, ml[a*ldm + 2i] = m and
    ml[a*ldm + 2i + 1] = sum_t e_t (a query with n_a = 0: m = -inf, sum 0,
    out 0). scores is scratch of n_tok * n_grp * n_kv floats (the range, not the
-   context). The caller combines the ranges of a query in a fixed order. As
-   with cism__attention_fn each output depends only on its own query and rows,
-   never on n_tok, n_grp, n_kv beyond n_a, or its place in the block. */
+   context). The caller combines the ranges of a query in a fixed order and
+   divides by the combined sum. Sharing lets a tier convert and load each K/V
+   block once for all the queries; each output still depends only on its own
+   query and rows, never on n_tok, n_grp, n_kv beyond n_a, or its place in the
+   block. */
 typedef void (*cism__attention_split_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm,
                                          int64_t n_tok, int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
                                          int32_t v_dtype, int64_t n_kv, int64_t n_lim, int64_t head_dim, float scale,
@@ -81,7 +73,6 @@ typedef struct cism__kernels {
     int32_t tier;     /* CISM_TIER_* */
     cism__matmul_fn matmul[CISM__DTYPE_COUNT];
     cism__row_to_f32_fn row_to_f32[CISM__DTYPE_COUNT];
-    cism__attention_fn attention;
     /* out = x / sqrt(mean(x^2) + eps) * w  (out may equal x) */
     void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n, float eps);
     /* gate[i] = silu(gate[i]) * up[i] */
@@ -128,7 +119,7 @@ typedef struct cism__kernels {
        above every number). Exact, so every tier gives the scalar tier's
        values. NULL: the scalar tier's. */
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
-    /* Split attention (cism__attention_split_fn): what forward.c runs. */
+    /* Split attention (cism__attention_split_fn; forward.c combines the ranges). */
     cism__attention_split_fn attention_split;
 } cism__kernels;
 

@@ -149,35 +149,6 @@ CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int 
     }
 }
 
-/* scores[0..n) -> softmax probabilities, in place */
-static void softmax(float *scores, int64_t n) {
-    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m, iv;
-    float inv;
-    int64_t t;
-    for (t = 0; t + 8 <= n; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(scores + t));
-    if (t < n) {
-        __m256i keep = lanes_below(n - t);
-        __m256 s = _mm256_maskload_ps(scores + t, keep);
-        mx8 = _mm256_max_ps(mx8, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, _mm256_castsi256_ps(keep)));
-    }
-    m = _mm256_set1_ps(hmax8(mx8));
-    for (t = 0; t + 8 <= n; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + t), m));
-        _mm256_storeu_ps(scores + t, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    if (t < n) {
-        __m256i keep = lanes_below(n - t);
-        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, keep), m)), _mm256_castsi256_ps(keep));
-        _mm256_maskstore_ps(scores + t, keep, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    inv = 1.0f / hsum8(sum8);
-    iv = _mm256_set1_ps(inv);
-    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(scores + t, _mm256_mul_ps(_mm256_loadu_ps(scores + t), iv));
-    for (; t < n; t++) scores[t] *= inv;
-}
-
 /* out[c0 .. c0 + 8*NV) += sum_{t < n} p[t] * v_t (f32 rows); the accumulators
    live in out between blocks, which changes no rounding */
 CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV) {
@@ -223,42 +194,6 @@ static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n
     for (i = 0; i + 8 <= n * hd; i += 8) _mm256_storeu_ps(buf + i, load8(src, i, CISM_DTYPE_F16));
     for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);
     return buf;
-}
-
-static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
-                      const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
-    float buf[KV_BLOCK_FLOATS];
-    const int64_t n_max = n_kv0 + n_tok - 1;
-    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
-    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
-    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *kf = widen_rows(k, k_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++) {
-                const float *qi = q + a * ldq + i * hd;
-                float *s = scores + (a * n_grp + i) * n_max + b0;
-                for (t = 0; t + 8 <= nk; t += 8) scores8(qi, kf, t, 8, hd, scale, s + t);
-                if (t < nk) scores8(qi, kf, t, (int)(nk - t), hd, scale, s + t);
-            }
-        }
-    }
-    for (a = 0; a < n_tok; a++)
-        for (i = 0; i < n_grp; i++) {
-            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
-            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
-        }
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++)
-                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
-        }
-    }
 }
 
 /* the split kernel (attention_split.h) */
@@ -365,7 +300,6 @@ void cism__kernels_fill_avx2(cism__kernels *k) {
     k->row_to_f32[CISM_DTYPE_F32] = row_f32;
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
-    k->attention = attention;
     k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;

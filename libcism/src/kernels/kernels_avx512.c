@@ -143,32 +143,6 @@ CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int 
     _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nk) - 1u), _mm256_mul_ps(hsum16x8(acc), _mm256_set1_ps(scale)));
 }
 
-/* scores[0..n) -> softmax probabilities, in place */
-static void softmax(float *scores, int64_t n) {
-    __m512 mx16 = _mm512_set1_ps(-INFINITY), sum16 = _mm512_setzero_ps(), m, iv;
-    int64_t t;
-    for (t = 0; t + 16 <= n; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(scores + t));
-    if (t < n) mx16 = _mm512_mask_max_ps(mx16, mask_below(n - t), mx16, _mm512_maskz_loadu_ps(mask_below(n - t), scores + t));
-    m = _mm512_set1_ps(_mm512_reduce_max_ps(mx16));
-    for (t = 0; t + 16 <= n; t += 16) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + t), m));
-        _mm512_storeu_ps(scores + t, e);
-        sum16 = _mm512_add_ps(sum16, e);
-    }
-    if (t < n) {
-        __mmask16 keep = mask_below(n - t);
-        __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, scores + t), m)));
-        _mm512_mask_storeu_ps(scores + t, keep, e);
-        sum16 = _mm512_add_ps(sum16, e);
-    }
-    iv = _mm512_set1_ps(1.0f / hsum16(sum16));
-    for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(scores + t, _mm512_mul_ps(_mm512_loadu_ps(scores + t), iv));
-    if (t < n) {
-        __mmask16 keep = mask_below(n - t);
-        _mm512_mask_storeu_ps(scores + t, keep, _mm512_mul_ps(_mm512_maskz_loadu_ps(keep, scores + t), iv));
-    }
-}
-
 /* out[c0 .. c0 + 16*NV) += sum_{t < n} p[t] * v_t (f32 rows; the last vector has
    n_last lanes); the accumulators live in out between blocks, which changes no
    rounding */
@@ -217,42 +191,6 @@ static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n
     for (i = 0; i + 16 <= m; i += 16) _mm512_storeu_ps(buf + i, load16(src, i, CISM_DTYPE_F16));
     if (i < m) _mm512_mask_storeu_ps(buf + i, mask_below(m - i), load16_part(src, i, m - i, CISM_DTYPE_F16));
     return buf;
-}
-
-static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
-                      const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
-    float buf[KV_BLOCK_FLOATS];
-    const int64_t n_max = n_kv0 + n_tok - 1;
-    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
-    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
-    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *kf = widen_rows(k, k_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++) {
-                const float *qi = q + a * ldq + i * hd;
-                float *s = scores + (a * n_grp + i) * n_max + b0;
-                for (t = 0; t + 8 <= nk; t += 8) scores8(qi, kf, t, 8, hd, scale, s + t);
-                if (t < nk) scores8(qi, kf, t, (int)(nk - t), hd, scale, s + t);
-            }
-        }
-    }
-    for (a = 0; a < n_tok; a++)
-        for (i = 0; i < n_grp; i++) {
-            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
-            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
-        }
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++)
-                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
-        }
-    }
 }
 
 /* the split kernel (attention_split.h) */
@@ -352,7 +290,6 @@ void cism__kernels_fill_avx512(cism__kernels *k) {
     k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
-    k->attention = attention;
     k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;

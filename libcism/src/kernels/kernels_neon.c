@@ -210,34 +210,6 @@ CISM__INLINE void scores4(const float *q, const float *k, int64_t t0, const int 
     for (j = 0; j < nk; j++) dst[j] = hsum8(acc[j]) * scale;
 }
 
-/* scores[0..n) -> softmax probabilities, in place */
-static void softmax(float *scores, int64_t n) {
-    float32x4_t mx4 = vdupq_n_f32(-INFINITY), sum4 = vdupq_n_f32(0.0f), m, iv;
-    float mx, inv;
-    int64_t t, i;
-    for (t = 0; t + 4 <= n; t += 4) mx4 = vmaxq_f32(mx4, vld1q_f32(scores + t));
-    mx = vmaxvq_f32(mx4);
-    for (i = t; i < n; i++) mx = scores[i] > mx ? scores[i] : mx;
-    m = vdupq_n_f32(mx);
-    for (t = 0; t + 4 <= n; t += 4) {
-        float32x4_t e = exp4(vsubq_f32(vld1q_f32(scores + t), m));
-        vst1q_f32(scores + t, e);
-        sum4 = vaddq_f32(sum4, e);
-    }
-    if (t < n) {
-        float tmp[4] = {0, 0, 0, 0};
-        for (i = 0; t + i < n; i++) tmp[i] = scores[t + i] - mx;
-        vst1q_f32(tmp, exp4(vld1q_f32(tmp)));
-        for (i = 0; t + i < n; i++) scores[t + i] = tmp[i];
-        for (; i < 4; i++) tmp[i] = 0.0f;
-        sum4 = vaddq_f32(sum4, vld1q_f32(tmp));
-    }
-    inv = 1.0f / vaddvq_f32(sum4);
-    iv = vdupq_n_f32(inv);
-    for (t = 0; t + 4 <= n; t += 4) vst1q_f32(scores + t, vmulq_f32(vld1q_f32(scores + t), iv));
-    for (; t < n; t++) scores[t] *= inv;
-}
-
 /* out[c0 .. c0 + 4*NV) += sum_{t < n} p[t] * v_t (f32 rows); the accumulators
    live in out between blocks, which changes no rounding */
 CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV) {
@@ -285,47 +257,6 @@ static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n
     }
     for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);
     return buf;
-}
-
-static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp, const void *k,
-                      const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t hd, float scale, float *scores) {
-    float buf[KV_BLOCK_FLOATS];
-    const int64_t n_max = n_kv0 + n_tok - 1;
-    int64_t kb = KV_BLOCK_FLOATS / hd, b0, a, i, t;
-    kb = kb > 4096 / hd ? 4096 / hd : kb;   /* about 16 KiB of rows: stays in L1 */
-    kb = kb > 64 ? 64 : kb < 8 ? 8 : kb;
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* scores, a block of keys at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *kf = widen_rows(k, k_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++) {
-                const float *qi = q + a * ldq + i * hd;
-                float *s = scores + (a * n_grp + i) * n_max + b0;
-                for (t = 0; t + 4 <= nk; t += 4) scores4(qi, kf, t, 4, hd, scale, s + t);
-                switch (nk - t) {
-                case 3: scores4(qi, kf, t, 3, hd, scale, s + t); break;
-                case 2: scores4(qi, kf, t, 2, hd, scale, s + t); break;
-                case 1: scores4(qi, kf, t, 1, hd, scale, s + t); break;
-                default: break;
-                }
-            }
-        }
-    }
-    for (a = 0; a < n_tok; a++)
-        for (i = 0; i < n_grp; i++) {
-            softmax(scores + (a * n_grp + i) * n_max, n_kv0 + a);
-            memset(out + a * ldo + i * hd, 0, (size_t)hd * sizeof(float));
-        }
-    for (b0 = 0; b0 < n_max; b0 += kb) { /* out = sum_t p_t v_t, a block of values at a time */
-        int64_t bn = n_max - b0 < kb ? n_max - b0 : kb;
-        const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
-        for (a = 0; a < n_tok; a++) {
-            int64_t nk = n_kv0 + a - b0 < bn ? n_kv0 + a - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++)
-                pv_rows(scores + (a * n_grp + i) * n_max + b0, vf, nk, hd, out + a * ldo + i * hd);
-        }
-    }
 }
 
 /* the split kernel (attention_split.h) */
@@ -428,7 +359,6 @@ void cism__kernels_fill_neon(cism__kernels *k) {
     k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
     k->row_to_f32[CISM_DTYPE_F16] = row_f16;
     k->row_to_f32[CISM_DTYPE_BF16] = row_bf16;
-    k->attention = attention;
     k->attention_split = attention_split;
     k->rmsnorm = rmsnorm;
     k->silu_mul = silu_mul;

@@ -111,51 +111,9 @@ static const float *kv_chunk(const void *kv, int32_t kv_dtype, int64_t t, int64_
     return buf;
 }
 
-/* one query over n_kv positions; every K/V row is widened CHUNK elements at a
-   time into f32 (exactly, kv_quant.h) and then used as an f32 row */
-static void attention_one(const float *q, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv,
-                          int64_t head_dim, float scale, float *scores, float *out) {
-    float buf[CHUNK];
-    float mx = -INFINITY, sum = 0.0f, inv;
-    int64_t t, i, c0;
-    for (t = 0; t < n_kv; t++) { /* head_dim <= 1024 is enforced at load */
-        float s, acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
-            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
-            dot_lanes(acc, q + c0, kv_chunk(k, k_dtype, t, head_dim, c0, cn, buf), cn);
-        }
-        s = lanes_sum(acc);
-        s *= scale;
-        scores[t] = s;
-        if (s > mx) mx = s;
-    }
-    for (t = 0; t < n_kv; t++) {
-        scores[t] = expf(scores[t] - mx);
-        sum += scores[t];
-    }
-    inv = 1.0f / sum;
-    for (i = 0; i < head_dim; i++) out[i] = 0.0f;
-    for (t = 0; t < n_kv; t++) {
-        float p = scores[t] * inv;
-        for (c0 = 0; c0 < head_dim; c0 += CHUNK) {
-            int64_t cn = head_dim - c0 < CHUNK ? head_dim - c0 : CHUNK;
-            const float *vr = kv_chunk(v, v_dtype, t, head_dim, c0, cn, buf);
-            for (i = 0; i < cn; i++) out[c0 + i] += p * vr[i];
-        }
-    }
-}
-
-static void attention(const float *q, int64_t ldq, float *out, int64_t ldo, int64_t n_tok, int64_t n_grp,
-                      const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv0, int64_t head_dim, float scale,
-                      float *scores) {
-    int64_t a, i;
-    for (a = 0; a < n_tok; a++)
-        for (i = 0; i < n_grp; i++)
-            attention_one(q + a * ldq + i * head_dim, k, v, k_dtype, v_dtype, n_kv0 + a, head_dim, scale, scores,
-                          out + a * ldo + i * head_dim);
-}
-
-/* one query over the n rows of a range: the unnormalised partial result (kernels.h) */
+/* one query over the n rows of a range: the unnormalised partial result
+   (kernels.h); every K/V row is widened CHUNK elements at a time into f32
+   (exactly, kv_quant.h) and then used as an f32 row */
 static void attention_part_one(const float *q, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n,
                                int64_t head_dim, float scale, float *scores, float *out, float *ml) {
     float buf[CHUNK];
@@ -264,7 +222,6 @@ static const cism__kernels g_scalar = {
      cism__scalar_matmul_q4a, cism__scalar_matmul_q6, cism__scalar_matmul_q5},
     {row_f32, row_f16, row_bf16, cism__scalar_row_q8, cism__scalar_row_q4, cism__scalar_row_fp4, cism__scalar_row_nl4,
      cism__scalar_row_q4s, NULL, NULL, cism__scalar_row_q4a, cism__scalar_row_q6, cism__scalar_row_q5},  /* interleaved rows: cism__matrix_row_f32 */
-    attention,
     rmsnorm,
     silu_mul,
     rope,

@@ -70,8 +70,9 @@ static inline void cism__kv_decode(int32_t kv_type, const uint8_t *row, float *o
 }
 
 /* Rows [b0, b0 + n) of a quantized cache (rows of hd elements) as f32 into
-   buf: the SIMD tiers' attention kernels widen a block of K or V rows through
-   this (compiled with each tier's flags) and then treat it as an f32 block. */
+   buf: the NEON tier's split attention (attention_split.h) widens a block of
+   K or V rows through this (compiled with the tier's flags; the x86 tiers use
+   kv_x86.h's decoder of the same floats) and then treats it as an f32 block. */
 static inline const float *cism__kv_widen_rows(const void *kv, int32_t kv_type, int64_t b0, int64_t n, int64_t hd,
                                                float *buf) {
     const uint64_t rb = cism__kv_row_bytes(kv_type, hd);
