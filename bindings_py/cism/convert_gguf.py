@@ -643,9 +643,9 @@ def q8_rows_to_x16(rows: np.ndarray, cols: int) -> np.ndarray:
 LOSSLESS_NATIVE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8", "Q4_0": "q4", "Q5_0": "q8",
                    "Q4_1": "q4a"}
 # GGUF Q5_0 is libcism's q5 byte for byte ("q5": kept as it is, 5.5 bits/weight), and q8 holds the same
-# values in 8.5 ("q8", the default). The SIMD tiers have no q5 kernels yet (docs/QUANTIZATION.md): a q5
-# matrix runs on the scalar kernel, whose decode is about 10x slower than q8's AVX-512 one on a
-# SmolLM2-135M-shaped model (docs/GGUF.md), so the import stays on q8 until they exist.
+# values in 8.5 ("q8", the default). Every SIMD tier has q5 kernels now, but q5 is a row layout: its decode
+# runs at the row-layout kernels' speed, well below the interleaved q8x16 that a q8 import gets
+# (docs/PERFORMANCE.md, "q6 and q5"), so the import stays on q8.
 Q5_0_STORED = "q8"
 
 

@@ -447,7 +447,9 @@ static uint32_t rnd(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8;
    -128 included: GGUF Q8_0 files hold it), scales over a wide range (fp16:
    either sign, 2^-10 .. 4, some zero; q4a's minimum likewise; E4M3: every code
    but the two NaNs, or when all_scales every code in turn, NaNs included),
-   random padding codes (which no kernel may let into a result). */
+   random padding codes (which no kernel may let into a result). q6/q5 with
+   all_scales == 2: blocks in turn of every code at its top (level H - 1), at
+   0 (level -H), and random, the extreme levels of their decoders. */
 static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, int all_scales) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     if (cism__dtype_is_x16(dt)) { /* random rows of the base format, interleaved 16 at a time */
@@ -463,6 +465,8 @@ static void random_packed(int32_t dt, int64_t rows, int64_t cols, uint8_t *p, in
     for (i = 0; i < rows * nb; i++) {
         uint8_t *blk = p + i * bb;
         for (j = 0; j < bb; j++) blk[j] = (uint8_t)rnd();
+        if (all_scales == 2 && cism__dtype_is_qint(dt) && i % 3 < 2)
+            for (j = 2; j < bb; j++) blk[j] = i % 3 ? 0 : 0xff;
         if (!f || f->scale_kind == CISM__SCALE_F16) {
             for (k = 0; k < (dt == CISM_DTYPE_Q4A ? 2 : 1); k++) { /* q4a: the scale, then the minimum */
                 float d = ldexpf(1.0f + (float)(rnd() % 1000) / 1000.0f, -10 + (int)(rnd() % 12)) * (rnd() & 1 ? -1.0f : 1.0f);
@@ -752,18 +756,18 @@ static void vs_scalar(const cism__kernels *k) {
     size_t s;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
-    /* q6 and q5 have only the scalar kernels so far (phase 2 adds the SIMD
-       tiers'): every tier's table holds the scalar tier's, and the checks
-       below skip them */
     for (dt = CISM_DTYPE_Q6; dt <= CISM_DTYPE_Q5; dt++)
         CHECK_MSG(k->matmul[dt] && k->matmul_a8[dt] && k->row_to_f32[dt], "%s: no kernel for %s", k->name, cism_dtype_name(dt));
     if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has its own int8-activation kernel of every packed dtype: */
-        for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) /* none is silently the scalar tier's */
-            if (!cism__dtype_is_qint(dt)) CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
+        for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) /* none is silently the scalar tier's (q6, q5 included) */
+            CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
                       k->name, cism_dtype_name(dt));
+    if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has the float-activation path of q6 and q5 */
+        for (dt = CISM_DTYPE_Q6; dt <= CISM_DTYPE_Q5; dt++)
+            CHECK_MSG(k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name, cism_dtype_name(dt));
     if (strncmp(k->name, "neon", 4) == 0) /* the ARM64 tiers also have the float-activation path of every packed dtype */
         for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++)
-            if (!cism__dtype_is_qint(dt)) CHECK_MSG(k->matmul[dt] && k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name,
+            CHECK_MSG(k->matmul[dt] && k->matmul[dt] != ref->matmul[dt], "%s: matmul %s is the scalar tier's", k->name,
                       cism_dtype_name(dt));
     for (dt = 0; dt <= CISM_DTYPE_BF16; dt++)
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
@@ -777,6 +781,20 @@ static void vs_scalar(const cism__kernels *k) {
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
             for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) packed_vs_scalar(k, ref, qdt[d], qs[s][0], qs[s][1], qs[s][2], 0);
+        { /* q6 and q5 (their SIMD decoders): every token count class of the
+             decode, batched-decode and GEMM paths (1, 2, 3, 5, 9, 17, 33),
+             row counts off every tile (4, 8, 16 rows), cols off 256 (a
+             prefill panel) and off 32 (a padded last block) */
+            const int64_t nts[] = {1, 2, 3, 5, 9, 17, 33};
+            const int64_t rc[][2] = {{13, 300}, {21, 33}, {7, 520}, {37, 100}, {19, 1000}, {9, 64}, {25, 289}};
+            size_t n;
+            int32_t qd;
+            for (qd = CISM_DTYPE_Q6; qd <= CISM_DTYPE_Q5; qd++)
+                for (n = 0; n < sizeof(nts) / sizeof(nts[0]); n++) {
+                    packed_vs_scalar(k, ref, qd, rc[n][0], rc[n][1], nts[n], 0);
+                    packed_vs_scalar(k, ref, qd, rc[n][1] % 17 + 2, rc[n][1], nts[n], 2); /* extreme levels */
+                }
+        }
         /* the interleaved dtypes: whole groups of 16 rows, any row range (the splits) */
         const int32_t xdt[] = {CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16};
         int64_t xs[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 48, 2}, {16, 172, 9}, {48, 300, 13}, {16, 576, 1},

@@ -14,6 +14,8 @@
  *   - int8 levels (q8, and nl4/fp4 after their table) use the sign trick:
  *     |w| times a with w's sign, |pair| <= 2 * 128 * 127 < 32767 (a q8 code
  *     of -128, which GGUF Q8_0 files hold, is |w| = 0x80 = 128 unsigned);
+ *   - q6/q5 codes (level + H, <= 63) enter unsigned, H * (activation sum)
+ *     taken off: |pair| <= 2 * 63 * 127;
  *   - q4a's codes 0..15 enter unsigned; its minimum's term uses the
  *     activation block's sum: (d * s + m * sum) * d_a, the scalar order.
  * Decode reads 8 rows at a time where they are (one dot per row and block,
@@ -53,11 +55,18 @@ CISM__INLINE __m256i bcast4(const int8_t *q) {
 }
 
 /* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
+/* block-32 formats whose codes enter unsigned: q4a (its minimum's term), and
+   q4, q6, q5, whose offset g_fmt[f].corr times the activation sum is taken
+   off the block's sum (codes <= 63: |pair| <= 2 * 63 * 127) */
+#define CODES_U(f) ((f) == F_Q4 || (f) == F_Q4A || (f) == F_Q6 || (f) == F_Q5)
+CISM__INLINE int32_t code_off(const int f, int32_t sum) { return CODES_U(f) && f != F_Q4A ? g_fmt[f].corr * sum : 0; }
+
 /* int32 lanes of one row's block (block-32 formats) against activations av */
 CISM__INLINE __m256i dot32(const uint8_t *blk, __m256i av, const int f) {
     if (f == F_Q8) return dot_s(_mm256_loadu_si256((const __m256i *)(blk + 2)), av);
     if (f == F_Q4) return dot_u(nibbles32(blk + 2), av);
     if (f == F_Q4A) return dot_u(nibbles32(blk + 4), av);
+    if (f == F_Q6 || f == F_Q5) return dot_u(qint_codes32(blk, f), av);
     return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2)), av);
 }
 
@@ -92,7 +101,7 @@ CISM__INLINE void gemv8_b32(const uint8_t *w, uint64_t rb, int64_t nb, const cis
         __m256i av = _mm256_loadu_si256((const __m256i *)a[b].q), v[8], s;
         for (r = 0; r < 8; r++) v[r] = dot32(blk + (uint64_t)r * rb, av, f);
         s = rowsum8(v);
-        if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a[b].sum));
+        if (code_off(f, 1)) s = _mm256_sub_epi32(s, _mm256_set1_epi32(code_off(f, a[b].sum)));
         acc = combine8(acc, s, scales8_f16(blk, rb), f == F_Q4A ? scales8_f16(blk + 2, rb) : _mm256_setzero_ps(), &a[b], f);
     }
     _mm256_storeu_ps(y, acc);
@@ -103,6 +112,7 @@ CISM__INLINE __m256i codes32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     if (f == F_Q4) return nibbles32(blk + 2);
     if (f == F_Q4A) return nibbles32(blk + 4);
+    if (f == F_Q6 || f == F_Q5) return qint_codes32(blk, f);
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2));
 }
 
@@ -124,9 +134,9 @@ CISM__INLINE void gemv8_b32_t(const uint8_t *w, uint64_t rb, int64_t nb, const c
         for (t = 0; t < T; t++) {
             const cism__act8 *ab = &a[t][b];
             __m256i av = _mm256_loadu_si256((const __m256i *)ab->q), v[8], s;
-            for (r = 0; r < 8; r++) v[r] = f == F_Q4 || f == F_Q4A ? dot_u(c[r], av) : dot_s(c[r], av);
+            for (r = 0; r < 8; r++) v[r] = CODES_U(f) ? dot_u(c[r], av) : dot_s(c[r], av);
             s = rowsum8(v);
-            if (f == F_Q4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * ab->sum));
+            if (code_off(f, 1)) s = _mm256_sub_epi32(s, _mm256_set1_epi32(code_off(f, ab->sum)));
             acc[t] = combine8(acc[t], s, d, mn, ab, f);
         }
     }
@@ -146,7 +156,7 @@ CISM__INLINE float gemv1_b32(const uint8_t *w, int64_t nb, const cism__act8 *a, 
     for (b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * g_fmt[f].bytes;
         int32_t s = hsum_epi32(dot32(blk, _mm256_loadu_si256((const __m256i *)a[b].q), f));
-        if (f == F_Q4) s -= 8 * a[b].sum;
+        s -= code_off(f, a[b].sum);
         acc = combine1(acc, s, blk, &a[b], f);
     }
     return _mm_cvtss_f32(acc);
@@ -449,6 +459,7 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 }
 
 #include "x86_quant_entries.h"
+#include "x86_quant_float.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 static void quantize_act(const float *x, int64_t n, void *out) {
@@ -666,5 +677,6 @@ void cism__fill_avx2_quant(cism__kernels *k) {
     fill_outlier_entries(k);
     k->int8_mac_loop = int8_mac_loop;
     fill_a8_entries(k);
+    fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
 }

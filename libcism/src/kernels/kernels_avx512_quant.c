@@ -1,5 +1,5 @@
 /* kernels_avx512_quant.c - the AVX-512 tier's kernels of the packed weight
- * formats (q8, q4, nl4: blocks of 32; q4s, fp4: blocks of 16) against int8
+ * formats (q8, q4, nl4, q4a, q6, q5: blocks of 32; q4s, fp4: blocks of 16) against int8
  * activation blocks, built with the avx512 tier's flags (VNNI: vpdpbusd) and
  * filled in by cism__kernels_fill_avx512.
  *
@@ -62,6 +62,7 @@ CISM__INLINE __m256i wu32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
     if (f == F_Q4) return nibbles32(blk + 2);
     if (f == F_Q4A) return nibbles32(blk + 4);
+    if (f == F_Q6 || f == F_Q5) return qint_codes32(blk, f); /* level + corr (H) */
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_u)), nibbles32(blk + 2));
 }
 
@@ -386,6 +387,7 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 }
 
 #include "x86_quant_entries.h"
+#include "x86_quant_float.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 static void quantize_act(const float *x, int64_t n, void *out) {
@@ -549,6 +551,7 @@ void cism__fill_avx512_quant(cism__kernels *k) {
     fill_outlier_entries(k);
     k->int8_mac_loop = int8_mac_loop;
     fill_a8_entries(k);
+    fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
 }

@@ -81,7 +81,7 @@ typedef struct fdq { float32x4_t dv, nb; } fdq;
 
 CISM__INLINE fdq f_scale(const int dt, const uint8_t *blk) {
     fdq s;
-    float d, off = dt == CISM_DTYPE_Q4 || dt == CISM_DTYPE_Q4S ? 1032.0f : 1152.0f;
+    float d, off = dt == CISM_DTYPE_Q4 || dt == CISM_DTYPE_Q4S ? 1032.0f : cism__dtype_is_qint(dt) ? 1024.0f + (float)cism__qint_half(dt) : 1152.0f;
     if (nq_f16_scale(dt)) d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vld1_dup_u16((const uint16_t *)(const void *)blk))), 0);
     else d = cism__e4m3_table[blk[0]] * (1.0f / 256.0f);
     s.dv = vdupq_n_f32(d);
@@ -91,7 +91,7 @@ CISM__INLINE fdq f_scale(const int dt, const uint8_t *blk) {
     return s;
 }
 
-/* 16 weights from their offset bytes u (level = u - 8 for q4/q4s, u - 128 otherwise) */
+/* 16 weights from their offset bytes u (level = u - 8 for q4/q4s, u - H for q6/q5, u - 128 otherwise) */
 CISM__INLINE void f_dec16(uint8x16_t u, fdq s, float32x4_t *wv) {
     const uint8x16_t mg = vdupq_n_u8(0x64);
     uint8x16_t lo = vzip1q_u8(u, mg), hi = vzip2q_u8(u, mg);
@@ -116,6 +116,7 @@ CISM__INLINE void f_dec16a(uint8x16_t u, fdq s, float32x4_t *wv) {
 /* The offset bytes of half h (columns 16h..16h+15) of a weight block. */
 CISM__INLINE uint8x16_t f_bytes(const int dt, const uint8_t *blk, const int h, uint8x16_t lutu, int8x16_t shift) {
     if (dt == CISM_DTYPE_Q8) return veorq_u8(vld1q_u8(blk + 2 + 16 * h), vdupq_n_u8(0x80));
+    if (cism__dtype_is_qint(dt)) return nq_qint_codes(dt, blk, h);
     if (nq_block(dt) == 32) {
         uint8x16_t c = vld1q_u8(blk + nq_code_off(dt));
         c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
@@ -354,6 +355,8 @@ NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
 NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
 NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
 NQ_ENTRIES(q4a, CISM_DTYPE_Q4A)
+NQ_ENTRIES(q6, CISM_DTYPE_Q6)
+NQ_ENTRIES(q5, CISM_DTYPE_Q5)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
 static void matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
@@ -399,6 +402,8 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_NL4] = matmul_nl4;
     k->matmul[CISM_DTYPE_Q4S] = matmul_q4s;
     k->matmul[CISM_DTYPE_Q4A] = matmul_q4a;
+    k->matmul[CISM_DTYPE_Q6] = matmul_q6;
+    k->matmul[CISM_DTYPE_Q5] = matmul_q5;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     nq_fill_entries(k);

@@ -27,6 +27,8 @@ NQ_A8_ENTRY(fp4, CISM_DTYPE_FP4)
 NQ_A8_ENTRY(nl4, CISM_DTYPE_NL4)
 NQ_A8_ENTRY(q4s, CISM_DTYPE_Q4S)
 NQ_A8_ENTRY(q4a, CISM_DTYPE_Q4A)
+NQ_A8_ENTRY(q6, CISM_DTYPE_Q6)
+NQ_A8_ENTRY(q5, CISM_DTYPE_Q5)
 #undef NQ_A8_ENTRY
 
 #ifdef NQ_X16_MODE
@@ -63,6 +65,8 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_NL4] = matmul_a8_nl4;
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
     k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
+    k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
+    k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
 #ifdef NQ_X16_MODE
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;

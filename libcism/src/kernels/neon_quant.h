@@ -33,6 +33,7 @@ enum { NQ_SMULL = 0, NQ_SDOT = 1 };
 /* ---- format constants (dt is a compile-time constant in every caller) ---------- */
 CISM__INLINE int nq_block(const int dt) { return dt == CISM_DTYPE_Q4S || dt == CISM_DTYPE_FP4 ? 16 : 32; }
 CISM__INLINE int nq_bytes(const int dt) {
+    if (cism__dtype_is_qint(dt)) return cism__qint_bytes(dt);
     return dt == CISM_DTYPE_Q8 ? CISM__Q8_BYTES : dt == CISM_DTYPE_Q4A ? CISM__Q4A_BYTES : nq_block(dt) == 32 ? 18 : 9;
 }
 /* where a block-32 4-bit format's code bytes start: after the scale (q4a: and the minimum) */
@@ -41,11 +42,37 @@ CISM__INLINE int nq_f16_scale(const int dt) { return nq_block(dt) == 32; }
 /* bytes of one row's weights over one activation block (32 columns) */
 CISM__INLINE int nq_ab_bytes(const int dt) { return nq_bytes(dt) * (32 / nq_block(dt)); }
 
-/* The 16 levels of a 4-bit format as a table for TBL (zeros for q8; q4a: its codes). */
+/* The 16 levels of a 4-bit format as a table for TBL (zeros for q8, q6, q5; q4a: its codes). */
 static const int8_t nq_codes16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 CISM__INLINE int8x16_t nq_levels(const int dt) {
     if (dt == CISM_DTYPE_Q4A) return vld1q_s8(nq_codes16);
-    return dt == CISM_DTYPE_Q8 ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
+    return dt == CISM_DTYPE_Q8 || cism__dtype_is_qint(dt) ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
+}
+
+/* q6 / q5 (quant.h): the codes (level + H) of columns 16h..16h+15 of a block,
+   the nibbles as for q4 with the plane's high bits ORed in. q6: column i
+   takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (the 8 bytes twice, shifted
+   right by 4h and 4h + 2); q5: bit i of the uint32 (its byte i/8 moved to
+   lane i by TBL, tested against bit i%8). The one decoder of these formats on
+   the ARM64 tiers (int8 and float activations). */
+static const int8_t nq_q6_shift[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, -2, -2, -2, -2, -2, -2, -2, -2},
+                                          {-4, -4, -4, -4, -4, -4, -4, -4, -6, -6, -6, -6, -6, -6, -6, -6}};
+static const uint8_t nq_q5_sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+                                         {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
+static const uint8_t nq_bit8[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+CISM__INLINE uint8x16_t nq_qint_codes(const int dt, const uint8_t *p, const int h) {
+    if (dt == CISM_DTYPE_Q6) {
+        uint8x16_t c = vld1q_u8(p + 2), pl = vcombine_u8(vld1_u8(p + 18), vld1_u8(p + 18));
+        uint8x16_t hb = vshlq_n_u8(vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3)), 4);
+        return vorrq_u8(h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15)), hb);
+    } else {
+        uint8x16_t c = vld1q_u8(p + 6), qh;
+        uint32_t b;
+        memcpy(&b, p + 2, 4);
+        qh = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(b)), vld1q_u8(nq_q5_sel[h]));
+        qh = vandq_u8(vtstq_u8(qh, vld1q_u8(nq_bit8)), vdupq_n_u8(0x10));
+        return vorrq_u8(h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15)), qh);
+    }
 }
 
 /* ---- weights as int8 --------------------------------------------------------------- */
@@ -70,6 +97,11 @@ CISM__INLINE nq_w nq_decode(const int dt, const uint8_t *p, int8x16_t lut, const
     if (dt == CISM_DTYPE_Q8) {
         w.lo = vld1q_s8((const int8_t *)p + 2);
         w.hi = vld1q_s8((const int8_t *)p + 18);
+    } else if (cism__dtype_is_qint(dt)) { /* level = code - H */
+        const uint8x16_t H = vdupq_n_u8((uint8_t)cism__qint_half(dt));
+        w.lo = vreinterpretq_s8_u8(vsubq_u8(nq_qint_codes(dt, p, 0), H));
+        w.hi = vreinterpretq_s8_u8(vsubq_u8(nq_qint_codes(dt, p, 1), H));
+        (void)lut;
     } else if (dt == CISM_DTYPE_Q4A) { /* the codes are the levels */
         uint8x16_t c = vld1q_u8(p + 4);
         w.lo = vreinterpretq_s8_u8(vandq_u8(c, vdupq_n_u8(15)));

@@ -12,16 +12,18 @@
 #include <string.h>
 
 /* ---- formats ------------------------------------------------------------------------- */
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A };
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5 };
 
 typedef struct fmt {
     int block, bytes;   /* weights and bytes per block */
     int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
-    int corr;           /* AVX-512 (vpdpbusd, unsigned x signed): weights enter as level + corr */
+    int corr;           /* AVX-512 (vpdpbusd, unsigned x signed): weights enter as level + corr; q4, q6,
+                           q5 enter as their codes (level + corr) on AVX2 too, corr * (activation sum) taken off */
 } fmt;
 
-static const fmt g_fmt[6] = {
+static const fmt g_fmt[8] = {
     {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
+    {32, CISM__Q6_BYTES, 0, 32}, {32, CISM__Q5_BYTES, 0, 16},
 };
 
 /* levels (signed) of the 4-bit codes, for the panel repack and the AVX2 sign trick */
@@ -83,6 +85,42 @@ CISM__INLINE __m256i nibbles32(const uint8_t *p) {
     __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
     v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* q6 / q5 (quant.h): a block's 32 codes (level + H: q6 0..63, q5 0..31) in
+   order, the nibbles as for q4 with the high bits of the plane ORed in.
+   q6: lane i takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (each 64-bit lane
+   holds the 8 plane bytes, shifted by 2k in lane k); q5: lane i takes bit i
+   of the uint32 (byte i/8 moved to lane i, tested against bit i%8; on the
+   AVX-512 tier the uint32 is a byte mask). The one decoder of these formats
+   on both x86 tiers (decode and panel repack). */
+CISM__INLINE __m256i qint_codes32(const uint8_t *blk, const int f) {
+    if (f == F_Q6) {
+        int64_t pl;
+        __m256i h;
+        memcpy(&pl, blk + 18, 8);
+        h = _mm256_srlv_epi64(_mm256_set1_epi64x(pl), _mm256_setr_epi64x(0, 2, 4, 6));
+        h = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(3)), 4);
+        return _mm256_or_si256(nibbles32(blk + 2), h);
+    } else {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        /* the AVX-512 tier: the uint32 is the mask of the lanes that get 16 */
+        const __m256i n = nibbles32(blk + 6);
+        uint32_t qh;
+        memcpy(&qh, blk + 2, 4);
+        return _mm256_mask_add_epi8(n, (__mmask32)qh, n, _mm256_set1_epi8(0x10));
+#else
+        const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                             3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
+        int32_t qh;
+        __m256i h;
+        memcpy(&qh, blk + 2, 4);
+        h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), sel);
+        h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+        return _mm256_or_si256(nibbles32(blk + 6), _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+#endif
+    }
 }
 
 /* two blocks of 16 (8 code bytes each at p and p + 9) -> [b0 0..7, b1 0..7 | b0 8..15, b1 8..15] */
@@ -151,10 +189,12 @@ typedef struct panel {
     uint8_t *data;
 } panel;
 
-/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15) */
+/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15; q6, q5: code - H) */
 CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
     if (f == F_Q8) {
         memcpy(out, blk + 2, 32);
+    } else if (f == F_Q6 || f == F_Q5) {
+        _mm256_storeu_si256((__m256i *)(void *)out, _mm256_sub_epi8(qint_codes32(blk, f), _mm256_set1_epi8((char)g_fmt[f].corr)));
     } else if (f == F_Q4A) {
         __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
         _mm_storeu_si128((__m128i *)out, _mm_and_si128(c, _mm_set1_epi8(0x0f)));
@@ -194,6 +234,8 @@ CISM__INLINE void panel_levels(const uint8_t *w, uint64_t rb, int64_t r, int nr,
                 case F_NL4: levels_of(row + j * bb, li + j * B, F_NL4); break;
                 case F_Q4S: levels_of(row + j * bb, li + j * B, F_Q4S); break;
                 case F_Q4A: levels_of(row + j * bb, li + j * B, F_Q4A); break;
+                case F_Q6: levels_of(row + j * bb, li + j * B, F_Q6); break;
+                case F_Q5: levels_of(row + j * bb, li + j * B, F_Q5); break;
                 default: levels_of(row + j * bb, li + j * B, F_FP4); break;
                 }
                 sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);

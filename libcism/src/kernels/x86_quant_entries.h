@@ -77,6 +77,8 @@ A8_KERNEL(nl4, F_NL4)
 A8_KERNEL(q4s, F_Q4S)
 A8_KERNEL(fp4, F_FP4)
 A8_KERNEL(q4a, F_Q4A)
+A8_KERNEL(q6, F_Q6)
+A8_KERNEL(q5, F_Q5)
 #undef A8_KERNEL
 
 /* Interleaved dtypes (q8x16, q4sx16): rows [r0, r1) of a matrix of whole
@@ -125,6 +127,8 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q4S] = matmul_a8_q4s;
     k->matmul_a8[CISM_DTYPE_FP4] = matmul_a8_fp4;
     k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
+    k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
+    k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
 }
