@@ -74,8 +74,8 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
             return;
         }
     }
-    /* a dtype a tier has no kernel for (q6, q5 on the SIMD tiers until they
-       get their own) takes the scalar tier's */
+    /* a dtype a tier has no float kernel for (on x86: the packed formats other
+       than q6/q5) takes the scalar tier's */
     (k->matmul[w->dtype] ? k->matmul[w->dtype] : cism__kernels_scalar()->matmul[w->dtype])(
         w->data, w->row_bytes, w->cols, x, ldx, y, ldy, nt, r0, r1);
 }
