@@ -235,9 +235,7 @@ typedef int rowsel; /* rows of a tile that are stored: a count (8: all) */
 CISM__INLINE rowsel rows_sel(int nr) { return nr; }
 
 /* 8 x 8 transposes of 4-byte chunks: lv (8 rows, KC apart) into the panel's
-   blocks. Not inlined into the GEMM (one call per panel): inlined there, its
-   gathers gave wrong lanes for q4a under qemu-x86_64 -cpu Haswell-v4 (7.2),
-   where CI runs the AVX2 tests; native AVX2 gave the right bits either way. */
+   blocks, one gather per chunk (one call per panel, kept out of the GEMM). */
 CISM__INLINE void panel_transpose_b(const int8_t *lv, uint8_t *data, int64_t nb, const int B, const int hdr) {
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(KC));
     const int jb = hdr + 8 * B;
@@ -584,9 +582,7 @@ CISM__INLINE __m256 x16_col8(const uint8_t *grp, int64_t code, int64_t scale, in
         int i;
         for (i = 0; i < 8; i++) s8[i] = grp[scale + 8 * h + i];
         d = _mm256_mul_ps(e4m3_8(_mm256_loadu_si256((const __m256i *)(const void *)s8)), smul);
-        /* the 16 levels by two in-register lookups rather than a gather (under
-           qemu-x86_64 -cpu Haswell-v4 the gather gave wrong lanes once this
-           function was inlined in more places; the values are the same) */
+        /* the 16 levels by two in-register lookups (fewer uops than a gather) */
         q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15));
         lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv), q);
         hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + 8), q);
@@ -633,41 +629,37 @@ CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, in
 
 /* q4a: the dwords of 8 rows (row_bytes apart) at the block's start (d, m,
    widened exactly) and the one ending in a code's byte (inside the block),
-   loaded one by one (no vpgatherdd: no faster here, and qemu's TCG gives
-   wrong lanes for it in this loop); a column is d * code + m. */
-CISM__INLINE __m256i dwords8(const uint8_t *p, uint64_t rb) {
-    int32_t v[8];
-    int i;
-    for (i = 0; i < 8; i++) memcpy(&v[i], p + (uint64_t)i * rb, 4);
-    return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+   one gather each; a column is d * code + m. */
+typedef struct oq4a {
+    uint64_t half; /* 8 rows' bytes */
+    __m256i offs;  /* rows 0..7 of a half, in bytes */
+} oq4a;
+CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
+    c->half = 8 * row_bytes;
+    c->offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)row_bytes));
 }
-CISM__INLINE void q4a_dm8(const uint8_t *p, uint64_t rb, __m256 *d, __m256 *m) {
-    const __m256i dm = dwords8(p, rb);
+CISM__INLINE __m256i dwords8(const uint8_t *p, const oq4a *c) {
+    return _mm256_i32gather_epi32((const int *)(const void *)p, c->offs, 1);
+}
+CISM__INLINE void q4a_dm8(const uint8_t *p, const oq4a *c, __m256 *d, __m256 *m) {
+    const __m256i dm = dwords8(p, c);
     const __m256i lo = _mm256_and_si256(dm, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(dm, 16);
     *d = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
     *m = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
 }
-CISM__INLINE __m256 q4a_code8(const uint8_t *p, uint64_t rb, int64_t j, __m256 d, __m256 m) {
-    const __m256i cb = dwords8(p + 1 + j % 16, rb);
+CISM__INLINE __m256 q4a_code8(const uint8_t *p, const oq4a *c, int64_t j, __m256 d, __m256 m) {
+    const __m256i cb = dwords8(p + 1 + j % 16, c);
     const __m256i code = _mm256_and_si256(_mm256_srli_epi32(cb, j < 16 ? 24 : 28), _mm256_set1_epi32(15));
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(code)), m);
 }
-
-typedef struct oq4a {
-    uint64_t rb, half; /* a row's bytes, 8 rows' */
-} oq4a;
-CISM__INLINE void oq4a_init(oq4a *c, uint64_t row_bytes) {
-    c->rb = row_bytes;
-    c->half = 8 * row_bytes;
-}
 CISM__INLINE void ov_q4a_dm(const uint8_t *p, const oq4a *c, ovec *d, ovec *m) {
-    q4a_dm8(p, c->rb, &d->lo, &m->lo);
-    q4a_dm8(p + c->half, c->rb, &d->hi, &m->hi);
+    q4a_dm8(p, c, &d->lo, &m->lo);
+    q4a_dm8(p + c->half, c, &d->hi, &m->hi);
 }
 CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d, ovec m) {
     ovec v;
-    v.lo = q4a_code8(p, c->rb, j, d.lo, m.lo);
-    v.hi = q4a_code8(p + c->half, c->rb, j, d.hi, m.hi);
+    v.lo = q4a_code8(p, c, j, d.lo, m.lo);
+    v.hi = q4a_code8(p + c->half, c, j, d.hi, m.hi);
     return v;
 }
 
