@@ -130,16 +130,9 @@ def dequantized_cism(path: str, out: str) -> None:
     if os.path.exists(out):
         return
     f = fmt.CismFile(path)
-    w = fmt.Writer(f.metadata)
-    packed = {n for n, t in f.tensors.items() if t.dtype not in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16)}
-    for n, t in f.tensors.items():
-        w.add(n, fmt.DTYPE_F32 if n in packed else t.dtype, t.shape, 4 * int(np.prod(t.shape)) if n in packed else t.nbytes)
-    with w.open(out, overwrite=True) as o:
-        for n, t in f.tensors.items():
-            if n in packed:
-                o.write_tensor(n, q.dequantize(f.array(n), t.dtype, t.shape[-1]).astype("<f4"))
-            else:
-                o.write_tensor(n, f.raw(n))
+    packed = {n: t for n, t in f.tensors.items() if t.dtype not in (fmt.DTYPE_F32, fmt.DTYPE_F16, fmt.DTYPE_BF16)}
+    fmt.write_with_f32(f, out, {n: (lambda n, t=t: q.dequantize(f.array(n), t.dtype, t.shape[-1]))
+                                for n, t in packed.items()})
 
 
 def ppl_of(lp: np.ndarray, toks, ctx: int, bos: int, max_windows: int) -> float:

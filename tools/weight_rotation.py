@@ -81,12 +81,7 @@ def rebuilt(f32_path: str, out: str, dtype: str, rotated: bool, cap: int):
             den += float((w.astype(np.float64) ** 2).sum())
             arrays[n] = wh.astype("<f4")
     if not os.path.exists(out):
-        wtr = fmt.Writer(f.metadata)
-        for n, t in f.tensors.items():
-            wtr.add(n, t.dtype, t.shape, t.nbytes)
-        with wtr.open(out, overwrite=True) as o:
-            for n in f.tensors:
-                o.write_tensor(n, arrays[n] if n in arrays else f.raw(n))
+        fmt.write_with_f32(f, out, arrays)
     return float(np.sqrt(num / den))
 
 

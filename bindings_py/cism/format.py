@@ -535,6 +535,25 @@ class CismFile:
         return np.frombuffer(raw, np.uint8).reshape(rows, -1)
 
 
+def write_with_f32(src: "CismFile", out: str, replace: Dict[str, Any]) -> None:
+    """A copy of src at out, each tensor named in replace written as f32 from the value
+    given (an array of its shape, or a function of its name returning one, called when
+    the tensor is written) and every other tensor's bytes as they are."""
+    w = Writer(src.metadata)
+    for n, t in src.tensors.items():
+        if n in replace:
+            w.add(n, DTYPE_F32, t.shape, 4 * int(np.prod(t.shape)))
+        else:
+            w.add(n, t.dtype, t.shape, t.nbytes)
+    with w.open(out, overwrite=True) as o:
+        for n in src.tensors:
+            if n in replace:
+                v = replace[n]
+                o.write_tensor(n, np.asarray(v(n) if callable(v) else v, dtype="<f4"))
+            else:
+                o.write_tensor(n, src.raw(n))
+
+
 def _parse_meta(buf: bytes) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     (n,) = struct.unpack_from("<I", buf, 0)
