@@ -6,6 +6,7 @@
 #include "kernel_bounds.h"
 #include "kernels/quant.h"
 #include "kernels/kv_quant.h"
+#include "model/att_fold.h" /* forward.c's combine of the ranges */
 #include "cism.h"
 #include "test_util.h"
 
@@ -94,26 +95,6 @@ static void test_elementwise(const cism__kernels *k) {
 
 static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exact);
 
-/* The combine of forward.c (att_fold, att_finish), written out here: fold the
-   partial (ml, o) of the next range into the running (acc, O). */
-static void fold_partial(float *acc, float *O, const float *ml, const float *o, int64_t hd) {
-    float mx, a, b;
-    int64_t i;
-    if (ml[1] == 0.0f) return;
-    if (acc[1] == 0.0f) {
-        acc[0] = ml[0];
-        acc[1] = ml[1];
-        memcpy(O, o, (size_t)hd * sizeof(float));
-        return;
-    }
-    mx = ml[0] > acc[0] ? ml[0] : acc[0];
-    a = expf(acc[0] - mx);
-    b = expf(ml[0] - mx);
-    acc[1] = acc[1] * a + ml[1] * b;
-    for (i = 0; i < hd; i++) O[i] = O[i] * a + o[i] * b;
-    acc[0] = mx;
-}
-
 /* Full softmax attention of one query over N rows, as the split kernel's
    ranges folded in order and divided by the sum (one range, then three of
    16, 1 and 20 rows), against the same in double from the decoded rows. */
@@ -136,10 +117,10 @@ static void test_attention(const cism__kernels *k, int kv_dtype, int v_dtype) {
         for (j = 0; cuts[c][j + 1] >= 0; j++) {
             const int64_t r0 = cuts[c][j], n = cuts[c][j + 1] - r0;
             k->attention_split(q, HD, part, HD, ml, 2, 1, 1, kq + (uint64_t)r0 * rbk, vq + (uint64_t)r0 * rbv, kv_dtype,
-                               v_dtype, n, n, HD, 0.125f, scores);
-            fold_partial(acc, out, ml, part, HD);
+                               v_dtype, n, n, HD, 0.125f, scores, NULL);
+            cism__att_fold(acc, out, ml, part, HD);
         }
-        for (i = 0; i < HD; i++) out[i] = out[i] / acc[1];
+        cism__att_finish(acc, out, HD);
         for (i = 0; i < HD; i++) {
             double ref = 0;
             for (t = 0; t < N; t++) ref += sc[t] / sum * vx[t * HD + i];
@@ -246,8 +227,8 @@ static void split_vs_ref(const cism__kernels *k, const cism__kernels *ref, int k
     for (i = 0; i < hd; i++) q[i] *= qscale;
     to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
     to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
-    ref->attention_split(q, hd, os, hd, mls, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc);
-    k->attention_split(q, hd, ok, hd, mlk, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc);
+    ref->attention_split(q, hd, os, hd, mls, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc, NULL);
+    k->attention_split(q, hd, ok, hd, mlk, 2, 1, 1, kd, vd, kv_dtype, v_dtype, n_kv, n_kv, hd, scale, sc, NULL);
     for (t = 0; t < n_kv; t++) {
         double mag = 0;
         s[t] = ref_dot(q, kx + t * hd, hd) * scale;
@@ -302,14 +283,14 @@ static void split_block(const cism__kernels *k, int kv_dtype, int v_dtype, int64
     for (i = 0; i < n_tok * ldo; i++) ob[i] = 7.0f; /* every output is written */
     to_dtype(kv_dtype, kf, n_kv * hd, kd, kx);
     to_dtype(v_dtype, vf, n_kv * hd, vd, vx);
-    k->attention_split(q, ldq, ob, ldo, mb, ldm, n_tok, n_grp, kd, vd, kv_dtype, v_dtype, n_kv, n_lim, hd, scale, sc);
+    k->attention_split(q, ldq, ob, ldo, mb, ldm, n_tok, n_grp, kd, vd, kv_dtype, v_dtype, n_kv, n_lim, hd, scale, sc, NULL);
     for (a = 0; a < n_tok; a++) {
         int64_t na = n_lim + a < 0 ? 0 : n_lim + a > n_kv ? n_kv : n_lim + a;
         for (i = 0; i < n_grp; i++) {
             const float *obi = ob + a * ldo + i * hd, *mbi = mb + a * ldm + 2 * i;
             for (c = 0; c < 2; c++) {
                 k->attention_split(q + a * ldq + i * hd, hd, o1, hd, m1, 2, 1, 1, kd, vd, kv_dtype, v_dtype,
-                                   c ? (na > 0 ? na : 1) : n_kv, c ? na : n_lim + a, hd, scale, sc);
+                                   c ? (na > 0 ? na : 1) : n_kv, c ? na : n_lim + a, hd, scale, sc, NULL);
                 CHECK_MSG(memcmp(o1, obi, (size_t)hd * 4) == 0 && memcmp(m1, mbi, 8) == 0,
                           "%s split attention K %s V %s hd %lld n_kv %lld n_lim %lld: block of %lld tokens x %lld heads "
                           "differs from query (%lld, %lld) alone over %s", k->name, cism_dtype_name(kv_dtype),

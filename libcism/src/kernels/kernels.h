@@ -62,11 +62,17 @@ typedef void (*cism__matmul_a8_fn)(const void *w, uint64_t row_bytes, int64_t co
    divides by the combined sum. Sharing lets a tier convert and load each K/V
    block once for all the queries; each output still depends only on its own
    query and rows, never on n_tok, n_grp, n_kv beyond n_a, or its place in the
-   block. */
+   block. next (may be NULL) names the range the caller takes after this one
+   (its first row of K and of V, same dtypes, and its n_kv): a tier may spread
+   prefetches of it over this call's work; it never changes a result. */
+typedef struct cism__att_next {
+    const void *k, *v;
+    int64_t n_kv;
+} cism__att_next;
 typedef void (*cism__attention_split_fn)(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm,
                                          int64_t n_tok, int64_t n_grp, const void *k, const void *v, int32_t k_dtype,
                                          int32_t v_dtype, int64_t n_kv, int64_t n_lim, int64_t head_dim, float scale,
-                                         float *scores);
+                                         float *scores, const cism__att_next *next);
 
 typedef struct cism__kernels {
     const char *name;

@@ -123,112 +123,22 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 }
 
 /* ---- attention ------------------------------------------------------------------- */
-/* Keys and values are processed in blocks of rows; an f16 block is widened
-   once into this many floats on the stack, then shared by every query. */
-#define KV_BLOCK_FLOATS 8192
-
-/* scores[t] = (q . k_t) * scale for the nk <= 8 f32 rows t0.. of k */
-CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
-    __m256 acc[8];
-    const float *kb = k + t0 * hd;
-    int64_t c;
-    int j;
-    for (j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
-    for (c = 0; c + 8 <= hd; c += 8) {
-        __m256 qv = _mm256_loadu_ps(q + c);
-        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(kb + j * hd + c), qv, acc[j]);
-    }
-    if (c < hd) {
-        __m256 qv = load8_part(q, c, hd - c, CISM_DTYPE_F32);
-        for (j = 0; j < nk; j++) acc[j] = _mm256_fmadd_ps(load8_part(kb + j * hd, c, hd - c, CISM_DTYPE_F32), qv, acc[j]);
-    }
-    {
-        __m256 s = _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale));
-        if (nk == 8) _mm256_storeu_ps(dst, s);
-        else _mm256_maskstore_ps(dst, lanes_below(nk), s);
-    }
+/* the split kernel: x86_attention.h on 8 lanes */
+CISM__INLINE fvec fv_set1(float x) { return _mm256_set1_ps(x); }
+CISM__INLINE fvec fv_add(fvec a, fvec b) { return _mm256_add_ps(a, b); }
+CISM__INLINE fvec fv_sub(fvec a, fvec b) { return _mm256_sub_ps(a, b); }
+CISM__INLINE fvec fv_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
+CISM__INLINE fvec fv_exp(fvec v) { return exp8(v); }
+CISM__INLINE float fv_hmax(fvec v) { return hmax8(v); }
+CISM__INLINE __m256 fv_hsum8(const fvec a[8]) { return hsum8x8(a); }
+CISM__INLINE void fv_storeu(float *p, fvec v) { _mm256_storeu_ps(p, v); }
+CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
+    __m256i keep = lanes_below(n);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, keep), _mm256_castsi256_ps(keep));
 }
-
-/* out[c0 .. c0 + 8*NV) += sum_{t < n} p[t] * v_t (f32 rows); the accumulators
-   live in out between blocks, which changes no rounding */
-CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV) {
-    __m256 o[8];
-    int64_t t;
-    int j;
-    for (j = 0; j < NV; j++) o[j] = _mm256_loadu_ps(out + c0 + 8 * j);
-    for (t = 0; t < n; t++) {
-        __m256 pt = _mm256_set1_ps(p[t]);
-        for (j = 0; j < NV; j++) o[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + t * hd + c0 + 8 * j), o[j]);
-    }
-    for (j = 0; j < NV; j++) _mm256_storeu_ps(out + c0 + 8 * j, o[j]);
-}
-
-static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float *out) {
-    int64_t c, t;
-    for (c = 0; c + 64 <= hd; c += 64) pv_block(p, v, n, hd, c, out, 8);
-    switch ((hd - c) / 8) {
-    case 7: pv_block(p, v, n, hd, c, out, 7); break;
-    case 6: pv_block(p, v, n, hd, c, out, 6); break;
-    case 5: pv_block(p, v, n, hd, c, out, 5); break;
-    case 4: pv_block(p, v, n, hd, c, out, 4); break;
-    case 3: pv_block(p, v, n, hd, c, out, 3); break;
-    case 2: pv_block(p, v, n, hd, c, out, 2); break;
-    case 1: pv_block(p, v, n, hd, c, out, 1); break;
-    default: break;
-    }
-    c += (hd - c) / 8 * 8;
-    if (c < hd) { /* head_dim not a multiple of 8 */
-        __m256i keep = lanes_below(hd - c);
-        __m256 o = _mm256_maskload_ps(out + c, keep);
-        for (t = 0; t < n; t++) o = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_maskload_ps(v + t * hd + c, keep), o);
-        _mm256_maskstore_ps(out + c, keep, o);
-    }
-}
-
-/* rows [b0, b0 + n) of an f16 cache as f32 into buf */
-static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
-    const uint16_t *src = (const uint16_t *)kv + b0 * hd;
-    int64_t i;
-    if (cism__kv_is_quant(dt)) return cism__kv_widen_rows_x86(kv, dt, b0, n, hd, buf); /* q8, q4a: kv_x86.h */
-    if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
-    for (i = 0; i + 8 <= n * hd; i += 8) _mm256_storeu_ps(buf + i, load8(src, i, CISM_DTYPE_F16));
-    for (; i < n * hd; i++) buf[i] = cism__f16_to_f32(src[i]);
-    return buf;
-}
-
-/* the split kernel (attention_split.h) */
-static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
-    int64_t t;
-    for (t = 0; t + 8 <= n; t += 8) scores8(q, k, t, 8, hd, scale, dst + t);
-    if (t < n) scores8(q, k, t, (int)(n - t), hd, scale, dst + t);
-}
-
-/* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
-static float att_exp_sum(float *s, int64_t n, float *mx) {
-    __m256 mx8 = _mm256_set1_ps(-INFINITY), sum8 = _mm256_setzero_ps(), m;
-    int64_t t;
-    for (t = 0; t + 8 <= n; t += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(s + t));
-    if (t < n) {
-        __m256i keep = lanes_below(n - t);
-        __m256 x = _mm256_maskload_ps(s + t, keep);
-        mx8 = _mm256_max_ps(mx8, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x, _mm256_castsi256_ps(keep)));
-    }
-    *mx = hmax8(mx8);
-    m = _mm256_set1_ps(*mx);
-    for (t = 0; t + 8 <= n; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
-        _mm256_storeu_ps(s + t, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    if (t < n) {
-        __m256i keep = lanes_below(n - t);
-        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(s + t, keep), m)), _mm256_castsi256_ps(keep));
-        _mm256_maskstore_ps(s + t, keep, e);
-        sum8 = _mm256_add_ps(sum8, e);
-    }
-    return hsum8(sum8);
-}
-#include "attention_split.h"
+CISM__INLINE void fv_store_tail(float *p, int64_t n, fvec v) { _mm256_maskstore_ps(p, lanes_below(n), v); }
+CISM__INLINE fvec fv_keep(fvec v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lanes_below(n))); }
+#include "x86_attention.h"
 
 /* ---- elementwise ----------------------------------------------------------------- */
 /* The sum of squares is accumulated in double like the scalar tier (each x*x is

@@ -121,107 +121,21 @@ static void f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 }
 
 /* ---- attention ------------------------------------------------------------------- */
-/* Keys and values are processed in blocks of rows; an f16 block is widened
-   once into this many floats on the stack, then shared by every query. */
-#define KV_BLOCK_FLOATS 8192
-
-/* scores[t] = (q . k_t) * scale for the nk <= 8 f32 rows t0.. of k */
-CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
-    __m512 acc[8];
-    const float *kb = k + t0 * hd;
-    int64_t c;
-    int j;
-    for (j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
-    for (c = 0; c + 16 <= hd; c += 16) {
-        __m512 qv = _mm512_loadu_ps(q + c);
-        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(kb + j * hd + c), qv, acc[j]);
-    }
-    if (c < hd) {
-        __m512 qv = _mm512_maskz_loadu_ps(mask_below(hd - c), q + c);
-        for (j = 0; j < nk; j++) acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask_below(hd - c), kb + j * hd + c), qv, acc[j]);
-    }
-    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nk) - 1u), _mm256_mul_ps(hsum16x8(acc), _mm256_set1_ps(scale)));
+/* the split kernel: x86_attention.h on 16 lanes */
+CISM__INLINE fvec fv_set1(float x) { return _mm512_set1_ps(x); }
+CISM__INLINE fvec fv_add(fvec a, fvec b) { return _mm512_add_ps(a, b); }
+CISM__INLINE fvec fv_sub(fvec a, fvec b) { return _mm512_sub_ps(a, b); }
+CISM__INLINE fvec fv_max(fvec a, fvec b) { return _mm512_max_ps(a, b); }
+CISM__INLINE fvec fv_exp(fvec v) { return exp16(v); }
+CISM__INLINE float fv_hmax(fvec v) { return _mm512_reduce_max_ps(v); }
+CISM__INLINE __m256 fv_hsum8(const fvec a[8]) { return hsum16x8(a); }
+CISM__INLINE void fv_storeu(float *p, fvec v) { _mm512_storeu_ps(p, v); }
+CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), mask_below(n), p);
 }
-
-/* out[c0 .. c0 + 16*NV) += sum_{t < n} p[t] * v_t (f32 rows; the last vector has
-   n_last lanes); the accumulators live in out between blocks, which changes no
-   rounding */
-CISM__INLINE void pv_block(const float *p, const float *v, int64_t n, int64_t hd, int64_t c0, float *out, const int NV,
-                           int64_t n_last) {
-    __m512 o[8];
-    const __mmask16 ml = (__mmask16)((1u << n_last) - 1u);
-    int64_t t;
-    int j;
-    for (j = 0; j + 1 < NV; j++) o[j] = _mm512_loadu_ps(out + c0 + 16 * j);
-    o[NV - 1] = _mm512_maskz_loadu_ps(ml, out + c0 + 16 * (NV - 1));
-    for (t = 0; t < n; t++) {
-        __m512 pt = _mm512_set1_ps(p[t]);
-        const float *row = v + t * hd + c0;
-        for (j = 0; j + 1 < NV; j++) o[j] = _mm512_fmadd_ps(pt, _mm512_loadu_ps(row + 16 * j), o[j]);
-        o[NV - 1] = _mm512_fmadd_ps(pt, _mm512_maskz_loadu_ps(ml, row + 16 * (NV - 1)), o[NV - 1]);
-    }
-    for (j = 0; j + 1 < NV; j++) _mm512_storeu_ps(out + c0 + 16 * j, o[j]);
-    _mm512_mask_storeu_ps(out + c0 + 16 * (NV - 1), ml, o[NV - 1]);
-}
-
-static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float *out) {
-    int64_t c;
-    for (c = 0; c + 128 <= hd; c += 128) pv_block(p, v, n, hd, c, out, 8, 16);
-    if (c < hd) {
-        int64_t rest = hd - c, nv = (rest + 15) / 16, last = rest - 16 * (nv - 1);
-        switch (nv) {
-        case 1: pv_block(p, v, n, hd, c, out, 1, last); break;
-        case 2: pv_block(p, v, n, hd, c, out, 2, last); break;
-        case 3: pv_block(p, v, n, hd, c, out, 3, last); break;
-        case 4: pv_block(p, v, n, hd, c, out, 4, last); break;
-        case 5: pv_block(p, v, n, hd, c, out, 5, last); break;
-        case 6: pv_block(p, v, n, hd, c, out, 6, last); break;
-        case 7: pv_block(p, v, n, hd, c, out, 7, last); break;
-        default: break;
-        }
-    }
-}
-
-/* rows [b0, b0 + n) of an f16 cache as f32 into buf */
-static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
-    const uint16_t *src = (const uint16_t *)kv + b0 * hd;
-    int64_t i, m = n * hd;
-    if (cism__kv_is_quant(dt)) return cism__kv_widen_rows_x86(kv, dt, b0, n, hd, buf); /* q8, q4a: kv_x86.h */
-    if (dt == CISM_DTYPE_F32) return (const float *)kv + b0 * hd;
-    for (i = 0; i + 16 <= m; i += 16) _mm512_storeu_ps(buf + i, load16(src, i, CISM_DTYPE_F16));
-    if (i < m) _mm512_mask_storeu_ps(buf + i, mask_below(m - i), load16_part(src, i, m - i, CISM_DTYPE_F16));
-    return buf;
-}
-
-/* the split kernel (attention_split.h) */
-static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
-    int64_t t;
-    for (t = 0; t + 8 <= n; t += 8) scores8(q, k, t, 8, hd, scale, dst + t);
-    if (t < n) scores8(q, k, t, (int)(n - t), hd, scale, dst + t);
-}
-
-/* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
-static float att_exp_sum(float *s, int64_t n, float *mx) {
-    __m512 mx16 = _mm512_set1_ps(-INFINITY), sum16 = _mm512_setzero_ps(), m;
-    int64_t t;
-    for (t = 0; t + 16 <= n; t += 16) mx16 = _mm512_max_ps(mx16, _mm512_loadu_ps(s + t));
-    if (t < n) mx16 = _mm512_mask_max_ps(mx16, mask_below(n - t), mx16, _mm512_maskz_loadu_ps(mask_below(n - t), s + t));
-    *mx = _mm512_reduce_max_ps(mx16);
-    m = _mm512_set1_ps(*mx);
-    for (t = 0; t + 16 <= n; t += 16) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
-        _mm512_storeu_ps(s + t, e);
-        sum16 = _mm512_add_ps(sum16, e);
-    }
-    if (t < n) {
-        __mmask16 keep = mask_below(n - t);
-        __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(keep, s + t), m)));
-        _mm512_mask_storeu_ps(s + t, keep, e);
-        sum16 = _mm512_add_ps(sum16, e);
-    }
-    return hsum16(sum16);
-}
-#include "attention_split.h"
+CISM__INLINE void fv_store_tail(float *p, int64_t n, fvec v) { _mm512_mask_storeu_ps(p, mask_below(n), v); }
+CISM__INLINE fvec fv_keep(fvec v, int64_t n) { return _mm512_maskz_mov_ps(mask_below(n), v); }
+#include "x86_attention.h"
 
 /* ---- elementwise ----------------------------------------------------------------- */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {

@@ -259,7 +259,16 @@ static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n
     return buf;
 }
 
-/* the split kernel (attention_split.h) */
+/* the split kernel (attention_split.h); prefetch into L2 (PRFM PLDL2KEEP) */
+static void kv_prefetch(const void *p, uint64_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+    uint64_t i;
+    for (i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i, 0, 2);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
 static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
     int64_t t;
     for (t = 0; t + 4 <= n; t += 4) scores4(q, k, t, 4, hd, scale, dst + t);

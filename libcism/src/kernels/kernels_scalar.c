@@ -149,8 +149,9 @@ static void attention_part_one(const float *q, const void *k, const void *v, int
 
 static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo, float *ml, int64_t ldm, int64_t n_tok,
                             int64_t n_grp, const void *k, const void *v, int32_t k_dtype, int32_t v_dtype, int64_t n_kv,
-                            int64_t n_lim, int64_t head_dim, float scale, float *scores) {
+                            int64_t n_lim, int64_t head_dim, float scale, float *scores, const cism__att_next *next) {
     int64_t a, i;
+    (void)next; /* no prefetching here */
     for (a = 0; a < n_tok; a++) {
         int64_t n = n_lim + a < 0 ? 0 : n_lim + a > n_kv ? n_kv : n_lim + a;
         for (i = 0; i < n_grp; i++)

@@ -41,6 +41,7 @@
 #include "../core/error.h"
 #include "../kernels/quant.h"
 #include "../kernels/kv_quant.h"
+#include "att_fold.h"
 
 #include <math.h>
 #include <string.h>
@@ -253,19 +254,29 @@ static void att_split_range(int64_t window, int64_t p0, int64_t p1, int64_t *j0,
 }
 
 /* The partial results of split j for n_tok queries at positions p0.. (rows of
-   q from qrow, heads h..h+hpu of KV head kvh), into out (ldo) and ml (ldm). */
+   q from qrow, heads h..h+hpu of KV head kvh), into out (ldo) and ml (ldm).
+   hn, jn: the heads and split this thread is likely to take next (jn < 0:
+   none), whose K/V rows the kernel may prefetch meanwhile. */
 static void att_split_part(fwd *f, const cism__seq *sq, int64_t l, int64_t qrow, int64_t n_tok, int64_t h, int64_t hpu,
-                           int64_t p0, int64_t j, float *out, int64_t ldo, float *ml, int64_t ldm, float *scores) {
+                           int64_t p0, int64_t j, int64_t hn, int64_t jn, float *out, int64_t ldo, float *ml, int64_t ldm,
+                           float *scores) {
     cism__work *w = f->w;
     const cism__hparams *hp = &f->m->hp;
     const cism_session *s = sq->s;
-    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, kvh = h / (hp->n_heads / hp->n_kv_heads);
+    int64_t hd = hp->head_dim, q_rows = hp->n_heads * hd, grp = hp->n_heads / hp->n_kv_heads, kvh = h / grp;
     int64_t window = f->m->layers[l].window, s0 = j * CISM__ATT_SPLIT, s1 = s0 + CISM__ATT_SPLIT, i, e;
     if (window == 0) { /* query a: positions [s0, min(s1, p0 + a + 1)) */
+        cism__att_next nx = {NULL, NULL, 0};
         e = p0 + n_tok < s1 ? p0 + n_tok : s1;
+        if (jn >= 0) {
+            int64_t n0 = jn * CISM__ATT_SPLIT, n1 = n0 + CISM__ATT_SPLIT;
+            nx.k = cism__kv_row(s, s->k_cache, l, hn / grp, n0);
+            nx.v = cism__kv_row(s, s->v_cache, l, hn / grp, n0);
+            nx.n_kv = (p0 + n_tok < n1 ? p0 + n_tok : n1) - n0;
+        }
         w->k->attention_split(w->q + qrow * q_rows + h * hd, q_rows, out, ldo, ml, ldm, n_tok, hpu,
                               cism__kv_row(s, s->k_cache, l, kvh, s0), cism__kv_row(s, s->v_cache, l, kvh, s0), s->kv_type,
-                              s->kv_type_v, e - s0, p0 + 1 - s0, hd, hp->attn_scale, scores);
+                              s->kv_type_v, e - s0, p0 + 1 - s0, hd, hp->attn_scale, scores, nx.n_kv > 0 ? &nx : NULL);
         return;
     }
     /* sliding window: each query over its window's part of the split, one per call */
@@ -281,34 +292,8 @@ static void att_split_part(fwd *f, const cism__seq *sq, int64_t l, int64_t qrow,
         }
         w->k->attention_split(w->q + (qrow + i) * q_rows + h * hd, q_rows, out + i * ldo, ldo, ml + i * ldm, ldm, 1, hpu,
                               cism__kv_row(s, s->k_cache, l, kvh, lo), cism__kv_row(s, s->v_cache, l, kvh, lo), s->kv_type,
-                              s->kv_type_v, hi - lo, hi - lo, hd, hp->attn_scale, scores);
+                              s->kv_type_v, hi - lo, hi - lo, hd, hp->attn_scale, scores, NULL);
     }
-}
-
-/* Folds a partial result (ml: max, sum; o) into the running one (acc: max,
-   sum; O); acc[1] == 0: nothing folded yet. Empty partials (sum 0) are
-   skipped, so a query's result depends only on the splits its range meets. */
-static void att_fold(float *acc, float *O, const float *ml, const float *o, int64_t hd) {
-    float mx, a, b;
-    int64_t i;
-    if (ml[1] == 0.0f) return;
-    if (acc[1] == 0.0f) {
-        acc[0] = ml[0];
-        acc[1] = ml[1];
-        if (O != o) memcpy(O, o, (size_t)hd * sizeof(float));
-        return;
-    }
-    mx = ml[0] > acc[0] ? ml[0] : acc[0];
-    a = expf(acc[0] - mx);
-    b = expf(ml[0] - mx);
-    acc[1] = acc[1] * a + ml[1] * b;
-    for (i = 0; i < hd; i++) O[i] = O[i] * a + o[i] * b;
-    acc[0] = mx;
-}
-
-static void att_finish(const float *acc, float *O, int64_t hd) {
-    int64_t i;
-    for (i = 0; i < hd; i++) O[i] = O[i] / acc[1];
 }
 
 /* Rotation and output gate of rows [row, row + n_tok), heads h..h+hpu, once their attention is complete. */
@@ -333,15 +318,21 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     }
     sq = &f->seqs[lo];
     unit -= sq->att_u0;
-    h = (unit % n_hg) * hpu;
     if (sq->att_spl) { /* one split of the seq's rows: partials to the slots, combined in the next begin */
-        int64_t js = unit / n_hg, nr = sq->nt - cism__fwd_seq_lo(f, sq);
-        int64_t slot = sq->att_p0 + js * nr * hp->n_heads + h;
+        /* head group major: a thread's run of units walks one KV head's splits
+           in order, so its K and V reads are two sequential streams */
+        int64_t js = unit % sq->att_spl, nr = sq->nt - cism__fwd_seq_lo(f, sq);
+        int64_t un = unit + 1 < sq->att_spl * n_hg ? unit + 1 : -1; /* the next unit of this thread's share */
+        int64_t slot;
+        h = (unit / sq->att_spl) * hpu;
+        slot = sq->att_p0 + js * nr * hp->n_heads + h;
         t = cism__fwd_seq_lo(f, sq);
-        att_split_part(f, sq, l, sq->row0 + t, nr, h, hpu, sq->s->n_past + t, sq->att_j0 + js, w->att_part + slot * hd,
+        att_split_part(f, sq, l, sq->row0 + t, nr, h, hpu, sq->s->n_past + t, sq->att_j0 + js, (un / sq->att_spl) * hpu,
+                       un < 0 ? -1 : sq->att_j0 + un % sq->att_spl, w->att_part + slot * hd,
                        hp->n_heads * hd, w->att_part + w->att_part_slots * hd + slot * 2, hp->n_heads * 2, scores);
         return;
     }
+    h = (unit % n_hg) * hpu;
     t = cism__fwd_seq_lo(f, sq) + (unit / n_hg) * CISM__ATT_TOKENS;
     n_tok = sq->nt - t < CISM__ATT_TOKENS ? sq->nt - t : CISM__ATT_TOKENS;
     row = sq->row0 + t;
@@ -353,14 +344,14 @@ static void attention_unit(fwd *f, int64_t l, int64_t unit, int ith, int64_t hpu
     for (a = 0; a < n_tok * hpu; a++) run[2 * a] = run[2 * a + 1] = 0.0f;
     att_split_range(window, p0, p0 + n_tok - 1, &j0, &j1);
     for (j = j0; j <= j1; j++) {
-        att_split_part(f, sq, l, row, n_tok, h, hpu, p0, j, part, hpu * hd, pml, hpu * 2, scores);
+        att_split_part(f, sq, l, row, n_tok, h, hpu, p0, j, h, j < j1 ? j + 1 : -1, part, hpu * hd, pml, hpu * 2, scores);
         for (a = 0; a < n_tok; a++)
             for (g = 0; g < hpu; g++)
-                att_fold(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, pml + 2 * (a * hpu + g),
+                cism__att_fold(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, pml + 2 * (a * hpu + g),
                          part + (a * hpu + g) * hd, hd);
     }
     for (a = 0; a < n_tok; a++)
-        for (g = 0; g < hpu; g++) att_finish(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, hd);
+        for (g = 0; g < hpu; g++) cism__att_finish(run + 2 * (a * hpu + g), w->att + (row + a) * q_rows + (h + g) * hd, hd);
     att_epilogue(f, l, sq, row, n_tok, h, hpu);
 }
 
@@ -380,9 +371,9 @@ static void attention_combine(fwd *f, int64_t l) {
                 float run[2] = {0.0f, 0.0f}, *O = w->att + (sq->row0 + t0 + t) * q_rows + h * hd;
                 for (js = 0; js < sq->att_spl; js++) {
                     int64_t slot = sq->att_p0 + (js * nr + t) * hp->n_heads + h;
-                    att_fold(run, O, ml + slot * 2, w->att_part + slot * hd, hd);
+                    cism__att_fold(run, O, ml + slot * 2, w->att_part + slot * hd, hd);
                 }
-                att_finish(run, O, hd);
+                cism__att_finish(run, O, hd);
             }
         att_epilogue(f, l, sq, sq->row0 + t0, nr, 0, hp->n_heads);
     }
