@@ -103,9 +103,40 @@ static void stress(int nth, int regions) {
     free(j);
 }
 
+/* Every other stage skipped, counts alternating small and large: the stage
+   after a skip has the parity of the one before it, and is prepared while that
+   one is still the published stage (a thread sizing its claims on it then must
+   not read the larger count of its successor). */
+static void skips(int nth, int regions) {
+    cism__pool *pool = cism__pool_create(nth);
+    job *j = (job *)calloc(1, sizeof(job));
+    int r, s, u;
+    CHECK(pool != NULL);
+    if (!pool || !j) return;
+    for (r = 0; r < regions; r++) {
+        memset(j, 0, sizeof(*j));
+        j->n_stages = MAX_STAGES;
+        for (s = 0; s < j->n_stages; s++) j->units[s] = s % 2 ? 0 : s % 4 ? MAX_UNITS : 1 + (int64_t)rnd(nth + 1);
+        j->end_at = j->n_stages;
+        cism__pool_run_stages(pool, &g_job, j);
+        for (s = 0; s < j->n_stages; s++)
+            for (u = 0; u < MAX_UNITS; u++)
+                if (j->runs[s][u] != (u < j->units[s] ? 1 : 0)) {
+                    CHECK_MSG(0, "skips: threads %d region %d stage %d unit %d ran %d times", nth, r, s, u,
+                              (int)j->runs[s][u]);
+                    s = j->n_stages;
+                    break;
+                }
+        CHECK_MSG(j->order_errors == 0, "skips: threads %d region %d: units ran early", nth, r);
+    }
+    cism__pool_free(pool);
+    free(j);
+}
+
 int main(void) {
     int nth;
     for (nth = 1; nth <= 5; nth++) stress(nth, nth == 1 ? 30 : 120);
+    for (nth = 2; nth <= 5; nth++) skips(nth, 60);
     /* an empty region: the first begin ends it */
     {
         cism__pool *pool = cism__pool_create(3);

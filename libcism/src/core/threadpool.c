@@ -15,6 +15,7 @@
 
 #define STAGE_END INT32_MAX
 #define CLOSED 1   /* odd: never a generation */
+#define NO_STAGE (-1)
 
 /* Fields written by different threads live on different cache lines. */
 #define LINE 64
@@ -46,6 +47,7 @@ struct cism__pool {
     padded stage;          /* the stage in progress, or STAGE_END */
     padded done[2];        /* units done in the stages of each parity */
     padded64 n_units[2];   /* units of the stages of each parity */
+    padded n_owner[2];     /* the stage whose count n_units[p] holds, or NO_STAGE while it is rewritten */
     padded64 *shares;      /* [2][nth]: (stage << 32) | units of share j taken */
 };
 
@@ -115,7 +117,12 @@ static void next_stage(cism__pool *pool, int32_t after) {
     if (n < 0) {
         cism__atomic_store(&pool->stage.v, STAGE_END);
     } else {
+        /* a skipped stage makes two published stages of one parity follow each
+           other: readers of stage `after` may still be sizing their claims with
+           this slot, so it is marked as being rewritten first (run_stages) */
+        cism__atomic_store(&pool->n_owner[s & 1].v, NO_STAGE);
         cism__atomic_store64(&pool->n_units[s & 1].v, n);
+        cism__atomic_store(&pool->n_owner[s & 1].v, s);
         cism__atomic_store(&pool->done[s & 1].v, 0);
         for (j = 0; j < pool->nth; j++)
             cism__atomic_store64(&pool->shares[(size_t)(s & 1) * (size_t)pool->nth + (size_t)j].v, (int64_t)s << 32);
@@ -137,11 +144,13 @@ static void run_stages(cism__pool *pool, int ith) {
         if (cur == STAGE_END) return;
         s = cur;   /* the current stage (later than ours if we fell behind) */
         n = cism__atomic_load64(&pool->n_units[s & 1].v);
-        /* If the stage moved on meanwhile, n may already be that of stage s + 2
-           (same parity) while our counters still say s: with a larger n, take
-           would hand out units stage s never had. Stage s still current after
-           the read means n is s's. */
-        if (cism__atomic_load(&pool->stage.v) != s) continue;
+        /* n may already be that of a later stage of the same parity (s + 2, or
+           s + 2k when the stages between are skipped: then stage s is still the
+           published one while its successor is being prepared) while the claim
+           counters still say s: with a larger n, take would hand out units
+           stage s never had. The slot still owned by s after the read means n
+           is s's (the writer marks it NO_STAGE before it rewrites n). */
+        if (cism__atomic_load(&pool->n_owner[s & 1].v) != s) continue;
         for (k = 0; k < nth; k++)
             while (take(pool, s, (ith + k) % nth, n, &u)) {
                 st->unit(pool->arg, s, u, ith, nth);
