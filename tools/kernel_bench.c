@@ -14,12 +14,19 @@
  * load on the machine disturbs it less than wall time. Each tier's line of
  * int8 multiply-add peak (cism_measure_int8_mac_peak) precedes its rows, and int8-activation rows show their
  * prefill as a share of it (2 FLOP per multiply-add).
+ * --outliers times instead the outlier-channel epilogue of the int8 path
+ * (model/act_outliers.c) for each packed dtype: every token's table holds 5
+ * channels out of 95 (as SmolLM2-135M's rows do), the kernel alone against
+ * the kernel plus the epilogue, and the fused entry (gemv_a8_outliers) where
+ * the tier has one: decode (1 token, 1536 rows) and prefill (256 tokens, 256
+ * rows, one model call), L2-resident, CPU time, best of 7.
  * Links the static library (internal kernel table). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "model/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +113,68 @@ static double gflops(const cism__kernels *k, int dt, int a8, int64_t rows, int64
     return 2.0 * (double)(rows * cols * nt) / s / 1e9;
 }
 
+/* --outliers: microseconds per call of the kernel alone, with the epilogue, and fused (0: none) */
+static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t cols, int64_t nt, double us[3]) {
+    const cism__kernels *sc = cism__kernels_scalar();
+    cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : sc->matmul_a8[dt];
+    int64_t ldq = (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64, i, t;
+    uint64_t rb;
+    uint8_t *w = make_weights(dt, rows, cols, &rb), *xq = (uint8_t *)calloc((size_t)nt, (size_t)ldq);
+    float *x = (float *)malloc((size_t)cols * 4), *tmp = (float *)malloc((size_t)(cols + 3 * (cols / 32 + 1)) * 4);
+    float *y = (float *)malloc((size_t)(nt * rows) * 4);
+    int calls = (int)(1e8 / (double)(rows * cols * nt)) + 1, rep, it, m; /* ~10-20 ms per run */
+    for (t = 0; t < nt; t++) {
+        for (i = 0; i < cols; i++) x[i] = (float)((i * 7 + t * 13) % 29) * 0.03f - 0.42f;
+        for (i = 0; i < 5; i++) x[((t * 7 + i * 13) % 95) * 6151 % cols] = 30.0f + (float)i;
+        cism__act8_quantize_split(sc, x, cols, xq + t * ldq, ldq, tmp);
+    }
+    for (m = 0; m < 3; m++) {
+        us[m] = 1e30;
+        if (m == 2 && !(k->gemv_a8_outliers[dt] && nt <= CISM__GEMV_OUTL_TOKENS)) {
+            us[m] = 0;
+            continue;
+        }
+        for (rep = 0; rep < 7; rep++) {
+            double t0 = cpu_now(), d;
+            for (it = 0; it < calls; it++) {
+                if (m == 2) {
+                    k->gemv_a8_outliers[dt](w, rb, cols, xq, ldq, y, rows, nt, 0, rows);
+                    continue;
+                }
+                mq(w, rb, cols, xq, ldq, y, rows, nt, 0, rows);
+                if (m == 1) cism__act8_add_outliers(k, dt, w, rb, xq, ldq, y, rows, nt, 0, rows);
+            }
+            d = (cpu_now() - t0) / calls * 1e6;
+            if (d < us[m]) us[m] = d;
+        }
+    }
+    free(w); free(xq); free(x); free(tmp); free(y);
+}
+
+static int in_list(const char *list, const char *name);
+
+static void outlier_table(const char *tiers, const char *dtypes) {
+    int t, dt, p;
+    printf("%-8s %-8s %-22s | %10s | %10s %8s | %10s %8s\n", "tier", "dtype", "call", "kernel us", "+epilogue", "cost",
+           "fused", "cost");
+    for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {
+        const cism__kernels *k = cism__kernels_tier(t);
+        if (!k || !in_list(tiers, k->name)) continue;
+        for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) {
+            if (!in_list(dtypes, cism_dtype_name(dt))) continue;
+            for (p = 0; p < 2; p++) {
+                double us[3];
+                outlier_times(k, dt, p ? 256 : 1536, 576, p ? 256 : 1, us);
+                printf("%-8s %-8s %-22s | %10.1f | %10.1f %+7.1f%%", k->name, cism_dtype_name(dt),
+                       p ? "prefill 256x576x256" : "decode 1536x576x1", us[0], us[1], 100 * (us[1] - us[0]) / us[0]);
+                if (us[2] > 0) printf(" | %10.1f %+7.1f%%\n", us[2], 100 * (us[2] - us[0]) / us[0]);
+                else printf(" | %10s %8s\n", "-", "");
+                fflush(stdout);
+            }
+        }
+    }
+}
+
 static int in_list(const char *list, const char *name) {
     const char *p = list;
     size_t n = strlen(name);
@@ -119,11 +188,13 @@ static int in_list(const char *list, const char *name) {
 
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
+               "       cism-kernel-bench --outliers [--dtypes ...] [--tiers ...]\n"
                "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
                "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
                "  MB megabytes (GB/s of weights read); --tokens adds, per count N, the time of one pass of\n"
                "  N tokens over that matrix as a multiple of one token's (batched decode: N sequences per\n"
-               "  weight read); --dtypes / --tiers limit the table\n");
+               "  weight read); --dtypes / --tiers limit the table; --outliers: the cost of the int8 path's\n"
+               "  outlier-channel epilogue per packed dtype (two passes, and the fused entry where there is one)\n");
     return rc;
 }
 
@@ -133,13 +204,14 @@ int main(int argc, char **argv) {
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
     int64_t tok_list[8];
-    int n_tok = 0;
+    int n_tok = 0, outliers = 0;
     for (i = 1; i < argc; i++) {
         char *end = NULL;
         long v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout, 0);
         if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
+        else if (!strcmp(argv[i], "--outliers")) outliers = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             char *p = argv[++i];
             for (n_tok = 0; *p && n_tok < 8; n_tok++) {
@@ -176,6 +248,10 @@ int main(int argc, char **argv) {
         return usage(stderr, 2);
     }
     printf("%s\n%s\n", cism_build_info(), cism_system_info());
+    if (outliers) {
+        outlier_table(tiers, dtypes);
+        return 0;
+    }
     printf("%-8s %-8s %6s | %16s | %16s%s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s",
            stream_mb > 0 ? " | stream GB/s" : "");
     for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {

@@ -140,10 +140,12 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
         memset(col, 0, sizeof(col));
         o->n = 1; o->idx[0] = (int32_t)c; o->val[0] = 1.0f;
         cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, col, 1, 1, 0, ROWS);
+        if (k->gemv_a8_outliers[dt]) /* the fused entry: its dot of the zero row is 0 */
+            k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 0, ROWS);
         for (r = 0; r < ROWS; r++)
-            if (col[r] != wd[r * COLS + c]) {
-                CHECK_MSG(0, "%s: column %d row %d: %g, dequantized %g", cism_dtype_name(dt), (int)c, (int)r,
-                          col[r], wd[r * COLS + c]);
+            if (col[r] != wd[r * COLS + c] || (k->gemv_a8_outliers[dt] && yk[r] != wd[r * COLS + c])) {
+                CHECK_MSG(0, "%s on %s: column %d row %d: %g (fused entry %g), dequantized %g", cism_dtype_name(dt), k->name,
+                          (int)c, (int)r, col[r], yk[r], wd[r * COLS + c]);
                 c = COLS;
                 break;
             }
@@ -171,6 +173,22 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     k->matmul_a8[dt](wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 16, ROWS);
     cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 16, ROWS);
     CHECK_MSG(memcmp(yk, ys, sizeof(ys)) == 0, "%s on %s: not the scalar tier's bits", cism_dtype_name(dt), k->name);
+    /* one token through the tier's fused entry: the bits of the two passes, also
+       from a row range whose ends are not multiples of 8; the x86 tiers fuse q4a and q8 */
+    if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"))
+        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8) || k->gemv_a8_outliers[dt], "%s: no fused one-token entry for %s",
+                  k->name, cism_dtype_name(dt));
+    if (k->gemv_a8_outliers[dt]) {
+        float yf[ROWS];
+        k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS);
+        CHECK_MSG(memcmp(yf, ys, sizeof(ys)) == 0, "%s on %s, fused one-token entry: not the scalar tier's bits",
+                  cism_dtype_name(dt), k->name);
+        memset(yf, 0, sizeof(yf));
+        k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 3, ROWS - 2);
+        CHECK_MSG(yf[2] == 0 && yf[ROWS - 2] == 0 && memcmp(yf + 3, ys + 3, (ROWS - 5) * sizeof(float)) == 0,
+                  "%s on %s, fused one-token entry on rows 3..%d: not the scalar tier's bits", cism_dtype_name(dt), k->name,
+                  ROWS - 3);
+    }
     /* several tokens with different tables (the column cache across tokens), in three row ranges */
     {
         enum { NT = 4 };
@@ -216,18 +234,19 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
    middle ones with five strong channels each spread over a 330-wide row, so
    that the first run meets more distinct channels (> 128) than a run holds and
    ends early; the others share two channels. The tier's bits are the scalar
-   tier's, in one call over every row and in calls of 16 rows. */
+   tier's, in one call over every row and in calls of 16 rows. 80 rows: the
+   x86 epilogue's passes of 4 groups and the 1 group after them. */
 static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int32_t dt) {
-    enum { NT = 600, C2 = 330, T2 = C2 + 3 * ((C2 + 31) / 32) };
+    enum { NT = 600, C2 = 330, T2 = C2 + 3 * ((C2 + 31) / 32), LR = 80 };
     static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
     int64_t rb = cism_dtype_row_bytes(dt, C2), ldq = ldq_of(C2), r, c, t, got = 0;
-    float *w = (float *)malloc(sizeof(float) * ROWS * C2), x[C2], tmp[T2];
-    uint8_t *wq = (uint8_t *)malloc((size_t)(rb * ROWS)), *xs = (uint8_t *)calloc(NT, (size_t)ldq);
-    float *y1 = (float *)calloc(NT * ROWS, sizeof(float)), *y2 = (float *)calloc(NT * ROWS, sizeof(float));
-    float *y3 = (float *)calloc(NT * ROWS, sizeof(float));
+    float *w = (float *)malloc(sizeof(float) * LR * C2), x[C2], tmp[T2];
+    uint8_t *wq = (uint8_t *)malloc((size_t)(rb * LR)), *xs = (uint8_t *)calloc(NT, (size_t)ldq);
+    float *y1 = (float *)calloc(NT * LR, sizeof(float)), *y2 = (float *)calloc(NT * LR, sizeof(float));
+    float *y3 = (float *)calloc(NT * LR, sizeof(float));
     int seen[C2] = {0}, distinct = 0, j;
-    for (r = 0; r < ROWS * C2; r++) w[r] = 0.05f * frand();
-    CHECK_OK(cism_quantize(dt, w, ROWS, C2, NULL, wq, rb * ROWS, &got, 1));
+    for (r = 0; r < LR * C2; r++) w[r] = 0.05f * frand();
+    CHECK_OK(cism_quantize(dt, w, LR, C2, NULL, wq, rb * LR, &got, 1));
     for (t = 0; t < NT; t++) {
         const cism__act8_out *ot = (const cism__act8_out *)(const void *)(xs + (t + 1) * ldq - (int64_t)sizeof(cism__act8_out));
         for (c = 0; c < C2; c++) x[c] = 0.5f * frand();
@@ -240,29 +259,36 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         for (j = 0; t < 256 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
     }
     CHECK_MSG(distinct > 128, "the first 256 tokens have %d distinct outlier channels, meant to exceed 128", distinct);
-    ref->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y1, ROWS, NT, 0, ROWS);
-    cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, ROWS, NT, 0, ROWS);
-    k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y2, ROWS, NT, 0, ROWS);
-    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, ROWS, NT, 0, ROWS);
-    for (r = 0; r < ROWS; r += 16) {
-        k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y3, ROWS, NT, r, r + 16);
-        cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y3, ROWS, NT, r, r + 16);
+    ref->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y1, LR, NT, 0, LR);
+    cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, LR, NT, 0, LR);
+    k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y2, LR, NT, 0, LR);
+    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, LR, NT, 0, LR);
+    for (r = 0; r < LR; r += 16) {
+        k->matmul_a8[dt](wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, r, r + 16);
+        cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y3, LR, NT, r, r + 16);
     }
-    CHECK_MSG(memcmp(y1, y2, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
+    CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens: not the scalar tier's bits",
               cism_dtype_name(dt), k->name, (int)NT);
-    CHECK_MSG(memcmp(y1, y3, NT * ROWS * sizeof(float)) == 0, "%s on %s, %d tokens in calls of 16 rows: not the scalar "
+    CHECK_MSG(memcmp(y1, y3, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in calls of 16 rows: not the scalar "
               "tier's bits", cism_dtype_name(dt), k->name, (int)NT);
     { /* few tokens (the token kernels), from the middle of the call */
         static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};
         size_t i;
         for (i = 0; i < sizeof(few) / sizeof(few[0]); i++) {
             const uint8_t *x0 = xs + 200 * ldq;
-            ref->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y1, ROWS, few[i], 0, ROWS);
-            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, x0, ldq, y1, ROWS, few[i], 0, ROWS);
-            k->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, ROWS, few[i], 0, ROWS);
-            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, ROWS, few[i], 0, ROWS);
-            CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * ROWS) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
+            ref->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y1, LR, few[i], 0, LR);
+            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, x0, ldq, y1, LR, few[i], 0, LR);
+            k->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, LR);
+            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, LR, few[i], 0, LR);
+            CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
                       "scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
+            if (k->gemv_a8_outliers[dt] && few[i] <= CISM__GEMV_OUTL_TOKENS) { /* the fused entry, rows off the 8-row grid */
+                memset(y2, 0, (size_t)(few[i] * LR) * sizeof(float));
+                k->gemv_a8_outliers[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, 5);
+                k->gemv_a8_outliers[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 5, LR);
+                CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens, fused entry: "
+                          "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
+            }
         }
     }
     free(w); free(wq); free(xs); free(y1); free(y2); free(y3);

@@ -74,6 +74,8 @@ typedef void (*cism__attention_split_fn)(const float *q, int64_t ldq, float *out
                                          int32_t v_dtype, int64_t n_kv, int64_t n_lim, int64_t head_dim, float scale,
                                          float *scores, const cism__att_next *next);
 
+#define CISM__GEMV_OUTL_TOKENS 8 /* the most tokens of a gemv_a8_outliers call */
+
 typedef struct cism__kernels {
     const char *name;
     int32_t tier;     /* CISM_TIER_* */
@@ -127,6 +129,16 @@ typedef struct cism__kernels {
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
     /* Split attention (cism__attention_split_fn; forward.c combines the ranges). */
     cism__attention_split_fn attention_split;
+    /* Up to CISM__GEMV_OUTL_TOKENS tokens (decode, batched decode, short
+       verifies) of a row-layout dtype with their outlier channels: matmul_a8
+       over rows [r0, r1) for the quantized rows xq (ldq bytes apart, each
+       with its cism__act8_out table at the end), then for each token and
+       k = 0..n-1 of its table y[r] = fmaf(val[k], w(r, idx[k]), y[r]) as
+       outliers_q4a (q8: f16 scale x int8 code), each 8 rows' entries added
+       right after their dot, while those rows are in L1: the bits of
+       matmul_a8 followed by the epilogue. NULL: the two passes. */
+    void (*gemv_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
+                                                int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
 } cism__kernels;
 
 /* The reference tier; always available. */

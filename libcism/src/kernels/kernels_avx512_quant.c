@@ -208,7 +208,11 @@ CISM__INLINE void gemv(const uint8_t *w, uint64_t rb, int64_t cols, const cism__
                        const int f) {
     int64_t nb = (cols + g_fmt[f].block - 1) / g_fmt[f].block, r;
     if (g_fmt[f].block == 32) {
-        for (r = r0; r + 8 <= r1; r += 8) gemv8_b32(w + (uint64_t)r * rb, rb, nb, a, y + r, f);
+        const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);
+        for (r = r0; r + 8 <= r1; r += 8) {
+            rows_prefetch8(w + (uint64_t)r * rb, rb, end);
+            gemv8_b32(w + (uint64_t)r * rb, rb, nb, a, y + r, f);
+        }
         for (; r < r1; r++) y[r] = gemv1_b32(w + (uint64_t)r * rb, nb, a, f);
     } else {
         for (r = r0; r + 8 <= r1; r += 8) gemv8_b16(w + (uint64_t)r * rb, rb, nb, a, y + r, f);

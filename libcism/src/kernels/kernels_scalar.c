@@ -237,6 +237,7 @@ static const cism__kernels g_scalar = {
     NULL, /* outliers_q4a: the same */
     cism__act_block_top2_scalar,
     attention_split,
+    {NULL}, /* gemv_a8_outliers: the two passes */
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

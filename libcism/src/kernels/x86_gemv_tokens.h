@@ -22,9 +22,11 @@ CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const
                               int64_t nt, int64_t r0, int64_t r1, const int f) {
     const cism__act8 *a[GEMV_TOKENS_MAX];
     int64_t nb = (cols + 31) / 32, r, t;
+    const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);
     for (t = 0; t < nt; t++) a[t] = act_row(xq, ldq, t);
     for (r = r0; r + 8 <= r1; r += 8) {
         const uint8_t *wr = w + (uint64_t)r * rb;
+        rows_prefetch8(wr, rb, end);
         switch (nt) {
         case 8: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
         case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;

@@ -12,7 +12,9 @@
  *   oq4a, oq4a_init(&c, row_bytes) q4a: the 16 rows' offsets
  *   ov_q4a_dm(p, &c, &d, &m)       q4a: the scales d, m of the block at p, 16 rows, widened exactly
  *   ov_q4a_code(p, &c, j, d, m)    q4a: d * code + m, column j of the block at p
- * so both tiers run the same operations in the same order (the C code's). */
+ * so both tiers run the same operations in the same order (the C code's).
+ * The one-token entries of the row formats (gemv_a8_outliers) use the tier's
+ * gemv8_b32 / gemv1_b32 and 256-bit gathers, the same on both tiers. */
 #ifndef CISM_X86_OUTLIERS_H
 #define CISM_X86_OUTLIERS_H
 
@@ -43,7 +45,7 @@ CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int
    mostly the same few for every token): each group of 16 rows then decodes
    each distinct column once and only adds. A run ends where OSLOTS would
    overflow or after OTOK tokens; a call takes as many runs as it needs. */
-enum { OSLOTS = 128, OTOK = 256, OHASH = 512 };
+enum { OSLOTS = 128, OTOK = 256, OHASH = 512, OGROUPS = 4 };
 typedef struct otab {
     int n;
     int32_t ch[OSLOTS];
@@ -89,21 +91,24 @@ static int64_t otab_build(otab *d, const uint8_t *xq, int64_t ldq, int64_t t0, i
 }
 
 /* Tokens [t0, t1) of a run whose first token's quantized row is xq and
-   first output row y (16 outputs from there): each entry's product with its
-   decoded column, in table order (the C code's order). */
+   first output row y: each entry's product with its decoded column, in table
+   order (the C code's order), for G groups of 16 outputs at once (channel k's
+   column of group i at col[k * G + i], its outputs 16 i on): a token's table
+   is read once for all G. */
 CISM__INLINE void otab_add(const otab *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t t1,
-                           float *y, int64_t ldy) {
+                           float *y, int64_t ldy, const int G) {
     int64_t t;
-    int k;
+    int k, i;
     for (t = t0; t < t1; t++) {
         const cism__act8_out *o = out_table(xq, ldq, t);
         const uint8_t *ix = d->ix[t];
         float *yt = y + t * ldy;
-        ovec acc;
+        ovec acc[OGROUPS];
         if (!o->n) continue;
-        acc = ov_load(yt);
-        for (k = 0; k < o->n; k++) acc = ov_addmul(acc, o->val[k], col[ix[k]]);
-        ov_store(yt, acc);
+        for (i = 0; i < G; i++) acc[i] = ov_load(yt + 16 * i);
+        for (k = 0; k < o->n; k++)
+            for (i = 0; i < G; i++) acc[i] = ov_addmul(acc[i], o->val[k], col[ix[k] * G + i]);
+        for (i = 0; i < G; i++) ov_store(yt + 16 * i, acc[i]);
     }
 }
 
@@ -159,11 +164,12 @@ static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
 }
 
 /* The run's distinct columns of the 16 rows at grp (x16: a group; q4a: its
-   first row), decoded exactly; q4a: block by block, its scales once. */
-static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ovec *col) {
+   first row), decoded exactly, channel k's at col[k * stride]; q4a: block by
+   block, its scales once. */
+static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
     if (!pl->q4a) {
-        for (k = 0; k < d->n; k++) col[k] = ov_x16_col(grp, pl->p[k].code, pl->p[k].scale, pl->p[k].shift, pl->q8, &pl->cc);
+        for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, pl->p[k].code, pl->p[k].scale, pl->p[k].shift, pl->q8, &pl->cc);
         return;
     }
     for (i = 0; i < pl->nb; i++) {
@@ -172,7 +178,7 @@ static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ove
         ov_q4a_dm(p, &pl->cq, &dv, &mv);
         for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
             const int c = pl->ord[k];
-            col[c] = ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv);
+            col[c * stride] = ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv);
         }
     }
 }
@@ -210,7 +216,7 @@ static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes,
    one call: run after run, each group's columns decoded once, then added. */
 static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
                           int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    ovec col[OSLOTS];
+    ovec col[OGROUPS * OSLOTS];
     otab d;
     int64_t t0, t1, r;
     if (nt == 1) {
@@ -222,9 +228,18 @@ static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, cons
         t1 = otab_build(&d, xq, ldq, t0, nt);
         if (!d.n) continue;
         oplace_build(pl, &d, w);
-        for (r = r0; r < r1; r += 16) {
-            oplace_cols(pl, &d, w + (uint64_t)r * row_bytes, col);
-            otab_add(&d, col, xq + t0 * ldq, ldq, 0, t1 - t0, y + t0 * ldy + r, ldy);
+        for (r = r0; r < r1; r += 16 * OGROUPS) { /* OGROUPS groups per pass over the tokens' tables */
+            const int G = r1 - r >= 16 * OGROUPS ? OGROUPS : (int)((r1 - r) / 16);
+            const uint8_t *xt = xq + t0 * ldq;
+            float *yt = y + t0 * ldy + r;
+            int i;
+            for (i = 0; i < G; i++) oplace_cols(pl, &d, w + (uint64_t)(r + 16 * i) * row_bytes, col + i, G);
+            switch (G) { /* G constant in each call: the loops over groups unroll */
+            case 4: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
+            case 3: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
+            case 2: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
+            default: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
+            }
         }
     }
 }
@@ -243,9 +258,113 @@ static void outliers_q4a(const uint8_t *w, uint64_t row_bytes, const uint8_t *xq
     outliers_runs(&pl, w, row_bytes, xq, ldq, nt, y, ldy, r0, r1);
 }
 
+/* ---- decode: the int8 dot of a row-layout format with its token's entries ---- */
+/* 8 f16 in the low (hi = 0) or high (hi = 1) 16 bits of the lanes of v, widened exactly */
+CISM__INLINE __m256 f16_lanes8(__m256i v, const int hi) {
+    const __m256i h = hi ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08); /* lanes 0..7 in the low half */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+}
+
+/* Column c of the 8 rows at w (offs: their offsets), exact: q4a d * code + m
+   (the product, then the sum), q8 d * code. The dwords read end inside the
+   column's block. */
+CISM__INLINE __m256 col8(const uint8_t *w, __m256i offs, int32_t c, const int f) {
+    const int j = c % 32;
+    if (f == F_Q4A) {
+        const uint8_t *p = w + (uint64_t)(c / 32) * CISM__Q4A_BYTES;
+        const __m256i dm = _mm256_i32gather_epi32((const int *)(const void *)p, offs, 1);
+        const __m256i cb = _mm256_i32gather_epi32((const int *)(const void *)(p + 1 + j % 16), offs, 1);
+        const __m256i code = _mm256_and_si256(_mm256_srli_epi32(cb, j < 16 ? 24 : 28), _mm256_set1_epi32(15));
+        return _mm256_add_ps(_mm256_mul_ps(f16_lanes8(dm, 0), _mm256_cvtepi32_ps(code)), f16_lanes8(dm, 1));
+    } else {
+        const uint8_t *p = w + (uint64_t)(c / 32) * CISM__Q8_BYTES;
+        const __m256i dv = _mm256_i32gather_epi32((const int *)(const void *)p, offs, 1);
+        __m256i code;
+        if (j >= 3) { /* the code in the top byte */
+            code = _mm256_srai_epi32(_mm256_i32gather_epi32((const int *)(const void *)(p + j - 1), offs, 1), 24);
+        } else {
+            code = _mm256_i32gather_epi32((const int *)(const void *)(p + 2 + j), offs, 1);
+            code = _mm256_srai_epi32(_mm256_slli_epi32(code, 24), 24);
+        }
+        return _mm256_mul_ps(f16_lanes8(dv, 0), _mm256_cvtepi32_ps(code));
+    }
+}
+
+/* the same for one row */
+CISM__INLINE float col1(const uint8_t *row, int32_t c, const int f) {
+    const int j = c % 32;
+    if (f == F_Q4A) {
+        const uint8_t *p = row + (uint64_t)(c / 32) * CISM__Q4A_BYTES;
+        const int code = j < 16 ? (p[4 + j] & 15) : (p[4 + j - 16] >> 4);
+        return f16_f(p) * (float)code + f16_f(p + 2);
+    }
+    return f16_f(row + (uint64_t)(c / 32) * CISM__Q8_BYTES) * (float)(int8_t)row[(uint64_t)(c / 32) * CISM__Q8_BYTES + 2 + j];
+}
+
+/* 8 outputs of one token at yt: its entries' columns of the 8 rows at wr */
+CISM__INLINE void add8(const uint8_t *wr, __m256i offs, const cism__act8_out *o, float *yt, const int f) {
+    __m256 acc;
+    int k;
+    if (!o->n) return;
+    acc = _mm256_loadu_ps(yt);
+    for (k = 0; k < o->n; k++) acc = _mm256_fmadd_ps(_mm256_set1_ps(o->val[k]), col8(wr, offs, o->idx[k], f), acc);
+    _mm256_storeu_ps(yt, acc);
+}
+
+CISM__INLINE void gemv_outliers(const uint8_t *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int f) {
+    const cism__act8 *a[CISM__GEMV_OUTL_TOKENS];
+    const cism__act8_out *o[CISM__GEMV_OUTL_TOKENS];
+    const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int32_t)rb));
+    const int64_t nb = (cols + 31) / 32;
+    int64_t r, t;
+    int k;
+    for (t = 0; t < nt; t++) {
+        a[t] = act_row(xq, ldq, t);
+        o[t] = out_table(xq, ldq, t);
+    }
+    const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);
+    for (r = r0; r + 8 <= r1; r += 8) {
+        const uint8_t *wr = w + (uint64_t)r * rb;
+        rows_prefetch8(wr, rb, end);
+        switch (nt) { /* the kernels of gemv and gemv_tokens: the same bits */
+        case 1: gemv8_b32(wr, rb, nb, a[0], y + r, f); break;
+        case 2: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
+        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
+        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
+        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
+        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
+        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
+        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
+        }
+        for (t = 0; t < nt; t++) add8(wr, offs, o[t], y + t * ldy + r, f);
+    }
+    for (; r < r1; r++) {
+        const uint8_t *wr = w + (uint64_t)r * rb;
+        for (t = 0; t < nt; t++) {
+            float v = gemv1_b32(wr, nb, a[t], f);
+            for (k = 0; k < o[t]->n; k++) /* fused, one rounding (fmaf) */
+                v = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(o[t]->val[k]), _mm_set_ss(col1(wr, o[t]->idx[k], f)), _mm_set_ss(v)));
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
+static void gemv_outliers_q4a(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                              int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    gemv_outliers((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F_Q4A);
+}
+static void gemv_outliers_q8(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
+    gemv_outliers((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F_Q8);
+}
+
 CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
+    k->gemv_a8_outliers[CISM_DTYPE_Q4A] = gemv_outliers_q4a;
+    k->gemv_a8_outliers[CISM_DTYPE_Q8] = gemv_outliers_q8;
 }
 
 #endif

@@ -157,6 +157,27 @@ CISM__INLINE __m256i act16x2(const cism__act8 *a) {
     return _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)a->q), 0xd8);
 }
 
+/* Every cache line of the bytes [p, e), hinted CISM__X16_PF_HINT (no result depends on it) */
+CISM__INLINE void prefetch_range(uintptr_t p, uintptr_t e) {
+    for (p &= ~(uintptr_t)63; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
+}
+
+/* Row-layout calls of few tokens (decode, short verifies, batched decode)
+   read the rows [r0, r1) once, 8 rows at a time, each of the 8 a stream: the
+   hardware prefetchers fall behind (the real SmolLM2's q4a decode read ~6 GB/s
+   here). rows_prefetch_start fetches the first CISM__X16_PF_DIST bytes of the
+   range and returns its end; rows_prefetch8, before the 8 rows at wr, the next
+   8 rows' bytes that distance ahead, never past end. */
+CISM__INLINE uintptr_t rows_prefetch_start(const uint8_t *w, uint64_t rb, int64_t r0, int64_t r1) {
+    const uintptr_t p = (uintptr_t)w + (uint64_t)r0 * rb, end = (uintptr_t)w + (uint64_t)r1 * rb;
+    prefetch_range(p, p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end);
+    return end;
+}
+CISM__INLINE void rows_prefetch8(const uint8_t *wr, uint64_t rb, uintptr_t end) {
+    const uintptr_t p = (uintptr_t)wr + CISM__X16_PF_DIST, e = p + 8 * rb;
+    prefetch_range(p, e < end ? e : end);
+}
+
 /* fp16 scales of 8 rows (rb bytes apart) */
 CISM__INLINE __m256 scales8_f16(const uint8_t *blk, uint64_t rb) {
     return _mm256_cvtph_ps(_mm_setr_epi16(ld16(blk), ld16(blk + rb), ld16(blk + 2 * rb), ld16(blk + 3 * rb), ld16(blk + 4 * rb),

@@ -92,10 +92,8 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
     uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
     pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
-    if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
-        uintptr_t e = p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end;
-        for (; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
-    }
+    if (pf_end && CISM__X16_PF_DIST > 0) /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
+        prefetch_range(p, p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end);
     if (tb < TT) tb = TT;
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;

@@ -65,8 +65,13 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
                 mq(w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1);
                 return;
             }
-            /* with outlier channels: their products right after the kernel's
-               pass over the same rows, while those weights are still in cache */
+            /* with outlier channels: few tokens in the tier's fused entry, or
+               their products right after the kernel's pass over the same
+               rows, while those weights are still in cache */
+            if (nt <= CISM__GEMV_OUTL_TOKENS && k->gemv_a8_outliers[w->dtype]) {
+                k->gemv_a8_outliers[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1);
+                return;
+            }
             for (a = r0; a < r1; a = b) {
                 b = a + CISM__OUTLIER_ROWS < r1 ? a + CISM__OUTLIER_ROWS : r1;
                 mq(w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, a, b);
