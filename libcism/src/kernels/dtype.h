@@ -6,15 +6,20 @@
 #include <string.h>
 #include "cism.h"
 
-#define CISM__DTYPE_COUNT 13  /* one past the highest known dtype */
+#define CISM__DTYPE_COUNT 14  /* one past the highest known dtype */
 
 /* Row-interleaved dtypes: groups of CISM__X16 rows stored together. */
 #define CISM__X16 16
-static inline int cism__dtype_is_x16(int32_t dtype) { return dtype == CISM_DTYPE_Q8X16 || dtype == CISM_DTYPE_Q4SX16; }
+static inline int cism__dtype_is_x16(int32_t dtype) {
+    return dtype == CISM_DTYPE_Q8X16 || dtype == CISM_DTYPE_Q4SX16 || dtype == CISM_DTYPE_Q4AX16;
+}
 /* The dtype whose values (blocks, scales, levels) a dtype stores: itself, or
    the row-layout dtype of an interleaved one. */
 static inline int32_t cism__dtype_base(int32_t dtype) {
-    return dtype == CISM_DTYPE_Q8X16 ? CISM_DTYPE_Q8 : dtype == CISM_DTYPE_Q4SX16 ? CISM_DTYPE_Q4S : dtype;
+    return dtype == CISM_DTYPE_Q8X16    ? CISM_DTYPE_Q8
+           : dtype == CISM_DTYPE_Q4SX16 ? CISM_DTYPE_Q4S
+           : dtype == CISM_DTYPE_Q4AX16 ? CISM_DTYPE_Q4A
+                                        : dtype;
 }
 
 /* Bytes of one row of `cols` elements, or 0 if dtype is unknown or cols is

@@ -21,8 +21,9 @@
  * Decode reads 8 rows at a time where they are (one dot per row and block,
  * transposed into lanes); prefill repacks 8 rows x KC columns into a panel of
  * int8 levels in 4-byte chunks with f32 scales and runs 8 rows x 4 tokens per
- * register tile. The interleaved dtypes are read in place as two halves of 8
- * rows. */
+ * register tile. The interleaved dtypes (q8x16, q4sx16, q4ax16) are read in
+ * place as two halves of 8 rows (x86_x16.h, whose q4ax16 path the AVX-512
+ * tier runs too). */
 #include "tier_common.h"
 #include "quant.h"
 
@@ -35,24 +36,8 @@
 
 #include "x86_quant.h"
 
-/* E4M3 bytes (low byte of each 16-bit lane) -> e4m3 * 2^-8 as f32 (see the AVX-512 tier) */
-CISM__INLINE __m256 e4m3_words(__m128i h) {
-    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
-    h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(h, 8), _mm_set1_epi16((short)0x8000)),
-                     _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(0x3f80)));
-    return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00))));
-}
-
-/* int32 lanes of sum u * s over 4-byte groups (u unsigned, no saturation by the callers' bounds) */
-CISM__INLINE __m256i dot_u(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
-/* int32 lanes of sum w * a (both signed, |w|, |a| <= 127) */
+/* int32 lanes of sum w * a (both signed, |w|, |a| <= 127; dot_u: x86_quant.h) */
 CISM__INLINE __m256i dot_s(__m256i w, __m256i a) { return dot_u(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
-
-CISM__INLINE __m256i bcast4(const int8_t *q) {
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm256_set1_epi32(v);
-}
 
 /* ---- decode: 8 rows x 1 token ------------------------------------------------------------ */
 /* block-32 formats whose codes enter unsigned: q4a (its minimum's term), and
@@ -286,7 +271,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
         for (c = 0; c < B / 4; c++) {
             __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + hdr + c * 32)), aw = _mm256_sign_epi8(wv, wv);
             for (t = 0; t < T; t++) {
-                __m256i av = bcast4(a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4);
+                __m256i av = bcast4y(a[t][(ja * B) / 32].q + (ja * B) % 32 + c * 4);
                 iacc[t] = _mm256_add_epi32(iacc[t], asym ? dot_u(wv, av) : dot_u(aw, _mm256_sign_epi8(av, wv)));
             }
         }
@@ -308,156 +293,13 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
     }
 }
 
-/* ---- interleaved dtypes: a group of 16 rows as two halves of 8 ----------------------------------- */
-CISM__INLINE __m256 x16_scales(const uint8_t *scales, int h, const int q8) {
-    if (q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + h * 16)));
-    return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(scales + h * 8))));
-}
-
-/* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token for latency when T is small. */
-CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __m256i keep, uintptr_t pf_end, const int T, const int q8) {
-    const int NA = T == 1 ? 2 : 1;
-    __m256 facc[TT];
-    __m256i iacc[TT][2];
-    int64_t b;
-    int t, c, k;
-    for (t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
-    for (b = 0; b < g->nb; b++) {
-        const uint8_t *cb = cism__x16_codes(g, grp, b) + h * 32;
-        __m256 sc = x16_scales(cism__x16_scales(g, grp, b), h, q8);
-        for (t = 0; t < T; t++)
-            for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
-        if (pf_end && h == 0) { /* few tokens: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
-            uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
-        }
-        if (q8) {
-            for (c = 0; c < 8; c++) {
-                __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64)), aw = _mm256_sign_epi8(wv, wv);
-                for (t = 0; t < T; t++)
-                    iacc[t][c % NA] = _mm256_add_epi32(iacc[t][c % NA], dot_u(aw, _mm256_sign_epi8(bcast4(a[t][b].q + 4 * c), wv)));
-            }
-        } else { /* four unsigned products of codes <= 15 summed in int16: |sum| <= 4 * 2 * 15 * 127 */
-            __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)cb);
-            __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
-            __m256i l0 = _mm256_and_si256(v0, _mm256_set1_epi8(0x0f)), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), _mm256_set1_epi8(0x0f));
-            __m256i l1 = _mm256_and_si256(v1, _mm256_set1_epi8(0x0f)), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), _mm256_set1_epi8(0x0f));
-            for (t = 0; t < T; t++) {
-                const int8_t *q = a[t][b / 2].q + (b & 1) * 16;
-                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(l0, bcast4(q)), _mm256_maddubs_epi16(h0, bcast4(q + 8)));
-                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(l1, bcast4(q + 4)), _mm256_maddubs_epi16(h1, bcast4(q + 12))));
-                iacc[t][0] = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * hs[t][b]));
-            }
-        }
-        for (t = 0; t < T; t++) {
-            __m256i s = NA == 2 ? _mm256_add_epi32(iacc[t][0], iacc[t][1]) : iacc[t][0];
-            float da = q8 ? a[t][b].d : a[t][b / 2].d;
-            facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da))));
-        }
-    }
-    for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);
-}
-
-/* Decode (one token) against both halves of a group in one pass: each block's
-   activations are broadcast once for the 16 rows, and the loop and scale
-   overhead is shared (the AVX2 4-bit decode is instruction-bound). Every row's
-   arithmetic is x16_tile's with T = 1, so the results are the same bits. */
-CISM__INLINE void x16_decode(const uint8_t *grp, const cism__x16 *g, const cism__act8 *a, const int32_t *hs, float *y,
-                             __m256i keep0, __m256i keep1, uintptr_t pf_end, const int q8) {
-    __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-    int64_t b;
-    int c;
-    for (b = 0; b < g->nb; b++) {
-        const uint8_t *cb = cism__x16_codes(g, grp, b), *sp = cism__x16_scales(g, grp, b);
-        const __m256 s0 = x16_scales(sp, 0, q8), s1 = x16_scales(sp, 1, q8);
-        __m256i i0, i1;
-        float da;
-        uintptr_t pf, pe;
-        cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
-        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
-        if (q8) {
-            __m256i i0b = _mm256_setzero_si256(), i1b = _mm256_setzero_si256();
-            i0 = _mm256_setzero_si256();
-            i1 = _mm256_setzero_si256();
-            for (c = 0; c < 8; c += 2) {
-                const __m256i q0 = bcast4(a[b].q + 4 * c), q1 = bcast4(a[b].q + 4 * c + 4);
-                __m256i w00 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64));
-                __m256i w01 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 32));
-                __m256i w10 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 64));
-                __m256i w11 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 96));
-                i0 = _mm256_add_epi32(i0, dot_u(_mm256_sign_epi8(w00, w00), _mm256_sign_epi8(q0, w00)));
-                i1 = _mm256_add_epi32(i1, dot_u(_mm256_sign_epi8(w01, w01), _mm256_sign_epi8(q0, w01)));
-                i0b = _mm256_add_epi32(i0b, dot_u(_mm256_sign_epi8(w10, w10), _mm256_sign_epi8(q1, w10)));
-                i1b = _mm256_add_epi32(i1b, dot_u(_mm256_sign_epi8(w11, w11), _mm256_sign_epi8(q1, w11)));
-            }
-            i0 = _mm256_add_epi32(i0, i0b);
-            i1 = _mm256_add_epi32(i1, i1b);
-            da = a[b].d;
-        } else { /* as x16_tile: four unsigned products of codes <= 15 summed in int16 */
-            const int8_t *q = a[b / 2].q + (b & 1) * 16;
-            const __m256i qa = bcast4(q), qb = bcast4(q + 8), qc = bcast4(q + 4), qd = bcast4(q + 12), m = _mm256_set1_epi8(0x0f);
-            const __m256i corr = _mm256_set1_epi32(8 * hs[b]), one = _mm256_set1_epi16(1);
-            int h;
-            __m256i r[2];
-            for (h = 0; h < 2; h++) {
-                __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + h * 32));
-                __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64 + h * 32));
-                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v0, m), qa),
-                                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m), qb));
-                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v1, m), qc),
-                                                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m), qd)));
-                r[h] = _mm256_sub_epi32(_mm256_madd_epi16(p, one), corr);
-            }
-            i0 = r[0];
-            i1 = r[1];
-            da = a[b / 2].d;
-        }
-        f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, _mm256_set1_ps(da))));
-        f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, _mm256_set1_ps(da))));
-    }
-    _mm256_maskstore_ps(y, keep0, f0);
-    _mm256_maskstore_ps(y + 8, keep1, f1);
-}
+/* ---- interleaved dtypes: a group of 16 rows as two halves of 8 (x86_x16.h) ------------------------ */
+#include "x86_x16.h"
 
 typedef uint32_t x16mask; /* rows of a group that are stored, one bit each */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, x16mask mask, uintptr_t pf_end, const int q8) {
-    const cism__act8 *a[TT];
-    const int32_t *hs[TT];
-    int64_t t;
-    int i, h;
-    if (t1 - t0 == 1) { /* decode: both halves in one pass */
-        const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-        a[0] = act_row(xq, ldq, t0);
-        x16_decode(grp, g, a[0], cism__act8_half_sums((void *)(uintptr_t)a[0], cols), y + t0 * ldy,
-                   _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(mask & 0xffu)), bits), _mm256_setzero_si256()),
-                   _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)((mask >> 8) & 0xffu)), bits), _mm256_setzero_si256()),
-                   pf_end, q8);
-        return;
-    }
-    for (h = 0; h < 2; h++) {
-        uint32_t mh = (mask >> (8 * h)) & 0xffu;
-        __m256i keep = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)mh), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
-                                          _mm256_setzero_si256());
-        float *yh = y + 8 * h;
-        if (!mh) continue;
-        for (t = t0; t + TT <= t1; t += TT) {
-            for (i = 0; i < TT; i++) {
-                a[i] = act_row(xq, ldq, t + i);
-                hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
-            }
-            x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, TT, q8);
-        }
-        for (i = 0; t + i < t1; i++) {
-            a[i] = act_row(xq, ldq, t + i);
-            hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
-        }
-#define X16_TILE_T(T) x16_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, T, q8)
-        X86_TOKEN_TAIL(t1 - t, X16_TILE_T)
-#undef X16_TILE_T
-    }
+                            int64_t t1, float *y, int64_t ldy, x16mask mask, uintptr_t pf_end, const int xf) {
+    x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, mask, pf_end, xf);
 }
 
 #include "x86_quant_entries.h"
@@ -573,10 +415,12 @@ CISM__INLINE __m256 e4m3_8(__m256i b) {
 /* Rows 8h..8h+7 of column p of a group, decoded exactly: q8x16: the f16
    scales widened, the codes sign-extended, their product; q4sx16: the E4M3
    scales times scale_mul, the nibbles through the levels,
-   their product. */
-CISM__INLINE __m256 x16_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h, int q8, const float *lv, __m256 smul) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h));
-    if (q8) {
+   their product; q4ax16: d * code + m (x86_x16.h, the AVX-512 tier's too). */
+CISM__INLINE __m256 x16_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h, int xf, const float *lv, __m256 smul) {
+    __m256i q;
+    if (xf == X16_Q4A) return x16_q4a_col8(grp, code, scale, shift, h);
+    q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h));
+    if (xf == X16_Q8) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale + 16 * h)));
         q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
@@ -619,15 +463,15 @@ typedef struct oconst {
     float lv[16]; /* q4sx16: the levels */
     __m256 smul;
 } oconst;
-CISM__INLINE void oconst_init(oconst *c, int q8, const cism__fmt4 *f) {
+CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
     int k;
-    for (k = 0; k < 16; k++) c->lv[k] = q8 ? 0.0f : (float)f->levels[k];
-    c->smul = _mm256_set1_ps(q8 ? 1.0f : f->scale_mul);
+    for (k = 0; k < 16; k++) c->lv[k] = xf == X16_Q4S ? (float)f->levels[k] : 0.0f;
+    c->smul = _mm256_set1_ps(xf == X16_Q4S ? f->scale_mul : 1.0f);
 }
-CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, const oconst *c) {
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int xf, const oconst *c) {
     ovec v;
-    v.lo = x16_col8(grp, code, scale, shift, 0, q8, c->lv, c->smul);
-    v.hi = x16_col8(grp, code, scale, shift, 1, q8, c->lv, c->smul);
+    v.lo = x16_col8(grp, code, scale, shift, 0, xf, c->lv, c->smul);
+    v.hi = x16_col8(grp, code, scale, shift, 1, xf, c->lv, c->smul);
     return v;
 }
 

@@ -25,7 +25,10 @@
  * register tile of 16 rows x T tokens over it: one weight load per chunk, one
  * vpdpbusd per token with the activations broadcast. The panel is rebuilt
  * once per token block, so each weight byte is read from memory once per block
- * of tokens. */
+ * of tokens. The interleaved q8x16 and q4sx16 are read in place, 16 rows per
+ * register; q4ax16 runs the AVX2 tier's 256-bit kernels (x86_x16.h, two
+ * halves of 8 rows): the same source, so every line of its path here is
+ * tested on AVX2 hosts and under qemu, which runs no AVX-512. */
 #include "tier_common.h"
 #include "quant.h"
 
@@ -295,7 +298,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
-/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register ------------------ */
+/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register; q4ax16: x86_x16.h -- */
 /* The 16 rows' scales of block b as f32 */
 CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int q8) {
     __m256i h, nan;
@@ -367,13 +370,22 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
+/* q4ax16: the AVX2 tier's 256-bit kernels, two halves of 8 rows (x86_x16.h),
+   so that every line of its path here runs (and is tested) on AVX2 too. */
+#include "x86_x16.h"
+
 typedef __mmask16 x16mask; /* rows of a group that are stored */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const int q8) {
+                            int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const int xf) {
+    const int q8 = xf == X16_Q8;
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
     int i;
+    if (xf == X16_Q4A) {
+        x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q4A);
+        return;
+    }
     for (t = t0; t + TT <= t1; t += TT) {
         for (i = 0; i < TT; i++) {
             a[i] = act_row(xq, ldq, t + i);
@@ -493,18 +505,21 @@ CISM__INLINE ovec ov_addmul(ovec acc, float v, ovec col) { return _mm512_fmadd_p
 typedef struct oconst {
     __m512 levels, smul; /* q4sx16: the levels, scale_mul */
 } oconst;
-CISM__INLINE void oconst_init(oconst *c, int q8, const cism__fmt4 *f) {
+CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
     c->levels = _mm512_setzero_ps();
-    c->smul = _mm512_set1_ps(q8 ? 1.0f : f->scale_mul);
-    if (!q8) {
+    c->smul = _mm512_set1_ps(xf == X16_Q4S ? f->scale_mul : 1.0f);
+    if (xf == X16_Q4S) {
         float lv[16];
         int k;
         for (k = 0; k < 16; k++) lv[k] = (float)f->levels[k];
         c->levels = _mm512_loadu_ps(lv);
     }
 }
-CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, const oconst *c) {
-    return x16_col(grp, code, scale, shift, q8, c->levels, c->smul);
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int xf, const oconst *c) {
+    if (xf == X16_Q4A) /* the AVX2 tier's 256-bit decoder (x86_x16.h), its two halves joined */
+        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_q4a_col8(grp, code, scale, shift, 0)),
+                                  x16_q4a_col8(grp, code, scale, shift, 1), 1);
+    return x16_col(grp, code, scale, shift, xf == X16_Q8, c->levels, c->smul);
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): per block the

@@ -9,9 +9,9 @@
  * column chunks interleaved by TRN1/TRN2 on 64-bit lanes); a single token
  * (decode) and the remainders take the dotprod tier's SDOT loops. All give the
  * scalar tier's bits (neon_quant.h). The interleaved dtypes (q8x16,
- * q4sx16) keep the dotprod tier's lane-indexed SDOT kernels (neon_x16.h):
- * SMMLA wants 8 bytes of two rows side by side, their chunks hold 4 bytes
- * per row. The float kernels are the NEON tier's.
+ * q4sx16, q4ax16) keep the dotprod tier's lane-indexed SDOT kernels
+ * (neon_x16.h): SMMLA wants 8 bytes of two rows side by side, their chunks
+ * hold 4 bytes per row. The float kernels are the NEON tier's.
  * dispatch.c selects this tier only when HWCAP2/sysctl report i8mm, and the
  * qemu runs in CI check that selection per CPU model. */
 #include "neon_quant.h"
@@ -135,7 +135,7 @@ CISM__INLINE void mm_matmul(const int dt, const void *w, uint64_t rb, int64_t co
 }
 
 /* the block formats by SMMLA tiles (decode and remainders SDOT); the probe:
-   SMMLA, 32 multiply-adds each; q8x16 / q4sx16 keep the dotprod tier's */
+   SMMLA, 32 multiply-adds each; q8x16 / q4sx16 / q4ax16 keep the dotprod tier's */
 #define NQ_A8(DT) mm_matmul(DT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1)
 #define NQ_MAC_OP(c, a, b) vmmlaq_s32(c, a, b)
 #define NQ_MAC_PER_OP 32

@@ -10,8 +10,8 @@
  *     scale * level) and dotted with FMA in the NEON tier's 8 lanes and
  *     reduction tree, so these differ from the scalar tier only as the NEON
  *     f32 matmul does (kernel_bounds.h); the interleaved dtypes (q8x16,
- *     q4sx16) with the same numerics in row lanes, their int8 path in
- *     neon_x16.h.
+ *     q4sx16, q4ax16) with the same numerics in row lanes, their int8 path
+ *     in neon_x16.h.
  *
  * Decoding to f32 without int->float conversions: a level plus an offset
  * is a byte u in 0..255; the f16 with bits 0x6400 | u is exactly 1024 + u,
@@ -211,13 +211,14 @@ CISM__INLINE void f_matmul(const int dt, const void *w, uint64_t rb, int64_t col
     }
 }
 
-/* ---- float activations, interleaved dtypes (q8x16, q4sx16) ------------------------------- */
+/* ---- float activations, interleaved dtypes (q8x16, q4sx16, q4ax16) ----------------------- */
 /* Row lanes: a row register (4 rows x 4 bytes of a chunk) is transposed by
    one TBL into 4 columns x 4 rows, decoded as above (one FMA per 4 weights,
-   with the 4 rows' scales in the lanes), and each column meets its
-   activation by a lane-indexed FMA into the accumulator of column c mod 8.
-   Per row that is the row layouts' sequence (8 lanes, columns in order, the
-   hsum8 tree), so these give the bits of the NEON q8 / q4s kernels above. */
+   with the 4 rows' scales, and q4a's minimums, in the lanes), and each
+   column meets its activation by a lane-indexed FMA into the accumulator of
+   column c mod 8. Per row that is the row layouts' sequence (8 lanes,
+   columns in order, the hsum8 tree), so these give the bits of the NEON q8 /
+   q4s / q4a kernels above. */
 static const uint8_t fx_tr4[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
 /* acc + w * lane l of x (l a constant) */
@@ -246,12 +247,12 @@ CISM__INLINE void fx_fma4(const int T, float32x4_t acc[2][8], const float32x4_t 
 
 /* Weight block b of rows 4k..4k+3 of a group x T <= 2 tokens (xb[t]: the
    block's activations of token t) into acc */
-CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t b,
+CISM__INLINE void fx_block(const int fm, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t b,
                            const float *const *xb, float32x4_t acc[2][8], uint8x16_t tr) {
     const uint8_t *sc = cism__x16_scales(g, grp, b), *cb = cism__x16_codes(g, grp, b) + k * 16;
     float32x4_t wv[4];
     fdq s;
-    if (q8) {
+    if (fm == NX_Q8) {
         int j;
         s.dv = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + k * 8)));
         s.nb = vmulq_n_f32(s.dv, -1152.0f);
@@ -260,6 +261,22 @@ CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const 
             fx_fma4(T, acc, wv, xb, j, 0);
             f_dec16(veorq_u8(vqtbl1q_u8(vld1q_u8(cb + j * 64 + 64), tr), vdupq_n_u8(0x80)), s, wv);
             fx_fma4(T, acc, wv, xb, j + 1, 1);
+        }
+    } else if (fm == NX_Q4A) { /* chunk j: columns 4j.. (low nibbles) and 16+4j.. (high): all low
+                                  ones first, so each accumulator sees its columns in order */
+        const uint16x4x2_t h = vld2_u16((const uint16_t *)(const void *)(sc + k * 16)); /* d, m of 4 rows */
+        uint8x16_t c[4];
+        int j;
+        s.dv = vcvt_f32_f16(vreinterpret_f16_u16(h.val[0]));
+        s.nb = vcvt_f32_f16(vreinterpret_f16_u16(h.val[1]));
+        for (j = 0; j < 4; j++) c[j] = vqtbl1q_u8(vld1q_u8(cb + j * 64), tr);
+        for (j = 0; j < 4; j++) {
+            f_dec16a(vandq_u8(c[j], vdupq_n_u8(15)), s, wv);
+            fx_fma4(T, acc, wv, xb, j, j & 1);
+        }
+        for (j = 0; j < 4; j++) {
+            f_dec16a(vshrq_n_u8(c[j], 4), s, wv);
+            fx_fma4(T, acc, wv, xb, 4 + j, j & 1);
         }
     } else { /* chunk j: columns 4j..4j+3 (low nibbles) and 8+4j.. (high), lanes 4j.. */
         uint8x16_t c0 = vqtbl1q_u8(vld1q_u8(cb), tr), c1 = vqtbl1q_u8(vld1q_u8(cb + 64), tr);
@@ -281,10 +298,10 @@ CISM__INLINE void fx_block(const int q8, const int T, const uint8_t *grp, const 
 
 /* Rows 4k..4k+3 of a group x T <= 2 tokens: o[t * 4 + i]. A last, partial
    block takes its activations from a zero-padded copy. */
-CISM__INLINE void fx_tile(const int q8, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t cols,
+CISM__INLINE void fx_tile(const int fm, const int T, const uint8_t *grp, const cism__x16 *g, const int k, int64_t cols,
                           const float *x, int64_t ldx, float *o) {
     const uint8x16_t tr = vld1q_u8(fx_tr4);
-    const int B = q8 ? 32 : 16;
+    const int B = fm == NX_Q4S ? 16 : 32;
     const int64_t nfull = cols / B;
     float32x4_t acc[2][8];
     const float *xb[2];
@@ -294,7 +311,7 @@ CISM__INLINE void fx_tile(const int q8, const int T, const uint8_t *grp, const c
         for (j = 0; j < 8; j++) acc[t][j] = vdupq_n_f32(0.0f);
     for (b = 0; b < nfull; b++) {
         for (t = 0; t < T; t++) xb[t] = x + t * ldx + b * B;
-        fx_block(q8, T, grp, g, k, b, xb, acc, tr);
+        fx_block(fm, T, grp, g, k, b, xb, acc, tr);
     }
     if (nfull < g->nb) {
         float xt[2][32];
@@ -303,7 +320,7 @@ CISM__INLINE void fx_tile(const int q8, const int T, const uint8_t *grp, const c
             memcpy(xt[t], x + t * ldx + nfull * B, (size_t)(cols - nfull * B) * sizeof(float));
             xb[t] = xt[t];
         }
-        fx_block(q8, T, grp, g, k, nfull, xb, acc, tr);
+        fx_block(fm, T, grp, g, k, nfull, xb, acc, tr);
     }
     for (t = 0; t < T; t++) { /* ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)), the tree of hsum8 */
         float32x4_t s0 = vaddq_f32(acc[t][0], acc[t][4]), s1 = vaddq_f32(acc[t][1], acc[t][5]);
@@ -315,9 +332,9 @@ CISM__INLINE void fx_tile(const int q8, const int T, const uint8_t *grp, const c
 /* Rows [r0, r1) (groups of 16 rows; row registers partly in the range are
    computed and stored in part): 4 rows x 2 tokens, the last token alone,
    tokens blocked as in f_matmul. */
-CISM__INLINE void fx_matmul(const int q8, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+CISM__INLINE void fx_matmul(const int fm, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    const cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    const cism__x16 g = cism__x16_geom(nx_dtype(fm), rb);
     int64_t r, t, t0, tb = CISM__X_BLOCK_BYTES / (cols * 4);
     float o[8];
     tb -= tb % 2;
@@ -329,14 +346,14 @@ CISM__INLINE void fx_matmul(const int q8, const void *w, uint64_t rb, int64_t co
             const int k = (int)(r % CISM__X16) / 4;
             int64_t lo = r0 > r ? r0 - r : 0, hi = r1 - r < 4 ? r1 - r : 4, i;
             for (t = t0; t + 2 <= t1; t += 2) {
-                fx_tile(q8, 2, grp, &g, k, cols, x + t * ldx, ldx, o);
+                fx_tile(fm, 2, grp, &g, k, cols, x + t * ldx, ldx, o);
                 for (i = lo; i < hi; i++) {
                     y[t * ldy + r + i] = o[i];
                     y[(t + 1) * ldy + r + i] = o[4 + i];
                 }
             }
             if (t < t1) {
-                fx_tile(q8, 1, grp, &g, k, cols, x + t * ldx, ldx, o);
+                fx_tile(fm, 1, grp, &g, k, cols, x + t * ldx, ldx, o);
                 for (i = lo; i < hi; i++) y[t * ldy + r + i] = o[i];
             }
         }
@@ -359,14 +376,14 @@ NQ_ENTRIES(q6, CISM_DTYPE_Q6)
 NQ_ENTRIES(q5, CISM_DTYPE_Q5)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
-static void matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                         int64_t nt, int64_t r0, int64_t r1) {
-    fx_matmul(1, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-static void matmul_q4sx16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                          int64_t nt, int64_t r0, int64_t r1) {
-    fx_matmul(0, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
+#define NX_FLOAT_ENTRY(nm, FM)                                                                                   \
+    static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,         \
+                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                      \
+        fx_matmul(FM, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                     \
+    }
+NX_FLOAT_ENTRY(q8x16, NX_Q8)
+NX_FLOAT_ENTRY(q4sx16, NX_Q4S)
+NX_FLOAT_ENTRY(q4ax16, NX_Q4A)
 /* the int8-activation entries (neon_entries.h): smull + sadalp loops */
 #define NQ_A8(DT) nq_matmul_a8(DT, NQ_SMULL, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1)
 #define NQ_X16_MODE NQ_SMULL
@@ -406,6 +423,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q5] = matmul_q5;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
+    k->matmul[CISM_DTYPE_Q4AX16] = matmul_q4ax16;
     nq_fill_entries(k);
     k->quantize_act = quantize_act;
 }

@@ -70,6 +70,12 @@ static void decode_run(const cism__fmt4 *f, int32_t dt, const uint8_t *w, uint64
         cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * CISM__Q4A_BYTES), out, n);
         return;
     }
+    if (dt == CISM_DTYPE_Q4AX16) { /* block by block, the same */
+        for (c = 0; c < n; c += CISM__Q4A_BLOCK, b++)
+            cism__dequantize_row(CISM_DTYPE_Q4A, block_at(dt, w, rb, r, b, CISM__Q4A_BYTES, tmp), out + c,
+                                 n - c < CISM__Q4A_BLOCK ? n - c : CISM__Q4A_BLOCK);
+        return;
+    }
     if (cism__dtype_is_qint(dt)) { /* q6, q5: d * level, exactly as cism__dequantize_row */
         cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * cism__qint_bytes(dt)), out, n);
         return;
@@ -106,27 +112,6 @@ static void matmul_blocks(int32_t dt, const void *w, uint64_t row_bytes, int64_t
                                         ((acc[t][2] + acc[t][6]) + (acc[t][3] + acc[t][7]));
         }
     }
-}
-
-void cism__scalar_matmul_q8(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                      int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q8, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_q4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                      int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_fp4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_FP4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_q4s(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q4S, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_nl4(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_NL4, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
 }
 
 /* ---- int8 activations ---------------------------------------------------------------- */
@@ -196,7 +181,7 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     uint8_t tmp[CISM__Q8_BYTES] = {0};
-    const int asym = dt == CISM_DTYPE_Q4A, qint = cism__dtype_is_qint(dt);
+    const int asym = cism__dtype_base(dt) == CISM_DTYPE_Q4A, qint = cism__dtype_is_qint(dt);
     int64_t B = f ? f->block : CISM__Q8_BLOCK;
     int64_t bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : qint ? cism__qint_bytes(dt) : CISM__Q8_BYTES;
     int64_t nb = (cols + B - 1) / B;
@@ -244,76 +229,31 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
     }
 }
 
-void cism__scalar_matmul_a8_q8(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                         int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q8, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                         int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_fp4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                          int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_FP4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q4s(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                          int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q4S, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_nl4(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                          int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_NL4, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-
-void cism__scalar_matmul_q4a(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                              int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q4A, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q4a(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                                int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q4A, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-
-void cism__scalar_matmul_q6(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q6, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q6(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                               int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q6, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_q5(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q5, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q5(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                               int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q5, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-
-void cism__scalar_matmul_q8x16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                               int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q8X16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_q4sx16(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy,
-                                int64_t nt, int64_t r0, int64_t r1) {
-    matmul_blocks(CISM_DTYPE_Q4SX16, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                  int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q8X16, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-void cism__scalar_matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                   int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_blocks(CISM_DTYPE_Q4SX16, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-
-/* ---- rows as f32 (embedding lookups) ------------------------------------------------------ */
-void cism__scalar_row_q8(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q8, (const uint8_t *)row, out, n); }
-void cism__scalar_row_q4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4, (const uint8_t *)row, out, n); }
-void cism__scalar_row_fp4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_FP4, (const uint8_t *)row, out, n); }
-void cism__scalar_row_nl4(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_NL4, (const uint8_t *)row, out, n); }
-void cism__scalar_row_q4s(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4S, (const uint8_t *)row, out, n); }
-void cism__scalar_row_q4a(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q4A, (const uint8_t *)row, out, n); }
-void cism__scalar_row_q6(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q6, (const uint8_t *)row, out, n); }
-void cism__scalar_row_q5(const void *row, float *out, int64_t n) { cism__dequantize_row(CISM_DTYPE_Q5, (const uint8_t *)row, out, n); }
+/* ---- the table's entries: one pair of kernels per packed dtype, one row
+   decoder per row-layout dtype (an interleaved row is not contiguous:
+   cism__matrix_row_f32) --------------------------------------------------------------- */
+#define SCALAR_KERNELS(nm, DT)                                                                                        \
+    void cism__scalar_matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,   \
+                                  int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                  \
+        matmul_blocks(DT, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                   \
+    }                                                                                                                 \
+    void cism__scalar_matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, \
+                                     int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                               \
+        matmul_a8_blocks(DT, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);                                               \
+    }
+#define SCALAR_ROW_KERNELS(nm, DT)                                                                                    \
+    SCALAR_KERNELS(nm, DT)                                                                                            \
+    void cism__scalar_row_##nm(const void *row, float *out, int64_t n) {                                              \
+        cism__dequantize_row(DT, (const uint8_t *)row, out, n);                                                       \
+    }
+SCALAR_ROW_KERNELS(q8, CISM_DTYPE_Q8)
+SCALAR_ROW_KERNELS(q4, CISM_DTYPE_Q4)
+SCALAR_ROW_KERNELS(fp4, CISM_DTYPE_FP4)
+SCALAR_ROW_KERNELS(nl4, CISM_DTYPE_NL4)
+SCALAR_ROW_KERNELS(q4s, CISM_DTYPE_Q4S)
+SCALAR_ROW_KERNELS(q4a, CISM_DTYPE_Q4A)
+SCALAR_ROW_KERNELS(q6, CISM_DTYPE_Q6)
+SCALAR_ROW_KERNELS(q5, CISM_DTYPE_Q5)
+SCALAR_KERNELS(q8x16, CISM_DTYPE_Q8X16)
+SCALAR_KERNELS(q4sx16, CISM_DTYPE_Q4SX16)
+SCALAR_KERNELS(q4ax16, CISM_DTYPE_Q4AX16)

@@ -6,9 +6,9 @@
  *   NQ_A8(DT)         (required) the call computing matmul_a8 of block format
  *                     DT, the entry's parameters (w, rb, cols, xq, ldq, y, ldy,
  *                     nt, r0, r1) in scope
- *   NQ_X16_MODE       (optional) the neon_x16.h mode of the q8x16 / q4sx16
- *                     entries (NQ_SMULL, NQ_SDOT); a tier without it keeps the
- *                     tier below's
+ *   NQ_X16_MODE       (optional) the neon_x16.h mode of the q8x16 / q4sx16 /
+ *                     q4ax16 entries (NQ_SMULL, NQ_SDOT); a tier without it
+ *                     keeps the tier below's
  *   NQ_MAC_OP(c, a, b), NQ_MAC_PER_OP   (optional) the int8_mac_loop probe:
  *                     12 chains of this 128-bit int8 instruction, multiply-adds
  *                     per instruction
@@ -16,31 +16,25 @@
 #ifndef CISM_NEON_ENTRIES_H
 #define CISM_NEON_ENTRIES_H
 
-#define NQ_A8_ENTRY(nm, DT)                                                                                         \
+#define NQ_A8_ENTRY(nm, CALL)                                                                                      \
     static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,    \
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                  \
-        NQ_A8(DT);                                                                                                  \
+        CALL;                                                                                                       \
     }
-NQ_A8_ENTRY(q8, CISM_DTYPE_Q8)
-NQ_A8_ENTRY(q4, CISM_DTYPE_Q4)
-NQ_A8_ENTRY(fp4, CISM_DTYPE_FP4)
-NQ_A8_ENTRY(nl4, CISM_DTYPE_NL4)
-NQ_A8_ENTRY(q4s, CISM_DTYPE_Q4S)
-NQ_A8_ENTRY(q4a, CISM_DTYPE_Q4A)
-NQ_A8_ENTRY(q6, CISM_DTYPE_Q6)
-NQ_A8_ENTRY(q5, CISM_DTYPE_Q5)
-#undef NQ_A8_ENTRY
-
+NQ_A8_ENTRY(q8, NQ_A8(CISM_DTYPE_Q8))
+NQ_A8_ENTRY(q4, NQ_A8(CISM_DTYPE_Q4))
+NQ_A8_ENTRY(fp4, NQ_A8(CISM_DTYPE_FP4))
+NQ_A8_ENTRY(nl4, NQ_A8(CISM_DTYPE_NL4))
+NQ_A8_ENTRY(q4s, NQ_A8(CISM_DTYPE_Q4S))
+NQ_A8_ENTRY(q4a, NQ_A8(CISM_DTYPE_Q4A))
+NQ_A8_ENTRY(q6, NQ_A8(CISM_DTYPE_Q6))
+NQ_A8_ENTRY(q5, NQ_A8(CISM_DTYPE_Q5))
 #ifdef NQ_X16_MODE
-static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                            int64_t nt, int64_t r0, int64_t r1) {
-    nx_matmul_a8(1, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
-static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    nx_matmul_a8(0, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
-}
+NQ_A8_ENTRY(q8x16, nx_matmul_a8(NX_Q8, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q4sx16, nx_matmul_a8(NX_Q4S, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q4ax16, nx_matmul_a8(NX_Q4A, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 #endif
+#undef NQ_A8_ENTRY
 
 #ifdef NQ_MAC_OP
 /* 12 chains of NQ_MAC_OP on register operands, enough to cover its latency */
@@ -70,6 +64,7 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
 #ifdef NQ_X16_MODE
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
 #endif
 #ifdef NQ_MAC_OP
     k->int8_mac_loop = int8_mac_loop;

@@ -1,6 +1,6 @@
 /* neon_x16.h - the int8-activation matmul of the row-interleaved dtypes
- * (q8x16, q4sx16; layout in quant.h and docs/QUANTIZATION.md) on the ARM64
- * tiers. Included by kernels_neon_quant.c (NQ_SMULL: widening multiplies,
+ * (q8x16, q4sx16, q4ax16; layout in quant.h and docs/QUANTIZATION.md) on the
+ * ARM64 tiers. Included by kernels_neon_quant.c (NQ_SMULL: widening multiplies,
  * every ARM64 CPU) and kernels_neon_dotprod.c (NQ_SDOT: lane-indexed SDOT);
  * the i8mm tier keeps the dotprod tier's entries.
  *
@@ -11,16 +11,21 @@
  * activations are loaded once per block and never shuffled, and each int32
  * lane is one row's exact block sum (no horizontal sums). Without dotprod the
  * same lanes come from SMULL/SMLAL on the activation 4 bytes duplicated
- * (DUP), two chunks (q8x16) or the whole block (q4sx16) summed in int16,
- * widened pairwise into int32 and one ADDP per block. (The float-activation
- * path of these dtypes is in kernels_neon_quant.c.)
+ * (DUP), two chunks (q8x16) or the whole block (q4sx16, q4ax16) summed in
+ * int16, widened pairwise into int32 and one ADDP per block. (The
+ * float-activation path of these dtypes is in kernels_neon_quant.c.)
  *
- * q4sx16 codes enter as they are (0..15, signed bytes) and the block's int32
- * starts at -8 * (the sum of its 16 activations), the half-block sums
- * quantize_act writes after each row: exactly sum (code - 8) * q.
+ * The 4-bit codes enter as they are (0..15, signed bytes). q4sx16: the
+ * block's int32 starts at -8 * (the sum of its 16 activations), the
+ * half-block sums quantize_act writes after each row: exactly
+ * sum (code - 8) * q. q4ax16 (one block of 32 per activation block): the
+ * plain sum code * q; chunk c's low nibbles meet activations 4c..4c+3, its
+ * high ones 16+4c..16+4c+3 (lane c of the first and of the second
+ * activation vector).
  *
  * Then the scalar tier's float operations per block, in block order:
- *     acc = acc + (float)s_b * (dw_b * da_b)        (no FMA)
+ *     acc = acc + (float)s_b * (dw_b * da_b)                       (no FMA)
+ *     acc = acc + (dw_b * (float)s_b + mw_b * (float)sum_b) * da_b   (q4ax16)
  * so every output has the scalar tier's bits, for any tile, row range, token
  * count or thread count (test_kernels: KB_A8_EXACT). */
 #ifndef CISM_NEON_X16_H
@@ -33,9 +38,30 @@
 #define NX_MAXK 4
 #define NX_MAXT 4
 
-/* The 16 rows' scales of block b: d[k] lane i = row 4k + i. */
-CISM__INLINE void nx_scales(const int q8, const uint8_t *sc, float32x4_t *d) {
-    if (q8) {
+/* The interleaved format (a constant in every caller; also the
+   float-activation path's, kernels_neon_quant.c). */
+enum { NX_Q8 = 0, NX_Q4S = 1, NX_Q4A = 2 };
+CISM__INLINE int32_t nx_dtype(const int fm) {
+    return fm == NX_Q8 ? CISM_DTYPE_Q8X16 : fm == NX_Q4S ? CISM_DTYPE_Q4SX16 : CISM_DTYPE_Q4AX16;
+}
+
+/* The 16 rows' scales of block b: d[k] lane i = row 4k + i; q4a: m[k] the
+   minimums (row i's d at byte 4i, m at 4i + 2: LD2 splits them). */
+CISM__INLINE void nx_scales(const int fm, const uint8_t *sc, float32x4_t *d, float32x4_t *m) {
+    int k;
+    for (k = 0; k < 4; k++) m[k] = vdupq_n_f32(0.0f);
+    if (fm == NX_Q4A) {
+        uint16x8x2_t h0 = vld2q_u16((const uint16_t *)(const void *)sc);
+        uint16x8x2_t h1 = vld2q_u16((const uint16_t *)(const void *)(sc + 32));
+        d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0.val[0])));
+        d[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0.val[0]));
+        d[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1.val[0])));
+        d[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1.val[0]));
+        m[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0.val[1])));
+        m[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0.val[1]));
+        m[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1.val[1])));
+        m[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1.val[1]));
+    } else if (fm == NX_Q8) {
         uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc));
         uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + 16));
         d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
@@ -103,10 +129,11 @@ CISM__INLINE void nx_q8_sdot(const int k0, const int K, const int T, const int8_
         for (t = 0; t < T; t++) s[t][k] = nx_sdot(s[t][k], w[k], a[t][v], l);
 }
 
-/* q4s, chunk c at cp: low nibbles = elements 4c..4c+3 (lane c), high ones
-   8 + 4c.. (lane 2 + c) */
-CISM__INLINE void nx_q4s_sdot(const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2], const int c,
-                              int32x4_t s[NX_MAXT][NX_MAXK]) {
+/* 4-bit codes, chunk c at cp: the low nibbles meet lane c of activation
+   vector 0 (elements 4c..4c+3); the high ones q4s: lane 2 + c of vector 0
+   (8 + 4c..), q4a: lane c of vector 1 (16 + 4c..) */
+CISM__INLINE void nx_nib_sdot(const int fm, const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2],
+                              const int c, int32x4_t s[NX_MAXT][NX_MAXK]) {
     int8x16_t w[NX_MAXK];
     int t, k;
     nx_ldw((const int8_t *)cp, k0, K, w);
@@ -116,7 +143,7 @@ CISM__INLINE void nx_q4s_sdot(const int k0, const int K, const int T, const uint
         int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
         for (t = 0; t < T; t++) {
             s[t][k] = nx_sdot(s[t][k], lo, a[t][0], c);
-            s[t][k] = nx_sdot(s[t][k], hi, a[t][0], 2 + c);
+            s[t][k] = nx_sdot(s[t][k], hi, a[t][fm == NX_Q4A], fm == NX_Q4A ? c : 2 + c);
         }
     }
 }
@@ -138,13 +165,42 @@ CISM__INLINE void nx_q8_smull(const int k0, const int K, const int T, const int8
     }
 }
 
+/* 4-bit codes without SDOT, chunk c at cp (the lanes of nx_nib_sdot), into
+   the int16 products of rows 0-1 (p) and 2-3 (r) of each row register: c = 0
+   starts them. Codes 0..15: |code * q| <= 1905, the 4 (q4s) or 8 (q4a)
+   products of a lane over a block fit an int16. */
+CISM__INLINE void nx_nib_smull(const int fm, const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2],
+                               const int c, int16x8_t p[NX_MAXT][NX_MAXK], int16x8_t r[NX_MAXT][NX_MAXK]) {
+    int8x16_t dl[NX_MAXT], dh[NX_MAXT];
+    int t, k;
+    for (t = 0; t < T; t++) {
+        dl[t] = nx_dup(a[t][0], c);
+        dh[t] = nx_dup(a[t][fm == NX_Q4A], fm == NX_Q4A ? c : 2 + c);
+    }
+    for (k = 0; k < K; k++) {
+        uint8x16_t raw = vld1q_u8(cp + (k0 + k) * 16);
+        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+        for (t = 0; t < T; t++) {
+            if (c == 0) {
+                p[t][k] = vmull_s8(vget_low_s8(lo), vget_low_s8(dl[t]));
+                r[t][k] = vmull_high_s8(lo, dl[t]);
+            } else {
+                p[t][k] = vmlal_s8(p[t][k], vget_low_s8(lo), vget_low_s8(dl[t]));
+                r[t][k] = vmlal_high_s8(r[t][k], lo, dl[t]);
+            }
+            p[t][k] = vmlal_s8(p[t][k], vget_low_s8(hi), vget_low_s8(dh[t]));
+            r[t][k] = vmlal_high_s8(r[t][k], hi, dh[t]);
+        }
+    }
+}
+
 /* One weight block of the row registers k0..k0+K-1 of a group (codes at
    cb), T tokens: s[t][k] lane i = the exact int32 block dot of row
-   4(k0+k)+i with token t. q: token t's 32 (q8) or 16 (q4s) activations of
-   the block; corr[t]: the int32 the sums start from (q4s: -8 * half-block
-   sum; q8: 0). The chunks are written out (constant lanes, and GCC does not
-   unroll an 8-chunk loop of 8 SDOTs each). */
-CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *cb,
+   4(k0+k)+i with token t. q: token t's 32 (q8, q4a) or 16 (q4s) activations
+   of the block; corr[t]: the int32 the sums start from (q4s: -8 *
+   half-block sum; q8, q4a: 0). The chunks are written out (constant lanes,
+   and GCC does not unroll an 8-chunk loop of 8 SDOTs each). */
+CISM__INLINE void nx_dots(const int fm, const int dot, const int k0, const int K, const int T, const uint8_t *cb,
                           const int8_t *const *q, const int32_t *corr, int32x4_t s[NX_MAXT][NX_MAXK]) {
     const int8_t *cs = (const int8_t *)cb;
     int8x16_t a[NX_MAXT][2];
@@ -153,7 +209,7 @@ CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K
     if (dot == NQ_SDOT) {
         for (t = 0; t < T; t++)
             for (k = 0; k < K; k++) s[t][k] = vdupq_n_s32(corr[t]);
-        if (q8) { /* the halves one after the other: 4 activation registers live, not 8 */
+        if (fm == NX_Q8) { /* the halves one after the other: 4 activation registers live, not 8 */
             int v;
             for (v = 0; v < 2; v++) {
                 for (t = 0; t < T; t++) a[t][0] = vld1q_s8(q[t] + 16 * v);
@@ -163,9 +219,16 @@ CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K
                 nx_q8_sdot(k0, K, T, cs + 256 * v + 192, a, 0, 3, s);
             }
         } else {
-            for (t = 0; t < T; t++) a[t][0] = vld1q_s8(q[t]);
-            nx_q4s_sdot(k0, K, T, cb, a, 0, s);
-            nx_q4s_sdot(k0, K, T, cb + 64, a, 1, s);
+            for (t = 0; t < T; t++) {
+                a[t][0] = vld1q_s8(q[t]);
+                a[t][1] = fm == NX_Q4A ? vld1q_s8(q[t] + 16) : a[t][0];
+            }
+            nx_nib_sdot(fm, k0, K, T, cb, a, 0, s);
+            nx_nib_sdot(fm, k0, K, T, cb + 64, a, 1, s);
+            if (fm == NX_Q4A) {
+                nx_nib_sdot(fm, k0, K, T, cb + 128, a, 2, s);
+                nx_nib_sdot(fm, k0, K, T, cb + 192, a, 3, s);
+            }
         }
         return;
     }
@@ -173,42 +236,30 @@ CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K
     (void)dot;
     for (t = 0; t < T; t++) {
         a[t][0] = vld1q_s8(q[t]);
-        a[t][1] = q8 ? vld1q_s8(q[t] + 16) : a[t][0];
+        a[t][1] = fm != NX_Q4S ? vld1q_s8(q[t] + 16) : a[t][0];
     }
     {
         int32x4_t lo[NX_MAXT][NX_MAXK], hi[NX_MAXT][NX_MAXK];
-        if (q8) {
+        if (fm == NX_Q8) {
             for (t = 0; t < T; t++)
                 for (k = 0; k < K; k++) lo[t][k] = hi[t][k] = vdupq_n_s32(0);
             nx_q8_smull(k0, K, T, cs, a, 0, 0, lo, hi);
             nx_q8_smull(k0, K, T, cs + 128, a, 0, 2, lo, hi);
             nx_q8_smull(k0, K, T, cs + 256, a, 1, 0, lo, hi);
             nx_q8_smull(k0, K, T, cs + 384, a, 1, 2, lo, hi);
-        } else { /* codes 0..15: |code * q| <= 1905, the block's 4 pairs of a row fit an int16 */
-            int8x16_t d[NX_MAXT][4];
-            for (t = 0; t < T; t++) {
-                d[t][0] = nx_dup(a[t][0], 0);
-                d[t][1] = nx_dup(a[t][0], 1);
-                d[t][2] = nx_dup(a[t][0], 2);
-                d[t][3] = nx_dup(a[t][0], 3);
+        } else { /* the block's chunks into int16, widened once */
+            int16x8_t p[NX_MAXT][NX_MAXK], r[NX_MAXT][NX_MAXK];
+            nx_nib_smull(fm, k0, K, T, cb, a, 0, p, r);
+            nx_nib_smull(fm, k0, K, T, cb + 64, a, 1, p, r);
+            if (fm == NX_Q4A) {
+                nx_nib_smull(fm, k0, K, T, cb + 128, a, 2, p, r);
+                nx_nib_smull(fm, k0, K, T, cb + 192, a, 3, p, r);
             }
-            for (k = 0; k < K; k++) {
-                uint8x16_t r0 = vld1q_u8(cb + (k0 + k) * 16), r1 = vld1q_u8(cb + 64 + (k0 + k) * 16);
-                int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, vdupq_n_u8(15))), h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
-                int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, vdupq_n_u8(15))), h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
-                for (t = 0; t < T; t++) {
-                    int16x8_t p = vmull_s8(vget_low_s8(l0), vget_low_s8(d[t][0]));
-                    int16x8_t r = vmull_high_s8(l0, d[t][0]);
-                    p = vmlal_s8(p, vget_low_s8(l1), vget_low_s8(d[t][1]));
-                    r = vmlal_high_s8(r, l1, d[t][1]);
-                    p = vmlal_s8(p, vget_low_s8(h0), vget_low_s8(d[t][2]));
-                    r = vmlal_high_s8(r, h0, d[t][2]);
-                    p = vmlal_s8(p, vget_low_s8(h1), vget_low_s8(d[t][3]));
-                    r = vmlal_high_s8(r, h1, d[t][3]);
-                    lo[t][k] = vpaddlq_s16(p);
-                    hi[t][k] = vpaddlq_s16(r);
+            for (t = 0; t < T; t++)
+                for (k = 0; k < K; k++) {
+                    lo[t][k] = vpaddlq_s16(p[t][k]);
+                    hi[t][k] = vpaddlq_s16(r[t][k]);
                 }
-            }
         }
         /* lo: (row 0, row 0, row 1, row 1), hi: rows 2, 3 -> rows 0..3 */
         for (t = 0; t < T; t++)
@@ -220,7 +271,7 @@ CISM__INLINE void nx_dots(const int q8, const int dot, const int k0, const int K
    o[t * 16 + 4k + i] = the output of row 4k + i (k counted from 0 of the
    group) and token t. a[t], hs[t]: token t's activation row and its
    half-block sums. */
-CISM__INLINE void nx_tile(const int q8, const int dot, const int k0, const int K, const int T, const uint8_t *grp,
+CISM__INLINE void nx_tile(const int fm, const int dot, const int k0, const int K, const int T, const uint8_t *grp,
                           const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs, float *o) {
     float32x4_t acc[NX_MAXT][NX_MAXK];
     int32x4_t s[NX_MAXT][NX_MAXK];
@@ -229,18 +280,21 @@ CISM__INLINE void nx_tile(const int q8, const int dot, const int k0, const int K
     for (t = 0; t < T; t++)
         for (k = 0; k < K; k++) acc[t][k] = vdupq_n_f32(0.0f);
     for (b = 0; b < g->nb; b++) {
+        const int64_t j = fm == NX_Q4S ? b / 2 : b; /* the activation block */
         const int8_t *q[NX_MAXT];
         int32_t corr[NX_MAXT];
-        float32x4_t d[4];
+        float32x4_t d[4], m[4];
         for (t = 0; t < T; t++) {
-            q[t] = q8 ? a[t][b].q : a[t][b / 2].q + (b & 1) * 16;
-            corr[t] = q8 ? 0 : -8 * hs[t][b];
+            q[t] = a[t][j].q + (fm == NX_Q4S ? (b & 1) * 16 : 0);
+            corr[t] = fm == NX_Q4S ? -8 * hs[t][b] : 0;
         }
-        nx_dots(q8, dot, k0, K, T, cism__x16_codes(g, grp, b), q, corr, s);
-        nx_scales(q8, cism__x16_scales(g, grp, b), d);
+        nx_dots(fm, dot, k0, K, T, cism__x16_codes(g, grp, b), q, corr, s);
+        nx_scales(fm, cism__x16_scales(g, grp, b), d, m);
         for (t = 0; t < T; t++) {
-            float da = q8 ? a[t][b].d : a[t][b / 2].d;
-            for (k = 0; k < K; k++) acc[t][k] = nq_combine(acc[t][k], s[t][k], d[k0 + k], da);
+            const float da = a[t][j].d, sa = (float)a[t][j].sum;
+            for (k = 0; k < K; k++)
+                acc[t][k] = fm == NX_Q4A ? nq_combine_a(acc[t][k], s[t][k], d[k0 + k], m[k0 + k], sa, da)
+                                         : nq_combine(acc[t][k], s[t][k], d[k0 + k], da);
         }
     }
     for (t = 0; t < T; t++)
@@ -257,16 +311,16 @@ CISM__INLINE void nx_store(const float *o, int T, int64_t lo, int64_t hi, float 
    range is computed (the half groups it touches, or all of it for a single
    token) and stored in part. Decode: one group x 1 token per tile. Prefill:
    half groups (2 row registers, 8 rows) x 4 tokens with SDOT, so each weight
-   register feeds 4 SDOTs; x 2 tokens for q4sx16 with SMULL; q8x16 with SMULL
+   register feeds 4 SDOTs; x 2 tokens for q4sx16, q4ax16 with SMULL; q8x16 with SMULL
    keeps the decode tile (8 rows x 2 tokens spill there). Tokens in blocks
    whose activations stay in L2; the tokens left over one at a time. */
-CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
+CISM__INLINE void nx_matmul_a8(const int fm, const int dot, const void *w, uint64_t rb, int64_t cols, const void *xq,
                                int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
-    const cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+    const cism__x16 g = cism__x16_geom(nx_dtype(fm), rb);
     const uint8_t *xb = (const uint8_t *)xq;
     /* tokens per prefill tile: SMULL on q8 spills with 2 tokens x 8 rows, so
        it keeps the decode tile */
-    const int TP = dot == NQ_SDOT ? 4 : q8 ? 1 : 2;
+    const int TP = dot == NQ_SDOT ? 4 : fm == NX_Q8 ? 1 : 2;
     int64_t tb = nq_token_block(ldq, TP), t0, t, gi;
     float o[NX_MAXT * 16];
     const cism__act8 *a[NX_MAXT];
@@ -287,15 +341,15 @@ CISM__INLINE void nx_matmul_a8(const int q8, const int dot, const void *w, uint6
                         a[i] = nq_act(xb, ldq, t + i, 0);
                         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
                     }
-                    if (h) nx_tile(q8, dot, 2, 2, TP, grp, &g, a, hs, o); /* k0 a constant */
-                    else nx_tile(q8, dot, 0, 2, TP, grp, &g, a, hs, o);
+                    if (h) nx_tile(fm, dot, 2, 2, TP, grp, &g, a, hs, o); /* k0 a constant */
+                    else nx_tile(fm, dot, 0, 2, TP, grp, &g, a, hs, o);
                     nx_store(o, TP, hl, hh, yg + t * ldy, ldy);
                 }
             }
             for (t = TP > 1 ? t1 - (t1 - t0) % TP : t0; t < t1; t++) { /* decode, and the tokens left over */
                 a[0] = nq_act(xb, ldq, t, 0);
                 hs[0] = cism__act8_half_sums((void *)(uintptr_t)a[0], cols);
-                nx_tile(q8, dot, 0, 4, 1, grp, &g, a, hs, o);
+                nx_tile(fm, dot, 0, 4, 1, grp, &g, a, hs, o);
                 nx_store(o, 1, lo, hi, yg + t * ldy, ldy);
             }
         }

@@ -739,7 +739,7 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }
-    if (dtype == CISM_DTYPE_Q4A) { /* fp16 minimum and scale */
+    if (cism__dtype_base(dtype) == CISM_DTYPE_Q4A) { /* fp16 minimum and scale */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
         if (amax > 30000.0f)

@@ -79,6 +79,27 @@ CISM__INLINE float scale_of(const uint8_t *blk, const int f) {
     return g_fmt[f].scale_e4m3 ? e4m3_f(blk[0]) : f16_f(blk);
 }
 
+/* E4M3 bytes (low byte of each 16-bit lane) -> e4m3 * 2^-8 as f32 (the NaN codes 0x7f/0xff -> NaN) */
+CISM__INLINE __m256 e4m3_words(__m128i h) {
+    __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
+    h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(h, 8), _mm_set1_epi16((short)0x8000)),
+                     _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16(0x3f80)));
+    return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00))));
+}
+
+/* int32 lanes of sum u * s over 4-byte groups (vpmaddubsw, vpmaddwd; u unsigned, no saturation by the callers' bounds) */
+CISM__INLINE __m256i dot_u(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+
+/* 4 activation bytes in every 32-bit lane of a 256-bit register */
+CISM__INLINE __m256i bcast4y(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The interleaved formats (xf): the 256-bit kernels of x86_x16.h, the drivers, the outlier columns */
+enum { X16_Q8, X16_Q4S, X16_Q4A };
+
 /* ---- block decode (256-bit) ------------------------------------------------------------- */
 /* 16 code bytes (low nibble: element j, high: j + 16) -> the 32 codes in order */
 CISM__INLINE __m256i nibbles32(const uint8_t *p) {

@@ -7,7 +7,8 @@
  *                              count, AVX-512: a mask register)
  *   pack_panel, tile           the panel repack and the PR rows x T tokens tile
  *   gemv, gemv8_b32_t, gemv1_b32, GEMV_TOKENS_MAX   decode (x86_gemv_tokens.h)
- *   x16mask, x16_group         one group of 16 interleaved rows (mask: rows kept)
+ *   x16mask, x16_group         one group of 16 interleaved rows (mask: rows kept) of
+ *                              the format xf (X16_*; x86_x16.h: the 256-bit path)
  * A new block format adds its decode to the tier's kernels and an A8_KERNEL
  * line here; the drivers are the same for every format. */
 #ifndef CISM_X86_QUANT_ENTRIES_H
@@ -81,13 +82,13 @@ A8_KERNEL(q6, F_Q6)
 A8_KERNEL(q5, F_Q5)
 #undef A8_KERNEL
 
-/* Interleaved dtypes (q8x16, q4sx16): rows [r0, r1) of a matrix of whole
+/* Interleaved dtypes (q8x16, q4sx16, q4ax16: xf): rows [r0, r1) of a matrix of whole
    groups; a group partly outside is computed whole and stored masked. Tokens
    in blocks whose activations stay in L2 while every group of the range
    passes over them; calls of few tokens prefetch the group stream. */
 CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int q8) {
-    cism__x16 g = cism__x16_geom(q8 ? CISM_DTYPE_Q8X16 : CISM_DTYPE_Q4SX16, rb);
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int xf) {
+    cism__x16 g = cism__x16_geom(xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : CISM_DTYPE_Q4AX16, rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
@@ -103,19 +104,19 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (x16mask)mm, pf_end, q8);
+                      (x16mask)mm, pf_end, xf);
         }
     }
 }
 
-static void matmul_a8_q8x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                            int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
-}
-static void matmul_a8_q4sx16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
-                             int64_t nt, int64_t r0, int64_t r1) {
-    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 0);
-}
+#define X86_X16_ENTRY(nm, XF)                                                                                    \
+    static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,      \
+                               int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                   \
+        matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, XF);                                                \
+    }
+X86_X16_ENTRY(q8x16, X16_Q8)
+X86_X16_ENTRY(q4sx16, X16_Q4S)
+X86_X16_ENTRY(q4ax16, X16_Q4A)
 
 /* The table entries every x86 int8 tier fills */
 CISM__INLINE void fill_a8_entries(cism__kernels *k) {
@@ -129,6 +130,7 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
+    k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
 }
 
 #endif

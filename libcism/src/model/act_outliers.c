@@ -155,14 +155,22 @@ static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int6
 }
 
 /* Column c of the 16 rows of an interleaved group as f32 (q8x16: f16 scale x
-   int8 code, exact in f32; q4sx16: E4M3 scale x level, exact). The f16 scales
+   int8 code, exact in f32; q4sx16: E4M3 scale x level, exact; q4ax16: f16
+   scale x code + f16 minimum, one rounding). The f16 scales
    take a branch-free conversion that is exact for normal numbers and zero,
    and the exact one when a group holds another kind. */
 static void group_col(const cism__x16 *g, int32_t base, const cism__fmt4 *f, const uint8_t *grp, int64_t c, float *out) {
-    int64_t B = base == CISM_DTYPE_Q8 ? CISM__Q8_BLOCK : f->block, b = c / B, j = c % B, half = B / 2;
+    int64_t B = f ? f->block : 32, b = c / B, j = c % B, half = B / 2; /* q8, q4a: blocks of 32 */
     int64_t byte = base == CISM_DTYPE_Q8 ? j : (j < half ? j : j - half);
     const uint8_t *sc = cism__x16_scales(g, grp, b), *codes = cism__x16_codes(g, grp, b) + (byte / 4) * 64 + byte % 4;
     int i;
+    if (base == CISM_DTYPE_Q4A) { /* d * code + m, as weight_col */
+        for (i = 0; i < CISM__X16; i++) {
+            int code = j < half ? (codes[4 * i] & 15) : (codes[4 * i] >> 4);
+            out[i] = f16(sc + 4 * i) * (float)code + f16(sc + 4 * i + 2);
+        }
+        return;
+    }
     if (base == CISM_DTYPE_Q8) {
         uint32_t odd = 0;
         for (i = 0; i < CISM__X16; i++) {

@@ -1,0 +1,251 @@
+/* x86_x16.h - the interleaved dtypes (q8x16, q4sx16, q4ax16; quant.h has the
+ * layout) in 256-bit registers, a group of 16 rows as two halves of 8: the
+ * AVX2 tier's int8-activation path of all three, and the AVX-512 tier's of
+ * q4ax16 (its own 512-bit x16_tile holds q8x16 and q4sx16). One source for
+ * both tiers, so every line the AVX-512 tier runs for q4ax16 is one the AVX2
+ * tier runs (natively and under qemu-x86_64 -cpu Haswell-v4, which the tests
+ * use; no AVX-512 CPU or emulator is needed to check it). Also q4ax16's
+ * column decoder of the outlier epilogue (x16_q4a_col8, x86_outliers.h).
+ * Included after x86_quant.h (dot_u, bcast4y, e4m3_words, combine8, X16_*).
+ *
+ * Per row and block the exact int32 sum s of code x activation, then block
+ * after block, the scalar tier's operations in its order (no FMA):
+ *   q8x16, q4sx16:  acc = acc + (float)s * (d * d_a)
+ *   q4ax16:         acc = acc + (d * (float)s + m * (float)sum_a) * d_a
+ * The integer dot is vpmaddubsw (pairs summed in int16), then vpmaddwd with
+ * ones; nothing saturates:
+ *   q8x16:   the sign trick, |w| x a with w's sign: |pair| <= 2 * 128 * 127;
+ *   q4sx16:  codes 0..15 unsigned, a block's four products (16 weights)
+ *            summed in int16 (|sum| <= 4 * 2 * 15 * 127), 8 x its half-block
+ *            activation sum taken off after widening;
+ *   q4ax16:  codes 0..15 unsigned, no offset, a block's eight products (32
+ *            weights) summed in int16: |sum| <= 8 * 2 * 15 * 128 = 30720.
+ * q4ax16's chunk c (64 bytes, 4 code bytes per row) holds elements 4c..4c+3
+ * in its low nibbles and 16 + 4c..16 + 4c + 3 in its high ones; its scale
+ * line holds row i's fp16 d at 4i and m at 4i + 2. */
+#ifndef CISM_X86_X16_H
+#define CISM_X86_X16_H
+
+#define XT 4 /* tokens of a register tile (8 ymm accumulators of codes + 4 of sums: 16 registers) */
+
+/* The scales of rows 8h..8h+7 of a block (sp: its scale line) as f32, and
+   q4ax16's minimums into *mn (0 for the others). q4ax16: each 128-bit lane's
+   four d's shuffled into its low 8 bytes and four m's into its high 8, then
+   the 64-bit quarters reordered to [d 0..3, d 4..7 | m 0..3, m 4..7]. */
+CISM__INLINE __m256 x16h_scales(const uint8_t *sp, int h, const int xf, __m256 *mn) {
+    *mn = _mm256_setzero_ps();
+    if (xf == X16_Q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + h * 16)));
+    if (xf == X16_Q4S) return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sp + h * 8))));
+    {
+        const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
+                                             6, 7, 10, 11, 14, 15);
+        const __m256i v = _mm256_permute4x64_epi64(
+            _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(const void *)(sp + h * 32)), sel), 0xd8);
+        *mn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+        return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    }
+}
+
+/* q4ax16: the int16 sums of a block's eight products (codes lo[c], hi[c] of
+   chunk c against the activations 4c.. and 16 + 4c..), widened to the 8
+   rows' int32 sums; a tree of int16 adds (exact, see above) */
+CISM__INLINE __m256i q4a_dot8(const __m256i lo[4], const __m256i hi[4], const int8_t *q) {
+    __m256i p[4];
+    int c;
+    for (c = 0; c < 4; c++)
+        p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(q + 4 * c)), _mm256_maddubs_epi16(hi[c], bcast4y(q + 16 + 4 * c)));
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), _mm256_set1_epi16(1));
+}
+
+/* q4ax16: the codes of rows 8h..8h+7 of a block (cb: its chunk 0 + 32h), split into nibbles */
+CISM__INLINE void q4a_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4]) {
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    int c;
+    for (c = 0; c < 4; c++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64));
+        lo[c] = _mm256_and_si256(v, m);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    }
+}
+
+/* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token
+   for latency when T is small (q8x16). */
+CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
+                            float *y, int64_t ldy, __m256i keep, uintptr_t pf_end, const int T, const int xf) {
+    const int NA = T == 1 && xf == X16_Q8 ? 2 : 1;
+    __m256 facc[XT];
+    __m256i iacc[XT][2];
+    int64_t b;
+    int t, c, k;
+    for (t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
+    for (b = 0; b < g->nb; b++) {
+        const uint8_t *cb = cism__x16_codes(g, grp, b) + h * 32;
+        __m256 mn;
+        const __m256 sc = x16h_scales(cism__x16_scales(g, grp, b), h, xf, &mn);
+        for (t = 0; t < T; t++)
+            for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
+        if (pf_end && h == 0) { /* few tokens: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
+            uintptr_t pf, pe;
+            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+        }
+        if (xf == X16_Q8) {
+            for (c = 0; c < 8; c++) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64)), aw = _mm256_sign_epi8(wv, wv);
+                for (t = 0; t < T; t++)
+                    iacc[t][c % NA] = _mm256_add_epi32(iacc[t][c % NA], dot_u(aw, _mm256_sign_epi8(bcast4y(a[t][b].q + 4 * c), wv)));
+            }
+        } else if (xf == X16_Q4S) { /* four unsigned products of codes <= 15 summed in int16: |sum| <= 4 * 2 * 15 * 127 */
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)cb);
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
+            __m256i l0 = _mm256_and_si256(v0, _mm256_set1_epi8(0x0f)), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), _mm256_set1_epi8(0x0f));
+            __m256i l1 = _mm256_and_si256(v1, _mm256_set1_epi8(0x0f)), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), _mm256_set1_epi8(0x0f));
+            for (t = 0; t < T; t++) {
+                const int8_t *q = a[t][b / 2].q + (b & 1) * 16;
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(l0, bcast4y(q)), _mm256_maddubs_epi16(h0, bcast4y(q + 8)));
+                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(l1, bcast4y(q + 4)), _mm256_maddubs_epi16(h1, bcast4y(q + 12))));
+                iacc[t][0] = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * hs[t][b]));
+            }
+        } else { /* q4ax16: the block's codes split once, eight products per token */
+            __m256i lo[4], hi[4];
+            q4a_codes8(cb, lo, hi);
+            for (t = 0; t < T; t++) iacc[t][0] = q4a_dot8(lo, hi, a[t][b].q);
+        }
+        for (t = 0; t < T; t++) {
+            __m256i s = NA == 2 ? _mm256_add_epi32(iacc[t][0], iacc[t][1]) : iacc[t][0];
+            if (xf == X16_Q4A) {
+                facc[t] = combine8(facc[t], s, sc, mn, &a[t][b], F_Q4A);
+            } else {
+                float da = xf == X16_Q8 ? a[t][b].d : a[t][b / 2].d;
+                facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da))));
+            }
+        }
+    }
+    for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);
+}
+
+/* Decode (one token) against both halves of a group in one pass: each block's
+   activations are broadcast once for the 16 rows, and the loop and scale
+   overhead is shared (the AVX2 4-bit decode is instruction-bound). Every row's
+   arithmetic is x16h_tile's with T = 1, so the results are the same bits. */
+CISM__INLINE void x16h_decode(const uint8_t *grp, const cism__x16 *g, const cism__act8 *a, const int32_t *hs, float *y,
+                              __m256i keep0, __m256i keep1, uintptr_t pf_end, const int xf) {
+    __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+    int64_t b;
+    int c;
+    for (b = 0; b < g->nb; b++) {
+        const uint8_t *cb = cism__x16_codes(g, grp, b), *sp = cism__x16_scales(g, grp, b);
+        __m256 m0, m1;
+        const __m256 s0 = x16h_scales(sp, 0, xf, &m0), s1 = x16h_scales(sp, 1, xf, &m1);
+        __m256i i0, i1;
+        float da;
+        uintptr_t pf, pe;
+        cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+        if (xf == X16_Q8) {
+            __m256i i0b = _mm256_setzero_si256(), i1b = _mm256_setzero_si256();
+            i0 = _mm256_setzero_si256();
+            i1 = _mm256_setzero_si256();
+            for (c = 0; c < 8; c += 2) {
+                const __m256i q0 = bcast4y(a[b].q + 4 * c), q1 = bcast4y(a[b].q + 4 * c + 4);
+                __m256i w00 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64));
+                __m256i w01 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 32));
+                __m256i w10 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 64));
+                __m256i w11 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64 + 96));
+                i0 = _mm256_add_epi32(i0, dot_u(_mm256_sign_epi8(w00, w00), _mm256_sign_epi8(q0, w00)));
+                i1 = _mm256_add_epi32(i1, dot_u(_mm256_sign_epi8(w01, w01), _mm256_sign_epi8(q0, w01)));
+                i0b = _mm256_add_epi32(i0b, dot_u(_mm256_sign_epi8(w10, w10), _mm256_sign_epi8(q1, w10)));
+                i1b = _mm256_add_epi32(i1b, dot_u(_mm256_sign_epi8(w11, w11), _mm256_sign_epi8(q1, w11)));
+            }
+            i0 = _mm256_add_epi32(i0, i0b);
+            i1 = _mm256_add_epi32(i1, i1b);
+            da = a[b].d;
+        } else if (xf == X16_Q4S) { /* as x16h_tile: four unsigned products of codes <= 15 summed in int16 */
+            const int8_t *q = a[b / 2].q + (b & 1) * 16;
+            const __m256i qa = bcast4y(q), qb = bcast4y(q + 8), qc = bcast4y(q + 4), qd = bcast4y(q + 12), m = _mm256_set1_epi8(0x0f);
+            const __m256i corr = _mm256_set1_epi32(8 * hs[b]), one = _mm256_set1_epi16(1);
+            int h;
+            __m256i r[2];
+            for (h = 0; h < 2; h++) {
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + h * 32));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64 + h * 32));
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v0, m), qa),
+                                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m), qb));
+                p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v1, m), qc),
+                                                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m), qd)));
+                r[h] = _mm256_sub_epi32(_mm256_madd_epi16(p, one), corr);
+            }
+            i0 = r[0];
+            i1 = r[1];
+            da = a[b / 2].d;
+        } else { /* q4ax16: as x16h_tile, the halves' codes split in turn (fewer live registers) */
+            __m256i lo[4], hi[4];
+            q4a_codes8(cb, lo, hi);
+            i0 = q4a_dot8(lo, hi, a[b].q);
+            q4a_codes8(cb + 32, lo, hi);
+            i1 = q4a_dot8(lo, hi, a[b].q);
+            f0 = combine8(f0, i0, s0, m0, &a[b], F_Q4A);
+            f1 = combine8(f1, i1, s1, m1, &a[b], F_Q4A);
+            continue;
+        }
+        f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, _mm256_set1_ps(da))));
+        f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, _mm256_set1_ps(da))));
+    }
+    _mm256_maskstore_ps(y, keep0, f0);
+    _mm256_maskstore_ps(y + 8, keep1, f1);
+}
+
+/* The 8 lanes' store masks of rows 8h..8h+7 of a group's mask (one bit per row) */
+CISM__INLINE __m256i x16h_keep(uint32_t mask, int h) {
+    const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)((mask >> (8 * h)) & 0xffu)), bits), _mm256_setzero_si256());
+}
+
+/* Tokens [t0, t1) against one group of 16 rows (the bits of mask: rows stored):
+   one token: x16h_decode; more: per half, tiles of XT tokens, then the rest. */
+CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
+                             int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const int xf) {
+    const cism__act8 *a[XT];
+    const int32_t *hs[XT];
+    int64_t t;
+    int i, h;
+    if (t1 - t0 == 1) { /* decode: both halves in one pass */
+        a[0] = act_row(xq, ldq, t0);
+        x16h_decode(grp, g, a[0], cism__act8_half_sums((void *)(uintptr_t)a[0], cols), y + t0 * ldy, x16h_keep(mask, 0),
+                    x16h_keep(mask, 1), pf_end, xf);
+        return;
+    }
+    for (h = 0; h < 2; h++) {
+        const __m256i keep = x16h_keep(mask, h);
+        float *yh = y + 8 * h;
+        if (!((mask >> (8 * h)) & 0xffu)) continue;
+        for (t = t0; t < t1; t += XT) {
+            const int n = t1 - t < XT ? (int)(t1 - t) : XT;
+            for (i = 0; i < n; i++) {
+                a[i] = act_row(xq, ldq, t + i);
+                hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
+            }
+            switch (n) { /* T constant in each call: the tile's loops unroll */
+            case XT: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, XT, xf); break;
+            case 3: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 3, xf); break;
+            case 2: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 2, xf); break;
+            default: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 1, xf); break;
+            }
+        }
+    }
+}
+
+/* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column
+   whose code bytes sit at grp + code (shift: its nibble's place in each
+   row's dword) and scale line at grp + scale, d * code + m exactly as
+   act_outliers.c (the product, then the sum; one rounding each). */
+CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h) {
+    __m256 mn;
+    const __m256 d = x16h_scales(grp + scale, h, X16_Q4A, &mn);
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h)),
+                                                        _mm_cvtsi32_si128(shift)),
+                                       _mm256_set1_epi32(15));
+    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), mn);
+}
+
+#endif
