@@ -26,7 +26,6 @@ from .convert import (ConversionError, ProgressFn, Report, _c_tokenizer, _versio
 # the native asymmetric 4-bit format (blocks of 32, fp16 scale and minimum: Q4_1's bytes)
 DTYPE_Q4A = getattr(fmt, "DTYPE_Q4A", 10)
 fmt.DTYPE_NAMES.setdefault(DTYPE_Q4A, "q4a")
-DTYPE_Q8X16 = 8   # cism.quant.DTYPE_Q8X16 (cism.h)
 FLOAT_DTYPES = {"f32": fmt.DTYPE_F32, "f16": fmt.DTYPE_F16, "bf16": fmt.DTYPE_BF16}
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -619,21 +618,23 @@ def _q5_0_as_q8(b: np.ndarray) -> np.ndarray:
     return out
 
 
-def q8_rows_to_x16(rows: np.ndarray, cols: int) -> np.ndarray:
-    """q8 rows [R, nb * 34] (R a multiple of 16) -> the q8x16 layout's bytes: per group of
-    16 rows, superblocks of codes then scales (docs/QUANTIZATION.md), the same bytes rearranged."""
-    from .quant import DTYPE_Q8X16 as X16, x16_group_offsets
-    R = rows.shape[0]
-    nb = cols // 32
-    blk = rows.reshape(R // 16, 16, nb, 34)
-    code_off, scale_off = x16_group_offsets(X16, cols)
-    out = np.empty((R // 16, 16 * nb * 34), dtype=np.uint8)
+def rows_to_x16(rows: np.ndarray, cols: int, dtype: int) -> np.ndarray:
+    """Rows of a base format [R, nb * block bytes] (R a multiple of 16; q8 or q4a) -> the
+    layout of its interleaved dtype (q8x16, q4ax16): per group of 16 rows, superblocks of
+    codes then scales (docs/QUANTIZATION.md), the same bytes rearranged."""
+    from .quant import X16_GEOMETRY, x16_group_offsets
+    block, cb, sb, _ = X16_GEOMETRY[dtype]
+    R, bb = rows.shape[0], cb + sb
+    nb = -(-cols // block)
+    blk = rows.reshape(R // 16, 16, nb, bb)
+    code_off, scale_off = x16_group_offsets(dtype, cols)
+    out = np.empty((R // 16, 16 * nb * bb), dtype=np.uint8)
     for b in range(nb):
-        # codes: 8 chunks of 64 bytes, chunk c = rows 0..15's code bytes 4c..4c+3
-        codes = blk[:, :, b, 2:].reshape(R // 16, 16, 8, 4).transpose(0, 2, 1, 3).reshape(R // 16, 512)
-        out[:, code_off[b]:code_off[b] + 512] = codes
-        out[:, scale_off[b]:scale_off[b] + 32] = blk[:, :, b, :2].reshape(R // 16, 32)
-    return out.reshape(R, nb * 34)
+        # codes: cb / 4 chunks of 64 bytes, chunk c = rows 0..15's code bytes 4c..4c+3
+        codes = blk[:, :, b, sb:].reshape(R // 16, 16, cb // 4, 4).transpose(0, 2, 1, 3).reshape(R // 16, 16 * cb)
+        out[:, code_off[b]:code_off[b] + 16 * cb] = codes
+        out[:, scale_off[b]:scale_off[b] + 16 * sb] = blk[:, :, b, :sb].reshape(R // 16, 16 * sb)
+    return out.reshape(R, nb * bb)
 
 
 # the libcism format each GGUF type is kept in, value for value (docs/GGUF.md "Tensor types"); every
@@ -757,10 +758,8 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             base, how = "q8", "requantized"
         if base in FLOAT_DTYPES:
             dt = FLOAT_DTYPES[base]
-        elif base == "q4a":
-            dt = DTYPE_Q4A
-        elif base == "q8":
-            dt = q.QUANT_DTYPES[q.stored_dtype(name, "q8", shape, hd, layout)]
+        elif base in ("q4a", "q8"):
+            dt = q.QUANT_DTYPES[q.stored_dtype(name, base, shape, hd, layout)]
         else:
             dt = q.QUANT_DTYPES[base]
         plan[name] = (dt, how)
@@ -799,8 +798,8 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             return None  # converted from the dequantized values
         if src == "Q5_0" and fmt.DTYPE_NAMES[dt].startswith("q8"):  # (a Q5_0 kept as q8: the same values)
             rows = _q5_0_as_q8(rows.reshape(-1, 22)).reshape(rows.shape[0], -1)
-        if dt == DTYPE_Q8X16:
-            return q8_rows_to_x16(np.ascontiguousarray(rows), t.shape[1])
+        if dt in q.X16_GEOMETRY:
+            return rows_to_x16(np.ascontiguousarray(rows), t.shape[1], dt)
         return np.ascontiguousarray(rows)
 
     def dtype_for(name: str) -> int:

@@ -29,7 +29,7 @@ import gguf_build as B
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "gguf_corpus")
-Q4A = getattr(fmt, "DTYPE_Q4A", 10)
+Q4AX16 = 13  # cism.h's CISM_DTYPE_Q4AX16: q4a's values, 16 rows interleaved
 
 
 # ---------------------------------------------------------------------------
@@ -581,10 +581,10 @@ def test_real_model_lossless(gp, real_gguf, real_imported):
     seen = compare_all(gp, real_gguf, real_imported.path)
     assert len(seen) == 272
     for name, (src, stored) in seen.items():
-        want = {"Q8_0": ("q8", "q8x16"), "Q4_1": ("q4a",), "F32": ("f32",)}[src]
+        want = {"Q8_0": ("q8", "q8x16"), "Q4_1": ("q4a", "q4ax16"), "F32": ("f32",)}[src]
         assert stored in want, (name, src, stored)
-    assert seen["token_embd"] == ("Q8_0", "q8x16") and seen["blk.7.ffn_down"] == ("Q4_1", "q4a")
-    assert fmt.CismFile(real_imported.path).tensors["blk.0.attn_q"].dtype == Q4A  # cism.h's CISM_DTYPE_Q4A
+    assert seen["token_embd"] == ("Q8_0", "q8x16") and seen["blk.7.ffn_down"] == ("Q4_1", "q4ax16")
+    assert fmt.CismFile(real_imported.path).tensors["blk.0.attn_q"].dtype == Q4AX16  # cism.h's CISM_DTYPE_Q4AX16
     assert all(how == "lossless" for _, _, how in real_imported.gguf_tensors.values())
     m = fmt.CismFile(real_imported.path).metadata
     assert m["general.architecture"] == "llama" and m["model.tied_embeddings"] == 1

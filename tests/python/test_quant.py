@@ -55,7 +55,9 @@ def test_q4a_layout_and_roundtrip():
     err = {n: np.sqrt(((q.dequantize(q.quantize(pos, n), n, 172) - pos) ** 2).mean()) for n in ("q4", "q4a")}
     assert err["q4a"] < err["q4"], err
     assert q.recipe("q4a").pick("blk.0.ffn_up") == "q4a" and q.recipe("q4a").pick("token_embd") == "q4a"
-    assert q.stored_dtype("blk.0.ffn_up", "q4a", (64, 96), 64) == "q4a"  # no interleaved variant
+    assert q.stored_dtype("blk.0.ffn_up", "q4a", (64, 96), 64) == "q4ax16"  # whole groups of 16 rows
+    assert q.stored_dtype("blk.0.ffn_up", "q4a", (60, 96), 64) == "q4a"
+    assert q.stored_dtype("blk.0.ffn_up", "q4a", (64, 96), 64, layout="rows") == "q4a"
 
 
 def test_quantize_accepts_dtype_names():
@@ -80,13 +82,14 @@ def test_interleaved_layout():
     (docs/QUANTIZATION.md): codes of each block in 4-byte chunks of 16 rows, scales after
     each superblock's codes; 96 columns leave a short last superblock in both."""
     rng = np.random.default_rng(1)
+    from cism.convert_gguf import rows_to_x16
     w = (rng.standard_normal((32, 96)) * 0.05).astype(np.float32)
     for base, x in q.INTERLEAVED.items():
         bd, xd = q.QUANT_DTYPES[base], q.QUANT_DTYPES[x]
         plain, inter = q.quantize(w, bd), q.quantize(w, xd)
         assert q.row_bytes(xd, 96) == q.row_bytes(bd, 96) and q.block_size(xd) == q.block_size(bd)
         assert np.array_equal(q.dequantize(inter, xd, 96), q.dequantize(plain, bd, 96))
-        sb = 2 if base == "q8" else 1                 # scale bytes per block
+        sb = q.X16_GEOMETRY[xd][2]                    # scale bytes per block
         cb = q.row_bytes(bd, 96) // (96 // q.block_size(bd)) - sb  # code bytes per block
         nb = 96 // q.block_size(bd)
         coff, soff = q.x16_group_offsets(xd, 96)
@@ -101,6 +104,8 @@ def test_interleaved_layout():
                     for c in range(cb // 4):
                         off = coff[b] + c * 64 + i * 4
                         assert bytes(grp[off:off + 4]) == bytes(row[b, sb + 4 * c:sb + 4 * c + 4])
+        if xd in (q.DTYPE_Q8X16, q.DTYPE_Q4AX16):  # the GGUF importer's rearrangement of Q8_0 / Q4_1 rows
+            assert np.array_equal(rows_to_x16(plain, 96, xd), inter), x
         with pytest.raises(CismError, match="multiple of 16 rows"):
             q.quantize(w[:20], xd)
     assert q.stored_dtype("blk.0.ffn_up", "q8", (64, 96), 8) == "q8x16"

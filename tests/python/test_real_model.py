@@ -5,7 +5,7 @@
   error| < 1e-4 over 256 tokens against transformers' float64 forward pass (its
   fp32 one is itself up to ~1e-4 off, by CPU) and the same 32 greedy tokens as
   transformers fp32;
-- imported with its own types (the default: Q8_0 -> q8x16, Q4_1 -> q4a,
+- imported with its own types (the default: Q8_0 -> q8x16, Q4_1 -> q4ax16,
   lossless), its next-token distributions are no farther from the f32 model's
   than llama.cpp's own on the same GGUF and the same tokens (mean KL
   divergence, same top token), as measured by tools/kld_real.py.
@@ -61,7 +61,36 @@ def test_native_import_types(imported):
     kinds = {t.name: fmt.DTYPE_NAMES[t.dtype] for t in f.tensors.values()}
     assert kinds["token_embd"] == "q8x16"
     mats = [n for n, t in f.tensors.items() if len(t.shape) == 2 and n != "token_embd"]
-    assert len(mats) == 30 * 7 and all(kinds[n] == "q4a" for n in mats), kinds
+    assert len(mats) == 30 * 7 and all(kinds[n] == "q4ax16" for n in mats), kinds  # Q4_1, interleaved
+
+
+def test_interleaved_import_same_bits_as_rows(imported, real_gguf, tmp_path, hf_tokenizer, shared_models):
+    """The default import (q8x16 + q4ax16) and layout="rows" (q8 + q4a) hold the same values;
+    their kernels (int8 activations with outlier channels, both tiers' bits equal to the
+    scalar oracle's) must give the same logits bit for bit: a 200-token prompt at 1 and 2
+    threads, then 24 single-token decodes."""
+    _, native, _ = imported
+    rows = str(tmp_path / "rows.cism")
+    convert(real_gguf, rows, progress=None, layout="rows")
+    with open(os.path.join(shared_models, "eval", TEXTS[0]), encoding="utf-8") as fh:
+        ids = [1] + hf_tokenizer.encode(fh.read(5000), add_special_tokens=False).ids[:223]
+    got = {}
+    for path in (native, rows):
+        with cism.Model(path) as m:
+            for nth in (1, 2):
+                with m.session(logits_all=True, n_ctx=256, n_threads=nth) as s:
+                    s.eval(ids[:200])
+                    got[path, nth] = s.all_logits()
+            with m.session(n_ctx=256) as s:
+                s.eval(ids[:200])
+                dec = []
+                for t in ids[200:]:
+                    s.eval([t])
+                    dec.append(np.array(s.logits()))
+                got[path, "decode"] = np.array(dec)
+    for k in (1, 2, "decode"):
+        a, b = got[native, k], got[rows, k]
+        assert a.shape == b.shape and np.array_equal(a, b), (k, float(np.abs(a - b).max()))
 
 
 def test_f32_import_matches_transformers(imported, shared_models, hf_tokenizer, record_parity):
