@@ -11,23 +11,9 @@ measurement, its creation not timed. Prints the medians and the on/off ratios.
 import argparse
 import os
 import statistics
-import time
 
 import cism
-
-
-def _time(m, toks, n_prompt, threads, outliers):
-    s = m.session(n_ctx=len(toks) + 8, n_threads=threads, act_outliers=outliers)
-    try:
-        t0 = time.perf_counter()
-        s.eval(toks[:n_prompt])
-        t1 = time.perf_counter()
-        for t in toks[n_prompt:]:
-            s.eval([t])
-        t2 = time.perf_counter()
-    finally:
-        s.close()
-    return n_prompt / (t1 - t0), (len(toks) - n_prompt) / (t2 - t1)
+from bench_pair import time_session
 
 
 def main():
@@ -53,7 +39,7 @@ def main():
             res = {True: ([], []), False: ([], [])}
             for r in range(a.reps):
                 for mode in ((True, False) if r % 2 == 0 else (False, True)):
-                    pp, tg = _time(m, toks, a.prompt, th, mode)
+                    pp, tg = time_session(m, toks, a.prompt, th, act_outliers=mode)
                     res[mode][0].append(pp)
                     res[mode][1].append(tg)
             med = {k: (statistics.median(v[0]), statistics.median(v[1])) for k, v in res.items()}
