@@ -220,7 +220,10 @@ enum {
     CISM_DTYPE_Q5     = 12,
     /* The values of q4a with 16 rows interleaved (docs/QUANTIZATION.md), like
        q8x16 / q4sx16: for matrices whose row count is a multiple of 16 */
-    CISM_DTYPE_Q4AX16 = 13
+    CISM_DTYPE_Q4AX16 = 13,
+    /* The values of q6 / q5 with 16 rows interleaved, likewise */
+    CISM_DTYPE_Q6X16  = 14,
+    CISM_DTYPE_Q5X16  = 15
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);
@@ -236,7 +239,7 @@ CISM_API int64_t     cism_dtype_row_bytes(cism_dtype dtype, int64_t cols);
    squared error per column (e.g. mean squared activations) for the scale
    search of the 4-bit formats, q4a, q6 and q5. Non-finite input is refused. n_threads 0 = 1.
    The same input always gives the same bytes, whatever n_threads.
-   The interleaved dtypes (q8x16, q4sx16, q4ax16) need n_rows to be a multiple of 16
+   The interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16) need n_rows to be a multiple of 16
    (CISM_ERR_INVALID_ARG otherwise), here and in cism_dequantize. */
 CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols,
                                    const float *importance, void *dst, int64_t dst_capacity,

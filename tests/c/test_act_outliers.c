@@ -28,7 +28,7 @@ static float frand(void) {
 enum { ROWS = 48, COLS = 200, TMP = COLS + 3 * ((COLS + 31) / 32) };
 static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
-                             CISM_DTYPE_Q4AX16};
+                             CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16};
 
 static int64_t ldq_of(int64_t cols) {
     return (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;

@@ -49,7 +49,8 @@ static void ref_decode(int32_t dt, const uint8_t *b, float *out) {
 static void test_sizes_and_decode(void) {
     int d;
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q6), "q6") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q5), "q5") == 0);
-    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q4AX16), "q4ax16") == 0 && cism_dtype_name(CISM_DTYPE_Q4AX16 + 1) == NULL);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q4AX16), "q4ax16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q6X16), "q6x16") == 0);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q5X16), "q5x16") == 0 && cism_dtype_name(CISM_DTYPE_Q5X16 + 1) == NULL);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q6, 32) == 26 && cism_dtype_row_bytes(CISM_DTYPE_Q6, 33) == 52);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q5, 1) == 22 && cism_dtype_row_bytes(CISM_DTYPE_Q5, 576) == 18 * 22);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q6, 4096) * 8 == 4096 * 13 / 2); /* 6.5 bits per weight */

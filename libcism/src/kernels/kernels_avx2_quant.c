@@ -21,7 +21,7 @@
  * Decode reads 8 rows at a time where they are (one dot per row and block,
  * transposed into lanes); prefill repacks 8 rows x KC columns into a panel of
  * int8 levels in 4-byte chunks with f32 scales and runs 8 rows x 4 tokens per
- * register tile. The interleaved dtypes (q8x16, q4sx16, q4ax16) are read in
+ * register tile. The interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16) are read in
  * place as two halves of 8 rows (x86_x16.h, whose q4ax16 path the AVX-512
  * tier runs too). */
 #include "tier_common.h"
@@ -415,10 +415,14 @@ CISM__INLINE __m256 e4m3_8(__m256i b) {
 /* Rows 8h..8h+7 of column p of a group, decoded exactly: q8x16: the f16
    scales widened, the codes sign-extended, their product; q4sx16: the E4M3
    scales times scale_mul, the nibbles through the levels,
-   their product; q4ax16: d * code + m (x86_x16.h, the AVX-512 tier's too). */
-CISM__INLINE __m256 x16_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h, int xf, const float *lv, __m256 smul) {
+   their product; q4ax16: d * code + m, q6x16, q5x16: d * level (x86_x16.h,
+   the AVX-512 tier's too). */
+CISM__INLINE __m256 x16_col8(const uint8_t *grp, const ocol *p, int h, int xf, const float *lv, __m256 smul) {
+    const int64_t code = p->code, scale = p->scale;
+    const int shift = p->shift;
     __m256i q;
     if (xf == X16_Q4A) return x16_q4a_col8(grp, code, scale, shift, h);
+    if (xf == X16_Q6 || xf == X16_Q5) return x16_qint_col8(grp, p, h, xf);
     q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h));
     if (xf == X16_Q8) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale + 16 * h)));
@@ -468,10 +472,10 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
     for (k = 0; k < 16; k++) c->lv[k] = xf == X16_Q4S ? (float)f->levels[k] : 0.0f;
     c->smul = _mm256_set1_ps(xf == X16_Q4S ? f->scale_mul : 1.0f);
 }
-CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int xf, const oconst *c) {
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
     ovec v;
-    v.lo = x16_col8(grp, code, scale, shift, 0, xf, c->lv, c->smul);
-    v.hi = x16_col8(grp, code, scale, shift, 1, xf, c->lv, c->smul);
+    v.lo = x16_col8(grp, p, 0, xf, c->lv, c->smul);
+    v.hi = x16_col8(grp, p, 1, xf, c->lv, c->smul);
     return v;
 }
 

@@ -26,8 +26,8 @@
  * vpdpbusd per token with the activations broadcast. The panel is rebuilt
  * once per token block, so each weight byte is read from memory once per block
  * of tokens. The interleaved q8x16 and q4sx16 are read in place, 16 rows per
- * register; q4ax16 runs the AVX2 tier's 256-bit kernels (x86_x16.h, two
- * halves of 8 rows): the same source, so every line of its path here is
+ * register; q4ax16, q6x16, q5x16 run the AVX2 tier's 256-bit kernels (x86_x16.h, two
+ * halves of 8 rows): the same source, so every line of their path here is
  * tested on AVX2 hosts and under qemu, which runs no AVX-512. */
 #include "tier_common.h"
 #include "quant.h"
@@ -298,7 +298,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
-/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register; q4ax16: x86_x16.h -- */
+/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register; q4ax16, q6x16, q5x16: x86_x16.h */
 /* The 16 rows' scales of block b as f32 */
 CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int q8) {
     __m256i h, nan;
@@ -370,7 +370,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
-/* q4ax16: the AVX2 tier's 256-bit kernels, two halves of 8 rows (x86_x16.h),
+/* q4ax16, q6x16, q5x16: the AVX2 tier's 256-bit kernels, two halves of 8 rows (x86_x16.h),
    so that every line of its path here runs (and is tested) on AVX2 too. */
 #include "x86_x16.h"
 
@@ -382,8 +382,12 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
     const int32_t *hs[TT];
     int64_t t;
     int i;
-    if (xf == X16_Q4A) {
-        x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q4A);
+    if (xf == X16_Q4A || xf == X16_Q6 || xf == X16_Q5) {
+        switch (xf) { /* a constant per call */
+        case X16_Q4A: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q4A); break;
+        case X16_Q6: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q6); break;
+        default: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q5); break;
+        }
         return;
     }
     for (t = t0; t + TT <= t1; t += TT) {
@@ -515,11 +519,13 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
         c->levels = _mm512_loadu_ps(lv);
     }
 }
-CISM__INLINE ovec ov_x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int xf, const oconst *c) {
-    if (xf == X16_Q4A) /* the AVX2 tier's 256-bit decoder (x86_x16.h), its two halves joined */
-        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_q4a_col8(grp, code, scale, shift, 0)),
-                                  x16_q4a_col8(grp, code, scale, shift, 1), 1);
-    return x16_col(grp, code, scale, shift, xf == X16_Q8, c->levels, c->smul);
+CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
+    if (xf == X16_Q4A) /* the AVX2 tier's 256-bit decoders (x86_x16.h), their two halves joined */
+        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_q4a_col8(grp, p->code, p->scale, p->shift, 0)),
+                                  x16_q4a_col8(grp, p->code, p->scale, p->shift, 1), 1);
+    if (xf == X16_Q6 || xf == X16_Q5)
+        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_qint_col8(grp, p, 0, xf)), x16_qint_col8(grp, p, 1, xf), 1);
+    return x16_col(grp, p->code, p->scale, p->shift, xf == X16_Q8, c->levels, c->smul);
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): per block the

@@ -10,7 +10,8 @@
  *     scale * level) and dotted with FMA in the NEON tier's 8 lanes and
  *     reduction tree, so these differ from the scalar tier only as the NEON
  *     f32 matmul does (kernel_bounds.h); the interleaved dtypes (q8x16,
- *     q4sx16, q4ax16) with the same numerics in row lanes, their int8 path
+ *     q4sx16, q4ax16) with the same numerics in row lanes, q6x16 and q5x16
+ *     through the row kernels with each block gathered; their int8 path
  *     in neon_x16.h.
  *
  * Decoding to f32 without int->float conversions: a level plus an offset
@@ -146,16 +147,26 @@ CISM__INLINE void f_fma16(const int R, const int T, f8 acc[2][4], float32x4_t wv
 
 /* Weight block b of R rows against T tokens' x (x + t*ldx: the block's first
    activation of token t); halves = the block's 16-column halves to do. */
-CISM__INLINE void f_block(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t b, const float *x,
-                          int64_t ldx, f8 acc[2][4], int halves, uint8x16_t lutu, int8x16_t shift) {
+CISM__INLINE void f_block(const int dt, const int32_t xd, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t r0,
+                          int64_t b, const float *x, int64_t ldx, f8 acc[2][4], int halves, uint8x16_t lutu, int8x16_t shift) {
     float32x4_t wv[2][4];
     fdq s[2];
+    uint8_t tmp[2][CISM__Q6_BYTES];
+    const uint8_t *blk[2];
     int r, h;
-    for (r = 0; r < R; r++) s[r] = f_scale(dt, w + (uint64_t)r * rb + b * nq_bytes(dt));
+    for (r = 0; r < R; r++) {
+        if (xd) { /* q6x16, q5x16: the block gathered into its row layout */
+            cism__x16_block(xd, w, rb, r0 + r, b, tmp[r]);
+            blk[r] = tmp[r];
+        } else {
+            blk[r] = w + (uint64_t)(r0 + r) * rb + b * nq_bytes(dt);
+        }
+        s[r] = f_scale(dt, blk[r]);
+    }
     for (h = 0; h < nq_block(dt) / 16; h++) {
         if (h >= halves) break;
         for (r = 0; r < R; r++) {
-            uint8x16_t u = f_bytes(dt, w + (uint64_t)r * rb + b * nq_bytes(dt), h, lutu, shift);
+            uint8x16_t u = f_bytes(dt, blk[r], h, lutu, shift);
             if (dt == CISM_DTYPE_Q4A) f_dec16a(u, s[r], wv[r]);
             else f_dec16(u, s[r], wv[r]);
         }
@@ -163,11 +174,12 @@ CISM__INLINE void f_block(const int dt, const int R, const int T, const uint8_t 
     }
 }
 
-/* R <= 2 rows x T <= 4 tokens: y[t*ldy + r]. A last, partial block takes its
-   activations from a zero-padded copy (the padding weights, whose codes may
-   be any level, meet zeros). */
-CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t cols, const float *x,
-                         int64_t ldx, float *y, int64_t ldy) {
+/* Rows r0, r0 + 1 (R <= 2) x T <= 4 tokens: y[t*ldy + r]. A last, partial
+   block takes its activations from a zero-padded copy (the padding weights,
+   whose codes may be any level, meet zeros). xd: an interleaved dtype of
+   base dt (q6x16, q5x16), whose blocks are gathered, or 0. */
+CISM__INLINE void f_tile(const int dt, const int32_t xd, const int R, const int T, const uint8_t *w, uint64_t rb, int64_t r0,
+                         int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy) {
     const uint8x16_t lutu = dt == CISM_DTYPE_Q8 ? vdupq_n_u8(0)
                                                  : veorq_u8(vreinterpretq_u8_s8(nq_levels(dt)), vdupq_n_u8(0x80));
     const int8x16_t shift = vld1q_s8(nq_shift_hi);
@@ -177,12 +189,12 @@ CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *
     int r, t;
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) acc[r][t].lo = acc[r][t].hi = vdupq_n_f32(0.0f);
-    for (b = 0; b < nfull; b++) f_block(dt, R, T, w, rb, b, x + b * B, ldx, acc, 2, lutu, shift);
+    for (b = 0; b < nfull; b++) f_block(dt, xd, R, T, w, rb, r0, b, x + b * B, ldx, acc, 2, lutu, shift);
     if (rem) {
         float xt[4][32];
         memset(xt, 0, sizeof(xt));
         for (t = 0; t < T; t++) memcpy(xt[t], x + t * ldx + nfull * B, (size_t)rem * sizeof(float));
-        f_block(dt, R, T, w, rb, nfull, xt[0], 32, acc, rem > 16 ? 2 : 1, lutu, shift);
+        f_block(dt, xd, R, T, w, rb, r0, nfull, xt[0], 32, acc, rem > 16 ? 2 : 1, lutu, shift);
     }
     for (r = 0; r < R; r++)
         for (t = 0; t < T; t++) y[t * ldy + r] = hsum8(acc[r][t]);
@@ -190,13 +202,13 @@ CISM__INLINE void f_tile(const int dt, const int R, const int T, const uint8_t *
 
 /* decode: 2 rows per tile; prefill: 1 row x 4 tokens (the decoded block
    feeds 4 tokens), token blocks of 256 KiB of activations */
-CISM__INLINE void f_matmul(const int dt, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+CISM__INLINE void f_matmul(const int dt, const int32_t xd, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                            int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const uint8_t *wb = (const uint8_t *)w;
     int64_t r, t, t0, tb;
     if (nt == 1) {
-        for (r = r0; r + 2 <= r1; r += 2) f_tile(dt, 2, 1, wb + r * rb, rb, cols, x, ldx, y + r, ldy);
-        if (r < r1) f_tile(dt, 1, 1, wb + r * rb, rb, cols, x, ldx, y + r, ldy);
+        for (r = r0; r + 2 <= r1; r += 2) f_tile(dt, xd, 2, 1, wb, rb, r, cols, x, ldx, y + r, ldy);
+        if (r < r1) f_tile(dt, xd, 1, 1, wb, rb, r, cols, x, ldx, y + r, ldy);
         return;
     }
     tb = CISM__X_BLOCK_BYTES / (cols * 4);
@@ -205,8 +217,8 @@ CISM__INLINE void f_matmul(const int dt, const void *w, uint64_t rb, int64_t col
     for (t0 = 0; t0 < nt; t0 += tb) {
         int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
         for (r = r0; r < r1; r++) {
-            for (t = t0; t + 4 <= t1; t += 4) f_tile(dt, 1, 4, wb + r * rb, rb, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
-            for (; t < t1; t++) f_tile(dt, 1, 1, wb + r * rb, rb, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+            for (t = t0; t + 4 <= t1; t += 4) f_tile(dt, xd, 1, 4, wb, rb, r, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
+            for (; t < t1; t++) f_tile(dt, xd, 1, 1, wb, rb, r, cols, x + t * ldx, ldx, y + t * ldy + r, ldy);
         }
     }
 }
@@ -361,19 +373,23 @@ CISM__INLINE void fx_matmul(const int fm, const void *w, uint64_t rb, int64_t co
 }
 
 /* ---- the tier's entries --------------------------------------------------------------------- */
-#define NQ_ENTRIES(nm, DT)                                                                                          \
+/* XD: q6x16, q5x16 run their base's row kernels with each block gathered
+   into its row layout (cism__x16_block): the bits of q6 / q5 */
+#define NQ_ENTRIES(nm, DT, XD)                                                                                      \
     static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,       \
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
-        f_matmul(DT, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                     \
+        f_matmul(DT, XD, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                  \
     }
-NQ_ENTRIES(q8, CISM_DTYPE_Q8)
-NQ_ENTRIES(q4, CISM_DTYPE_Q4)
-NQ_ENTRIES(fp4, CISM_DTYPE_FP4)
-NQ_ENTRIES(nl4, CISM_DTYPE_NL4)
-NQ_ENTRIES(q4s, CISM_DTYPE_Q4S)
-NQ_ENTRIES(q4a, CISM_DTYPE_Q4A)
-NQ_ENTRIES(q6, CISM_DTYPE_Q6)
-NQ_ENTRIES(q5, CISM_DTYPE_Q5)
+NQ_ENTRIES(q8, CISM_DTYPE_Q8, 0)
+NQ_ENTRIES(q4, CISM_DTYPE_Q4, 0)
+NQ_ENTRIES(fp4, CISM_DTYPE_FP4, 0)
+NQ_ENTRIES(nl4, CISM_DTYPE_NL4, 0)
+NQ_ENTRIES(q4s, CISM_DTYPE_Q4S, 0)
+NQ_ENTRIES(q4a, CISM_DTYPE_Q4A, 0)
+NQ_ENTRIES(q6, CISM_DTYPE_Q6, 0)
+NQ_ENTRIES(q5, CISM_DTYPE_Q5, 0)
+NQ_ENTRIES(q6x16, CISM_DTYPE_Q6, CISM_DTYPE_Q6X16)
+NQ_ENTRIES(q5x16, CISM_DTYPE_Q5, CISM_DTYPE_Q5X16)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
 #define NX_FLOAT_ENTRY(nm, FM)                                                                                   \
@@ -424,6 +440,8 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     k->matmul[CISM_DTYPE_Q4AX16] = matmul_q4ax16;
+    k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
+    k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
     nq_fill_entries(k);
     k->quantize_act = quantize_act;
 }

@@ -70,10 +70,11 @@ static void decode_run(const cism__fmt4 *f, int32_t dt, const uint8_t *w, uint64
         cism__dequantize_row(dt, w + (uint64_t)r * rb + (uint64_t)(b * CISM__Q4A_BYTES), out, n);
         return;
     }
-    if (dt == CISM_DTYPE_Q4AX16) { /* block by block, the same */
-        for (c = 0; c < n; c += CISM__Q4A_BLOCK, b++)
-            cism__dequantize_row(CISM_DTYPE_Q4A, block_at(dt, w, rb, r, b, CISM__Q4A_BYTES, tmp), out + c,
-                                 n - c < CISM__Q4A_BLOCK ? n - c : CISM__Q4A_BLOCK);
+    if (cism__dtype_is_x16(dt) && !f && cism__dtype_base(dt) != CISM_DTYPE_Q8) { /* q4ax16, q6x16, q5x16: block by block, the same */
+        const int32_t base = cism__dtype_base(dt);
+        const int64_t bbx = (int64_t)cism__row_bytes(base, 32);
+        for (c = 0; c < n; c += 32, b++)
+            cism__dequantize_row(base, block_at(dt, w, rb, r, b, bbx, tmp), out + c, n - c < 32 ? n - c : 32);
         return;
     }
     if (cism__dtype_is_qint(dt)) { /* q6, q5: d * level, exactly as cism__dequantize_row */
@@ -181,9 +182,10 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
                              int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dt));
     uint8_t tmp[CISM__Q8_BYTES] = {0};
-    const int asym = cism__dtype_base(dt) == CISM_DTYPE_Q4A, qint = cism__dtype_is_qint(dt);
+    const int32_t base = cism__dtype_base(dt);
+    const int asym = base == CISM_DTYPE_Q4A, qint = cism__dtype_is_qint(base);
     int64_t B = f ? f->block : CISM__Q8_BLOCK;
-    int64_t bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : qint ? cism__qint_bytes(dt) : CISM__Q8_BYTES;
+    int64_t bb = f ? f->block_bytes : asym ? CISM__Q4A_BYTES : qint ? cism__qint_bytes(base) : CISM__Q8_BYTES;
     int64_t nb = (cols + B - 1) / B;
     int32_t lv[32];
     int64_t r, t0, t, b;
@@ -200,7 +202,7 @@ static void matmul_a8_blocks(int32_t dt, const void *w, uint64_t row_bytes, int6
                     d = cism__q4a_d(blk);
                     m = cism__q4a_m(blk);
                 } else if (qint) {
-                    cism__qint_levels(dt, blk, lv);
+                    cism__qint_levels(base, blk, lv);
                     d = cism__qint_d(blk);
                 } else if (f) {
                     const uint8_t *q = blk + (f->scale_kind == CISM__SCALE_F16 ? 2 : 1);
@@ -257,3 +259,5 @@ SCALAR_ROW_KERNELS(q5, CISM_DTYPE_Q5)
 SCALAR_KERNELS(q8x16, CISM_DTYPE_Q8X16)
 SCALAR_KERNELS(q4sx16, CISM_DTYPE_Q4SX16)
 SCALAR_KERNELS(q4ax16, CISM_DTYPE_Q4AX16)
+SCALAR_KERNELS(q6x16, CISM_DTYPE_Q6X16)
+SCALAR_KERNELS(q5x16, CISM_DTYPE_Q5X16)

@@ -7,7 +7,7 @@
  *                     DT, the entry's parameters (w, rb, cols, xq, ldq, y, ldy,
  *                     nt, r0, r1) in scope
  *   NQ_X16_MODE       (optional) the neon_x16.h mode of the q8x16 / q4sx16 /
- *                     q4ax16 entries (NQ_SMULL, NQ_SDOT); a tier without it
+ *                     q4ax16 / q6x16 / q5x16 entries (NQ_SMULL, NQ_SDOT); a tier without it
  *                     keeps the tier below's
  *   NQ_MAC_OP(c, a, b), NQ_MAC_PER_OP   (optional) the int8_mac_loop probe:
  *                     12 chains of this 128-bit int8 instruction, multiply-adds
@@ -33,6 +33,8 @@ NQ_A8_ENTRY(q5, NQ_A8(CISM_DTYPE_Q5))
 NQ_A8_ENTRY(q8x16, nx_matmul_a8(NX_Q8, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q4sx16, nx_matmul_a8(NX_Q4S, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q4ax16, nx_matmul_a8(NX_Q4A, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q6x16, nx_matmul_a8(NX_Q6, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q5x16, nx_matmul_a8(NX_Q5, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 #endif
 #undef NQ_A8_ENTRY
 
@@ -65,6 +67,8 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
+    k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
+    k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
 #endif
 #ifdef NQ_MAC_OP
     k->int8_mac_loop = int8_mac_loop;

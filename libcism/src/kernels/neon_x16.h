@@ -15,6 +15,9 @@
  * int16, widened pairwise into int32 and one ADDP per block. (The
  * float-activation path of these dtypes is in kernels_neon_quant.c.)
  *
+ * q6x16, q5x16 (blocks of 32 as q4ax16, chunk by chunk the same lanes) enter
+ * as their levels (code - H: q6 -32..31, q5 -16..15), the nibbles with the
+ * high bits ORed in (nx_split): |level * q| <= 32 * 127, eight fit an int16.
  * The 4-bit codes enter as they are (0..15, signed bytes). q4sx16: the
  * block's int32 starts at -8 * (the sum of its 16 activations), the
  * half-block sums quantize_act writes after each row: exactly
@@ -40,9 +43,10 @@
 
 /* The interleaved format (a constant in every caller; also the
    float-activation path's, kernels_neon_quant.c). */
-enum { NX_Q8 = 0, NX_Q4S = 1, NX_Q4A = 2 };
+enum { NX_Q8 = 0, NX_Q4S = 1, NX_Q4A = 2, NX_Q6 = 3, NX_Q5 = 4 };
 CISM__INLINE int32_t nx_dtype(const int fm) {
-    return fm == NX_Q8 ? CISM_DTYPE_Q8X16 : fm == NX_Q4S ? CISM_DTYPE_Q4SX16 : CISM_DTYPE_Q4AX16;
+    return fm == NX_Q8 ? CISM_DTYPE_Q8X16 : fm == NX_Q4S ? CISM_DTYPE_Q4SX16 : fm == NX_Q4A ? CISM_DTYPE_Q4AX16
+           : fm == NX_Q6 ? CISM_DTYPE_Q6X16 : CISM_DTYPE_Q5X16;
 }
 
 /* The 16 rows' scales of block b: d[k] lane i = row 4k + i; q4a: m[k] the
@@ -61,7 +65,7 @@ CISM__INLINE void nx_scales(const int fm, const uint8_t *sc, float32x4_t *d, flo
         m[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0.val[1]));
         m[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1.val[1])));
         m[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1.val[1]));
-    } else if (fm == NX_Q8) {
+    } else if (fm != NX_Q4S) { /* q8, q6, q5: fp16 d */
         uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc));
         uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + 16));
         d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
@@ -129,21 +133,56 @@ CISM__INLINE void nx_q8_sdot(const int k0, const int K, const int T, const int8_
         for (t = 0; t < T; t++) s[t][k] = nx_sdot(s[t][k], w[k], a[t][v], l);
 }
 
-/* 4-bit codes, chunk c at cp: the low nibbles meet lane c of activation
-   vector 0 (elements 4c..4c+3); the high ones q4s: lane 2 + c of vector 0
-   (8 + 4c..), q4a: lane c of vector 1 (16 + 4c..) */
-CISM__INLINE void nx_nib_sdot(const int fm, const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2],
+#endif
+
+/* q5: 0x10 in byte i of each row's dword whose bit 4 * odd + i of the
+   dword's byte `byte` is set (q: the row register of chunk 0) */
+CISM__INLINE uint8x16_t nx_q5_bit4(uint8x16_t q, const int byte, const int odd) {
+    static const uint8_t dw4[16] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12};
+    const uint8x16_t bit = vreinterpretq_u8_u32(vdupq_n_u32(odd ? 0x80402010u : 0x08040201u));
+    const uint8x16_t v = vqtbl1q_u8(q, vaddq_u8(vld1q_u8(dw4), vdupq_n_u8((uint8_t)byte)));
+    return vandq_u8(vtstq_u8(v, bit), vdupq_n_u8(0x10));
+}
+
+/* Chunk c of row register k of a block (codes at cb) of the 4-bit formats,
+   q6, q5: lo the low nibbles' values, hi the high ones' (q4s, q4a: codes
+   0..15; q6, q5: levels, the plane's bits ORed in, minus H). q4a, q6, q5: lo
+   elements 4c.., hi 16 + 4c..; q6's elements 4c + i take plane byte 4 (c & 1)
+   + i (chunk 4 + (c & 1)) bits 2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); q5's
+   element e, bit e of chunk 0's dword, and the nibbles from chunk 1. */
+CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const int k, int8x16_t *lo, int8x16_t *hi) {
+    const uint8x16_t raw = vld1q_u8(cb + (fm == NX_Q5 ? 64 : 0) + c * 64 + k * 16);
+    uint8x16_t l = vandq_u8(raw, vdupq_n_u8(15)), h = vshrq_n_u8(raw, 4);
+    if (fm == NX_Q6) {
+        const uint8x16_t p = vld1q_u8(cb + (4 + (c & 1)) * 64 + k * 16), m3 = vdupq_n_u8(0x30);
+        l = vorrq_u8(l, vandq_u8(c < 2 ? vshlq_n_u8(p, 4) : vshlq_n_u8(p, 2), m3));
+        h = vorrq_u8(h, vandq_u8(c < 2 ? p : vshrq_n_u8(p, 2), m3));
+    } else if (fm == NX_Q5) {
+        const uint8x16_t q = vld1q_u8(cb + k * 16);
+        l = vorrq_u8(l, nx_q5_bit4(q, c >> 1, c & 1));
+        h = vorrq_u8(h, nx_q5_bit4(q, 2 + (c >> 1), c & 1));
+    }
+    if (fm == NX_Q6 || fm == NX_Q5) {
+        l = vsubq_u8(l, vdupq_n_u8(fm == NX_Q6 ? 32 : 16));
+        h = vsubq_u8(h, vdupq_n_u8(fm == NX_Q6 ? 32 : 16));
+    }
+    *lo = vreinterpretq_s8_u8(l);
+    *hi = vreinterpretq_s8_u8(h);
+}
+
+#if defined(__ARM_FEATURE_DOTPROD)
+/* 4-bit codes / q6, q5 levels, chunk c of the block at cb: the low nibbles
+   meet lane c of activation vector 0 (elements 4c..4c+3); the high ones q4s:
+   lane 2 + c of vector 0 (8 + 4c..), q4a, q6, q5: lane c of vector 1 (16 + 4c..) */
+CISM__INLINE void nx_nib_sdot(const int fm, const int k0, const int K, const int T, const uint8_t *cb, int8x16_t a[NX_MAXT][2],
                               const int c, int32x4_t s[NX_MAXT][NX_MAXK]) {
-    int8x16_t w[NX_MAXK];
     int t, k;
-    nx_ldw((const int8_t *)cp, k0, K, w);
     for (k = 0; k < K; k++) {
-        uint8x16_t raw = vreinterpretq_u8_s8(w[k]);
-        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15)));
-        int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+        int8x16_t lo, hi;
+        nx_split(fm, cb, c, k0 + k, &lo, &hi);
         for (t = 0; t < T; t++) {
             s[t][k] = nx_sdot(s[t][k], lo, a[t][0], c);
-            s[t][k] = nx_sdot(s[t][k], hi, a[t][fm == NX_Q4A], fm == NX_Q4A ? c : 2 + c);
+            s[t][k] = nx_sdot(s[t][k], hi, a[t][fm != NX_Q4S], fm != NX_Q4S ? c : 2 + c);
         }
     }
 }
@@ -165,21 +204,22 @@ CISM__INLINE void nx_q8_smull(const int k0, const int K, const int T, const int8
     }
 }
 
-/* 4-bit codes without SDOT, chunk c at cp (the lanes of nx_nib_sdot), into
-   the int16 products of rows 0-1 (p) and 2-3 (r) of each row register: c = 0
-   starts them. Codes 0..15: |code * q| <= 1905, the 4 (q4s) or 8 (q4a)
-   products of a lane over a block fit an int16. */
-CISM__INLINE void nx_nib_smull(const int fm, const int k0, const int K, const int T, const uint8_t *cp, int8x16_t a[NX_MAXT][2],
+/* 4-bit codes / q6, q5 levels without SDOT, chunk c of the block at cb (the
+   lanes of nx_nib_sdot), into the int16 products of rows 0-1 (p) and 2-3 (r)
+   of each row register: c = 0 starts them. Codes 0..15: |code * q| <= 1905,
+   the 4 (q4s) or 8 (q4a) products of a lane over a block fit an int16; q6,
+   q5 levels: |level * q| <= 32 * 127, eight fit too. */
+CISM__INLINE void nx_nib_smull(const int fm, const int k0, const int K, const int T, const uint8_t *cb, int8x16_t a[NX_MAXT][2],
                                const int c, int16x8_t p[NX_MAXT][NX_MAXK], int16x8_t r[NX_MAXT][NX_MAXK]) {
     int8x16_t dl[NX_MAXT], dh[NX_MAXT];
     int t, k;
     for (t = 0; t < T; t++) {
         dl[t] = nx_dup(a[t][0], c);
-        dh[t] = nx_dup(a[t][fm == NX_Q4A], fm == NX_Q4A ? c : 2 + c);
+        dh[t] = nx_dup(a[t][fm != NX_Q4S], fm != NX_Q4S ? c : 2 + c);
     }
     for (k = 0; k < K; k++) {
-        uint8x16_t raw = vld1q_u8(cp + (k0 + k) * 16);
-        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+        int8x16_t lo, hi;
+        nx_split(fm, cb, c, k0 + k, &lo, &hi);
         for (t = 0; t < T; t++) {
             if (c == 0) {
                 p[t][k] = vmull_s8(vget_low_s8(lo), vget_low_s8(dl[t]));
@@ -221,13 +261,13 @@ CISM__INLINE void nx_dots(const int fm, const int dot, const int k0, const int K
         } else {
             for (t = 0; t < T; t++) {
                 a[t][0] = vld1q_s8(q[t]);
-                a[t][1] = fm == NX_Q4A ? vld1q_s8(q[t] + 16) : a[t][0];
+                a[t][1] = fm != NX_Q4S ? vld1q_s8(q[t] + 16) : a[t][0];
             }
             nx_nib_sdot(fm, k0, K, T, cb, a, 0, s);
-            nx_nib_sdot(fm, k0, K, T, cb + 64, a, 1, s);
-            if (fm == NX_Q4A) {
-                nx_nib_sdot(fm, k0, K, T, cb + 128, a, 2, s);
-                nx_nib_sdot(fm, k0, K, T, cb + 192, a, 3, s);
+            nx_nib_sdot(fm, k0, K, T, cb, a, 1, s);
+            if (fm != NX_Q4S) {
+                nx_nib_sdot(fm, k0, K, T, cb, a, 2, s);
+                nx_nib_sdot(fm, k0, K, T, cb, a, 3, s);
             }
         }
         return;
@@ -250,10 +290,10 @@ CISM__INLINE void nx_dots(const int fm, const int dot, const int k0, const int K
         } else { /* the block's chunks into int16, widened once */
             int16x8_t p[NX_MAXT][NX_MAXK], r[NX_MAXT][NX_MAXK];
             nx_nib_smull(fm, k0, K, T, cb, a, 0, p, r);
-            nx_nib_smull(fm, k0, K, T, cb + 64, a, 1, p, r);
-            if (fm == NX_Q4A) {
-                nx_nib_smull(fm, k0, K, T, cb + 128, a, 2, p, r);
-                nx_nib_smull(fm, k0, K, T, cb + 192, a, 3, p, r);
+            nx_nib_smull(fm, k0, K, T, cb, a, 1, p, r);
+            if (fm != NX_Q4S) {
+                nx_nib_smull(fm, k0, K, T, cb, a, 2, p, r);
+                nx_nib_smull(fm, k0, K, T, cb, a, 3, p, r);
             }
             for (t = 0; t < T; t++)
                 for (k = 0; k < K; k++) {

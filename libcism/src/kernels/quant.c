@@ -732,7 +732,7 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }
-    if (cism__dtype_is_qint(dtype)) { /* fp16 scales, with room for the search's larger candidates */
+    if (cism__dtype_is_qint(cism__dtype_base(dtype))) { /* fp16 scales, with room for the search's larger candidates */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
         if (amax / (float)(cism__qint_half(dtype) - 1) > 48000.0f)
@@ -967,7 +967,7 @@ cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_row
     if (gram && f && (g < f->block || g > 4096 || g % f->block))
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
                           "(at most 4096)", (long long)g, cism_dtype_name(dtype), f->block);
-    if (gram && cism__dtype_is_qint(dtype)) /* q6, q5: no error compensation; the diagonal weighs the scale search */
+    if (gram && cism__dtype_is_qint(cism__dtype_base(dtype))) /* q6, q5: no error compensation; the diagonal weighs the scale search */
         return gram_diag_quantize(dtype, src, n_rows, cols, gram, gram_block, dst, dst_capacity, dst_size, n_threads);
     if (!gram || !f) /* no statistics, or a format without a scale search (q8, q4a, floats): plain rounding */
         return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);

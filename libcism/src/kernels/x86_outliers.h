@@ -7,10 +7,11 @@
  *   ovec                           16 floats (AVX2: two __m256, AVX-512: __m512)
  *   ov_load, ov_store              16 floats from / to memory
  *   ov_addmul(acc, v, col)         acc + v * col, fused (one rounding, as fmaf)
- *   oconst, oconst_init(&c, xf, f) the constants of a group's decode (xf: X16_Q8, X16_Q4S, X16_Q4A;
- *                                  f: q4sx16's format, else NULL)
- *   ov_x16_col(grp, code, scale, shift, xf, &c)   a column of a group, decoded exactly
- *                                  (q4ax16: x16_q4a_col8 of x86_x16.h, 256-bit on both tiers)
+ *   oconst, oconst_init(&c, xf, f) the constants of a group's decode (xf: X16_Q8, X16_Q4S, X16_Q4A,
+ *                                  X16_Q6, X16_Q5; f: q4sx16's format, else NULL)
+ *   ov_x16_col(grp, &ocol, xf, &c) a column of a group (its place: x16_place), decoded exactly
+ *                                  (q4ax16, q6x16, q5x16: x16_q4a_col8 / x16_qint_col8 of
+ *                                  x86_x16.h, 256-bit on both tiers)
  *   oq4a, oq4a_init(&c, row_bytes) q4a: the 16 rows' offsets
  *   ov_q4a_dm(p, &c, &d, &m)       q4a: the scales d, m of the block at p, 16 rows, widened exactly
  *   ov_q4a_code(p, &c, j, d, m)    q4a: d * code + m, column j of the block at p
@@ -20,24 +21,7 @@
 #ifndef CISM_X86_OUTLIERS_H
 #define CISM_X86_OUTLIERS_H
 
-/* A column's place in a group, the same for every group: where its codes
-   and scales are, and the shift that brings its code to the top (q8, then
-   sign-extended) or the bottom (4-bit, then masked) of each row's 32-bit lane
-   (q4s: blocks of 16, element j in the low nibble of byte j, j + 8 in the
-   high one; q4a: blocks of 32, j and j + 16). */
-typedef struct ocol {
-    int64_t code, scale;
-    int shift;
-} ocol;
-
-static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, int q8, int64_t B, int32_t c) {
-    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
-    ocol p;
-    p.code = (int64_t)(cism__x16_codes(g, grp, b) - grp) + (byte / 4) * 64;
-    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
-    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
-    return p;
-}
+/* ocol, x16_place: a column's place in a group (x86_x16.h) */
 
 /* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
 CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
@@ -134,9 +118,10 @@ typedef struct oplace {
 
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
-    pl->xf = base == CISM_DTYPE_Q8 ? X16_Q8 : base == CISM_DTYPE_Q4A ? X16_Q4A : X16_Q4S;
+    pl->xf = base == CISM_DTYPE_Q8 ? X16_Q8 : base == CISM_DTYPE_Q4A ? X16_Q4A : base == CISM_DTYPE_Q6 ? X16_Q6
+             : base == CISM_DTYPE_Q5 ? X16_Q5 : X16_Q4S;
     pl->g = g;
-    pl->B = pl->xf == X16_Q8 ? CISM__Q8_BLOCK : pl->xf == X16_Q4A ? CISM__Q4A_BLOCK : cism__fmt4_of(base)->block;
+    pl->B = pl->xf == X16_Q4S ? cism__fmt4_of(base)->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
@@ -146,7 +131,7 @@ static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
     int16_t at[OSLOTS];
     int k, i;
     if (!pl->q4a) {
-        for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, pl->xf == X16_Q8, pl->B, d->ch[k]);
+        for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, pl->xf, pl->B, d->ch[k]);
         return;
     }
     for (k = pl->nb = 0; k < d->n; k++) { /* few blocks: a linear search */
@@ -173,7 +158,7 @@ static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
 static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
     if (!pl->q4a) {
-        for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, pl->p[k].code, pl->p[k].scale, pl->p[k].shift, pl->xf, &pl->cc);
+        for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], pl->xf, &pl->cc);
         return;
     }
     for (i = 0; i < pl->nb; i++) {
@@ -196,7 +181,7 @@ static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes,
     int k;
     if (!o->n) return;
     if (!pl->q4a)
-        for (k = 0; k < o->n; k++) p[k] = x16_place(w, pl->g, pl->xf == X16_Q8, pl->B, o->idx[k]);
+        for (k = 0; k < o->n; k++) p[k] = x16_place(w, pl->g, pl->xf, pl->B, o->idx[k]);
     for (r = r0; r < r1; r += 16) {
         const uint8_t *grp = w + (uint64_t)r * row_bytes;
         ovec acc = ov_load(y + r);
@@ -208,7 +193,7 @@ static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes,
                 ov_q4a_dm(b, &pl->cq, &dv, &mv);
                 col = ov_q4a_code(b, &pl->cq, o->idx[k] % CISM__Q4A_BLOCK, dv, mv);
             } else {
-                col = ov_x16_col(grp, p[k].code, p[k].scale, p[k].shift, pl->xf, &pl->cc);
+                col = ov_x16_col(grp, &p[k], pl->xf, &pl->cc);
             }
             acc = ov_addmul(acc, o->val[k], col);
         }

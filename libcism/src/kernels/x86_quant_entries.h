@@ -82,13 +82,13 @@ A8_KERNEL(q6, F_Q6)
 A8_KERNEL(q5, F_Q5)
 #undef A8_KERNEL
 
-/* Interleaved dtypes (q8x16, q4sx16, q4ax16: xf): rows [r0, r1) of a matrix of whole
+/* Interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16: xf): rows [r0, r1) of a matrix of whole
    groups; a group partly outside is computed whole and stored masked. Tokens
    in blocks whose activations stay in L2 while every group of the range
    passes over them; calls of few tokens prefetch the group stream. */
 CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int xf) {
-    cism__x16 g = cism__x16_geom(xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : CISM_DTYPE_Q4AX16, rb);
+    cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
@@ -117,6 +117,8 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
 X86_X16_ENTRY(q8x16, X16_Q8)
 X86_X16_ENTRY(q4sx16, X16_Q4S)
 X86_X16_ENTRY(q4ax16, X16_Q4A)
+X86_X16_ENTRY(q6x16, X16_Q6)
+X86_X16_ENTRY(q5x16, X16_Q5)
 
 /* The table entries every x86 int8 tier fills */
 CISM__INLINE void fill_a8_entries(cism__kernels *k) {
@@ -131,6 +133,8 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
+    k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
+    k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
 }
 
 #endif

@@ -2,7 +2,9 @@
  * tiers (kernels_avx2_quant.c, kernels_avx512_quant.c), one body for both:
  * 256-bit instructions, which the AVX-512 tier has too. Included after
  * x86_quant.h (qint_codes32, f16_f, g_fmt). The other packed formats keep the
- * scalar tier's float path on x86 (docs/KERNELS.md).
+ * scalar tier's float path on x86 (docs/KERNELS.md). q6x16 and q5x16 run the
+ * same body, each block gathered into its row layout first (cism__x16_block),
+ * so they give their base formats' bits, as an interleaved dtype must.
  *
  * A block decodes exactly to d * level (qint_codes32 - H, widened to f32,
  * times the fp16 scale: exact in f32, as the scalar tier's
@@ -35,23 +37,31 @@ CISM__INLINE float qf_hsum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehl_ps(p, p)));
 }
 
-/* one row against T <= QF_TOK tokens (x + t*ldx), y[t*ldy] */
-CISM__INLINE void qf_row(const uint8_t *row, int64_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, const int f,
-                         const int T) {
+/* block b of row r: in place, or (xd: an interleaved dtype) gathered into tmp */
+CISM__INLINE const uint8_t *qf_block(const uint8_t *wb, uint64_t rb, int64_t r, int64_t b, const int f, const int32_t xd,
+                                     uint8_t *tmp) {
+    if (!xd) return wb + (uint64_t)r * rb + (uint64_t)(b * g_fmt[f].bytes);
+    cism__x16_block(xd, wb, rb, r, b, tmp);
+    return tmp;
+}
+
+/* row r against T <= QF_TOK tokens (x + t*ldx), y[t*ldy] */
+CISM__INLINE void qf_row(const uint8_t *wb, uint64_t rb, int64_t r, int64_t cols, const float *x, int64_t ldx, float *y,
+                         int64_t ldy, const int f, const int32_t xd, const int T) {
     __m256 acc[QF_TOK], w[4];
-    const int bb = g_fmt[f].bytes;
+    uint8_t tmp[CISM__Q6_BYTES];
     const int64_t nfull = cols / 32;
     int64_t b;
     int t, q;
     for (t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (b = 0; b < nfull; b++) {
-        qf_decode(row + b * bb, f, w);
+        qf_decode(qf_block(wb, rb, r, b, f, xd, tmp), f, w);
         for (t = 0; t < T; t++)
             for (q = 0; q < 4; q++) acc[t] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(x + t * ldx + b * 32 + 8 * q), acc[t]);
     }
     if (nfull * 32 < cols) { /* the padded last block: its padding weights meet zeros */
         float xt[32];
-        qf_decode(row + nfull * bb, f, w);
+        qf_decode(qf_block(wb, rb, r, nfull, f, xd, tmp), f, w);
         for (t = 0; t < T; t++) {
             memset(xt, 0, sizeof(xt));
             memcpy(xt, x + t * ldx + nfull * 32, (size_t)(cols - nfull * 32) * sizeof(float));
@@ -62,7 +72,7 @@ CISM__INLINE void qf_row(const uint8_t *row, int64_t cols, const float *x, int64
 }
 
 /* rows [r0, r1) x nt tokens, tokens in blocks whose activations stay in L2 */
-CISM__INLINE void qf_matmul(const int f, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
+CISM__INLINE void qf_matmul(const int f, const int32_t xd, const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {
     const uint8_t *wb = (const uint8_t *)w;
     int64_t tb = CISM__X_BLOCK_BYTES / (cols * 4), t0, t, r;
@@ -71,25 +81,28 @@ CISM__INLINE void qf_matmul(const int f, const void *w, uint64_t rb, int64_t col
     for (t0 = 0; t0 < nt; t0 += tb) {
         const int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
         for (r = r0; r < r1; r++) {
-            const uint8_t *row = wb + (uint64_t)r * rb;
-            for (t = t0; t + QF_TOK <= t1; t += QF_TOK) qf_row(row, cols, x + t * ldx, ldx, y + t * ldy + r, ldy, f, QF_TOK);
-            if (t < t1) qf_row(row, cols, x + t * ldx, ldx, y + t * ldy + r, ldy, f, (int)(t1 - t)); /* the last < 4 */
+            for (t = t0; t + QF_TOK <= t1; t += QF_TOK) qf_row(wb, rb, r, cols, x + t * ldx, ldx, y + t * ldy + r, ldy, f, xd, QF_TOK);
+            if (t < t1) qf_row(wb, rb, r, cols, x + t * ldx, ldx, y + t * ldy + r, ldy, f, xd, (int)(t1 - t)); /* the last < 4 */
         }
     }
 }
 
-#define QF_ENTRY(nm, F)                                                                                             \
+#define QF_ENTRY(nm, F, XD)                                                                                         \
     static void matmul_##nm(const void *w, uint64_t rb, int64_t cols, const float *x, int64_t ldx, float *y,       \
                             int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                     \
-        qf_matmul(F, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                     \
+        qf_matmul(F, XD, w, rb, cols, x, ldx, y, ldy, nt, r0, r1);                                                 \
     }
-QF_ENTRY(q6, F_Q6)
-QF_ENTRY(q5, F_Q5)
+QF_ENTRY(q6, F_Q6, 0)
+QF_ENTRY(q5, F_Q5, 0)
+QF_ENTRY(q6x16, F_Q6, CISM_DTYPE_Q6X16)
+QF_ENTRY(q5x16, F_Q5, CISM_DTYPE_Q5X16)
 #undef QF_ENTRY
 
 CISM__INLINE void fill_qint_float_entries(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q6] = matmul_q6;
     k->matmul[CISM_DTYPE_Q5] = matmul_q5;
+    k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
+    k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
 }
 
 #endif

@@ -1,16 +1,18 @@
-/* x86_x16.h - the interleaved dtypes (q8x16, q4sx16, q4ax16; quant.h has the
- * layout) in 256-bit registers, a group of 16 rows as two halves of 8: the
- * AVX2 tier's int8-activation path of all three, and the AVX-512 tier's of
- * q4ax16 (its own 512-bit x16_tile holds q8x16 and q4sx16). One source for
- * both tiers, so every line the AVX-512 tier runs for q4ax16 is one the AVX2
+/* x86_x16.h - the interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16;
+ * quant.h has the layout) in 256-bit registers, a group of 16 rows as two
+ * halves of 8: the AVX2 tier's int8-activation path of all five, and the
+ * AVX-512 tier's of q4ax16, q6x16, q5x16 (its own 512-bit x16_tile holds q8x16
+ * and q4sx16). One source for both tiers, so every line the AVX-512 tier runs
+ * for q4ax16, q6x16, q5x16 is one the AVX2
  * tier runs (natively and under qemu-x86_64 -cpu Haswell-v4, which the tests
- * use; no AVX-512 CPU or emulator is needed to check it). Also q4ax16's
- * column decoder of the outlier epilogue (x16_q4a_col8, x86_outliers.h).
+ * use; no AVX-512 CPU or emulator is needed to check it). Also the column
+ * decoders of those three for the outlier epilogue (x16_q4a_col8,
+ * x16_qint_col8, x86_outliers.h).
  * Included after x86_quant.h (dot_u, bcast4y, e4m3_words, combine8, X16_*).
  *
  * Per row and block the exact int32 sum s of code x activation, then block
  * after block, the scalar tier's operations in its order (no FMA):
- *   q8x16, q4sx16:  acc = acc + (float)s * (d * d_a)
+ *   q8x16, q4sx16, q6x16, q5x16:  acc = acc + (float)s * (d * d_a)
  *   q4ax16:         acc = acc + (d * (float)s + m * (float)sum_a) * d_a
  * The integer dot is vpmaddubsw (pairs summed in int16), then vpmaddwd with
  * ones; nothing saturates:
@@ -19,10 +21,17 @@
  *            summed in int16 (|sum| <= 4 * 2 * 15 * 127), 8 x its half-block
  *            activation sum taken off after widening;
  *   q4ax16:  codes 0..15 unsigned, no offset, a block's eight products (32
- *            weights) summed in int16: |sum| <= 8 * 2 * 15 * 128 = 30720.
- * q4ax16's chunk c (64 bytes, 4 code bytes per row) holds elements 4c..4c+3
- * in its low nibbles and 16 + 4c..16 + 4c + 3 in its high ones; its scale
- * line holds row i's fp16 d at 4i and m at 4i + 2. */
+ *            weights) summed in int16: |sum| <= 8 * 2 * 15 * 128 = 30720;
+ *   q5x16:   codes 0..31 (level + 16) unsigned, four products summed in
+ *            int16 (|sum| <= 4 * 2 * 31 * 128 = 31744), 16 x the block's
+ *            activation sum taken off after widening;
+ *   q6x16:   codes 0..63 (level + 32), two products (32256), 32 x the sum.
+ * The nibble chunk c (64 bytes, 4 code bytes per row; q4a, q6: chunk c, q5:
+ * chunk 1 + c) holds elements 4c..4c+3 in its low nibbles and 16 + 4c..16 +
+ * 4c + 3 in its high ones, bit 4 (q5: bit i of chunk 0's dword) and bits 4-5
+ * (q6: plane byte e % 8, chunk 4 + (e % 8) / 4, bits 2 (e / 8)) ORed in.
+ * q4ax16's scale line holds row i's fp16 d at 4i and m at 4i + 2, the others'
+ * row i's fp16 d at 2i. */
 #ifndef CISM_X86_X16_H
 #define CISM_X86_X16_H
 
@@ -34,7 +43,7 @@
    the 64-bit quarters reordered to [d 0..3, d 4..7 | m 0..3, m 4..7]. */
 CISM__INLINE __m256 x16h_scales(const uint8_t *sp, int h, const int xf, __m256 *mn) {
     *mn = _mm256_setzero_ps();
-    if (xf == X16_Q8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + h * 16)));
+    if (xf == X16_Q8 || xf == X16_Q6 || xf == X16_Q5) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + h * 16)));
     if (xf == X16_Q4S) return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sp + h * 8))));
     {
         const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
@@ -46,25 +55,63 @@ CISM__INLINE __m256 x16h_scales(const uint8_t *sp, int h, const int xf, __m256 *
     }
 }
 
-/* q4ax16: the int16 sums of a block's eight products (codes lo[c], hi[c] of
-   chunk c against the activations 4c.. and 16 + 4c..), widened to the 8
-   rows' int32 sums; a tree of int16 adds (exact, see above) */
-CISM__INLINE __m256i q4a_dot8(const __m256i lo[4], const __m256i hi[4], const int8_t *q) {
+/* q4ax16, q6x16, q5x16 (blocks of 32): the int32 sums of code x activation
+   of 8 rows from a block's eight products (codes lo[c], hi[c] of chunk c
+   against the activations 4c.. and 16 + 4c.. of ab), a tree of int16 adds as
+   deep as the format's bound allows (see above), then widened; q6, q5: H x
+   the activation sum taken off, exactly sum level x q */
+CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const cism__act8 *ab, const int xf) {
+    const __m256i one = _mm256_set1_epi16(1);
     __m256i p[4];
     int c;
     for (c = 0; c < 4; c++)
-        p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(q + 4 * c)), _mm256_maddubs_epi16(hi[c], bcast4y(q + 16 + 4 * c)));
-    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), _mm256_set1_epi16(1));
+        p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(ab->q + 4 * c)),
+                                _mm256_maddubs_epi16(hi[c], bcast4y(ab->q + 16 + 4 * c)));
+    if (xf == X16_Q4A) return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one);
+    if (xf == X16_Q5)
+        return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), one),
+                                                 _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), one)),
+                                _mm256_set1_epi32(16 * ab->sum));
+    return _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p[0], one), _mm256_madd_epi16(p[1], one)),
+                                             _mm256_add_epi32(_mm256_madd_epi16(p[2], one), _mm256_madd_epi16(p[3], one))),
+                            _mm256_set1_epi32(32 * ab->sum));
 }
 
-/* q4ax16: the codes of rows 8h..8h+7 of a block (cb: its chunk 0 + 32h), split into nibbles */
-CISM__INLINE void q4a_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4]) {
+/* 0x10 in the bytes of 8 rows' dwords whose bit is set: byte i of each dword
+   takes bit 4 * odd + i of the dword's byte `byte` (q5's bit 4, hq: chunk 0) */
+CISM__INLINE __m256i q5_bit4(__m256i hq, const int byte, const int odd) {
+    const __m256i sel = _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c),
+                                        _mm256_set1_epi8((char)byte));
+    const __m256i bit = _mm256_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(hq, sel), bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* q4ax16, q6x16, q5x16: the codes of rows 8h..8h+7 of a block (cb: its chunk
+   0 + 32h): nibble chunk c split, lo[c] elements 4c.., hi[c] 16 + 4c..,
+   with q6's plane bits / q5's bit 4 ORed in (codes 0..15, 0..63, 0..31) */
+CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], const int xf) {
     const __m256i m = _mm256_set1_epi8(0x0f);
+    const uint8_t *nc = cb + (xf == X16_Q5 ? 64 : 0);
     int c;
     for (c = 0; c < 4; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(cb + c * 64));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(nc + c * 64));
         lo[c] = _mm256_and_si256(v, m);
         hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    }
+    if (xf == X16_Q6) { /* chunk c's elements 4c + i take plane byte 4 (c & 1) + i, bits 2 (c / 2); 16 + 4c + i bits 4 + 2 (c / 2) */
+        const __m256i p4 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 256));
+        const __m256i p5 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 320)), m3 = _mm256_set1_epi8(0x30);
+        for (c = 0; c < 4; c++) {
+            const __m256i pl = c & 1 ? p5 : p4;
+            lo[c] = _mm256_or_si256(lo[c], _mm256_and_si256(c < 2 ? _mm256_slli_epi16(pl, 4) : _mm256_slli_epi16(pl, 2), m3));
+            hi[c] = _mm256_or_si256(hi[c], _mm256_and_si256(c < 2 ? pl : _mm256_srli_epi16(pl, 2), m3));
+        }
+    } else if (xf == X16_Q5) { /* element e takes bit e of chunk 0's dword */
+        const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb);
+        for (c = 0; c < 4; c++) {
+            lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1));
+            hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1));
+        }
     }
 }
 
@@ -106,17 +153,17 @@ CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const
                 p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(l1, bcast4y(q + 4)), _mm256_maddubs_epi16(h1, bcast4y(q + 12))));
                 iacc[t][0] = _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * hs[t][b]));
             }
-        } else { /* q4ax16: the block's codes split once, eight products per token */
+        } else { /* q4ax16, q6x16, q5x16: the block's codes decoded once, eight products per token */
             __m256i lo[4], hi[4];
-            q4a_codes8(cb, lo, hi);
-            for (t = 0; t < T; t++) iacc[t][0] = q4a_dot8(lo, hi, a[t][b].q);
+            x16_codes8(cb, lo, hi, xf);
+            for (t = 0; t < T; t++) iacc[t][0] = x16_dot8(lo, hi, &a[t][b], xf);
         }
         for (t = 0; t < T; t++) {
             __m256i s = NA == 2 ? _mm256_add_epi32(iacc[t][0], iacc[t][1]) : iacc[t][0];
             if (xf == X16_Q4A) {
                 facc[t] = combine8(facc[t], s, sc, mn, &a[t][b], F_Q4A);
             } else {
-                float da = xf == X16_Q8 ? a[t][b].d : a[t][b / 2].d;
+                float da = xf == X16_Q4S ? a[t][b / 2].d : a[t][b].d;
                 facc[t] = _mm256_add_ps(facc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(da))));
             }
         }
@@ -178,15 +225,18 @@ CISM__INLINE void x16h_decode(const uint8_t *grp, const cism__x16 *g, const cism
             i0 = r[0];
             i1 = r[1];
             da = a[b / 2].d;
-        } else { /* q4ax16: as x16h_tile, the halves' codes split in turn (fewer live registers) */
+        } else { /* q4ax16, q6x16, q5x16: as x16h_tile, the halves' codes decoded in turn (fewer live registers) */
             __m256i lo[4], hi[4];
-            q4a_codes8(cb, lo, hi);
-            i0 = q4a_dot8(lo, hi, a[b].q);
-            q4a_codes8(cb + 32, lo, hi);
-            i1 = q4a_dot8(lo, hi, a[b].q);
-            f0 = combine8(f0, i0, s0, m0, &a[b], F_Q4A);
-            f1 = combine8(f1, i1, s1, m1, &a[b], F_Q4A);
-            continue;
+            x16_codes8(cb, lo, hi, xf);
+            i0 = x16_dot8(lo, hi, &a[b], xf);
+            x16_codes8(cb + 32, lo, hi, xf);
+            i1 = x16_dot8(lo, hi, &a[b], xf);
+            if (xf == X16_Q4A) {
+                f0 = combine8(f0, i0, s0, m0, &a[b], F_Q4A);
+                f1 = combine8(f1, i1, s1, m1, &a[b], F_Q4A);
+                continue;
+            }
+            da = a[b].d;
         }
         f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, _mm256_set1_ps(da))));
         f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, _mm256_set1_ps(da))));
@@ -233,6 +283,45 @@ CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void 
             }
         }
     }
+}
+
+/* A column's place in a group, the same for every group (x86_outliers.h):
+   where its codes and scales are, and the shift that brings its code to the
+   top (q8, then sign-extended) or the bottom (4-bit, then masked) of each
+   row's 32-bit lane (q4s: blocks of 16, element j in the low nibble of byte
+   j, j + 8 in the high one; q4a, q6, q5: blocks of 32, j and j + 16); q6, q5:
+   also where its high bits are (hcode) and their shift in the lane. */
+typedef struct ocol {
+    int64_t code, scale, hcode;
+    int shift, hshift;
+} ocol;
+
+static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
+    const int q8 = xf == X16_Q8;
+    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
+    ocol p;
+    p.code = cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
+    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5: bit j of chunk 0 */
+    p.hcode = cb + (xf == X16_Q6 ? (4 + (j % 8) / 4) * 64 : 0);
+    p.hshift = xf == X16_Q6 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : (int)j;
+    return p;
+}
+
+/* q6x16, q5x16's outlier column: rows 8h..8h+7 of the column at p, d *
+   level exactly as act_outliers.c (one exact product) */
+CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, const int xf) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h)),
+                                                         _mm_cvtsi32_si128(p->shift)),
+                                        _mm256_set1_epi32(15));
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
+                                                         _mm_cvtsi32_si128(p->hshift)),
+                                        _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
+    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(xf == X16_Q6 ? 32 : 16));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(lv));
 }
 
 /* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column

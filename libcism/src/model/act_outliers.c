@@ -156,7 +156,8 @@ static void weight_col(int32_t dtype, const uint8_t *w, uint64_t row_bytes, int6
 
 /* Column c of the 16 rows of an interleaved group as f32 (q8x16: f16 scale x
    int8 code, exact in f32; q4sx16: E4M3 scale x level, exact; q4ax16: f16
-   scale x code + f16 minimum, one rounding). The f16 scales
+   scale x code + f16 minimum, one rounding; q6x16, q5x16: f16 scale x level,
+   exact). The f16 scales
    take a branch-free conversion that is exact for normal numbers and zero,
    and the exact one when a group holds another kind. */
 static void group_col(const cism__x16 *g, int32_t base, const cism__fmt4 *f, const uint8_t *grp, int64_t c, float *out) {
@@ -164,6 +165,17 @@ static void group_col(const cism__x16 *g, int32_t base, const cism__fmt4 *f, con
     int64_t byte = base == CISM_DTYPE_Q8 ? j : (j < half ? j : j - half);
     const uint8_t *sc = cism__x16_scales(g, grp, b), *codes = cism__x16_codes(g, grp, b) + (byte / 4) * 64 + byte % 4;
     int i;
+    if (cism__dtype_is_qint(base)) { /* d * level, exact, as weight_col: each row's block gathered */
+        const uint8_t *cb = cism__x16_codes(g, grp, b);
+        uint8_t blk[CISM__Q6_BYTES];
+        int k;
+        for (i = 0; i < CISM__X16; i++) {
+            memcpy(blk, sc + 2 * i, 2);
+            for (k = 0; k < g->code_bytes; k++) blk[2 + k] = cb[(k / 4) * 64 + 4 * i + k % 4];
+            out[i] = f16(blk) * (float)cism__qint_level(base, blk, (int)j);
+        }
+        return;
+    }
     if (base == CISM_DTYPE_Q4A) { /* d * code + m, as weight_col */
         for (i = 0; i < CISM__X16; i++) {
             int code = j < half ? (codes[4 * i] & 15) : (codes[4 * i] >> 4);
