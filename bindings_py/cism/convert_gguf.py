@@ -758,7 +758,7 @@ def _convert(g: G.GGUFFile, path: str, out: str, dtype: str, overwrite: bool, pr
             base, how = "q8", "requantized"
         if base in FLOAT_DTYPES:
             dt = FLOAT_DTYPES[base]
-        elif base in ("q4a", "q8"):
+        elif base in q.INTERLEAVED:
             dt = q.QUANT_DTYPES[q.stored_dtype(name, base, shape, hd, layout)]
         else:
             dt = q.QUANT_DTYPES[base]
