@@ -641,13 +641,12 @@ def rows_to_x16(rows: np.ndarray, cols: int, dtype: int) -> np.ndarray:
 # other type is dequantized and requantized to q8: Q5_1 (asymmetric), Q6_K, Q5_K, Q4_K, Q3_K, Q2_K
 # (per-16/32 sub-block scales under a superblock scale) fit no block-of-32 single-scale format, and
 # rounding their values again to q6/q5 would add a 6/5-bit error where q8's is far smaller
-LOSSLESS_NATIVE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8", "Q4_0": "q4", "Q5_0": "q8",
+LOSSLESS_NATIVE = {"F32": "f32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8", "Q4_0": "q4", "Q5_0": "q5",
                    "Q4_1": "q4a"}
-# GGUF Q5_0 is libcism's q5 byte for byte ("q5": kept as it is, 5.5 bits/weight), and q8 holds the same
-# values in 8.5 ("q8", the default). Every SIMD tier has q5 kernels now, but q5 is a row layout: its decode
-# runs at the row-layout kernels' speed, well below the interleaved q8x16 that a q8 import gets
-# (docs/PERFORMANCE.md, "q6 and q5"), so the import stays on q8.
-Q5_0_STORED = "q8"
+# GGUF Q5_0 is libcism's q5 byte for byte ("q5", the default: kept as it is, 5.5 bits/weight, interleaved
+# as q5x16 where the shape allows), and q8 holds the same values in 8.5 ("q8"). Since q5x16 exists the
+# q5 import also decodes faster than the q8x16 one (it reads 35% fewer bytes; docs/PERFORMANCE.md).
+Q5_0_STORED = "q5"
 
 
 def convert_gguf(path: str, out: str, dtype: str = "auto", overwrite: bool = False,

@@ -470,8 +470,8 @@ def test_tokenizer_and_template_metadata_match_hf_import(hf_to_gguf, hf_converte
 # ---------------------------------------------------------------------------
 # block-quantized files written with gguf-py
 
-BLOCK_TYPES = {"Q4_0": ("q4", True), "Q4_1": ("q4a", True), "Q5_0": ("q8", True), "Q8_0": ("q8", True),
-               "Q5_1": ("q8", False), "Q5_0:q5": ("q5", True)}  # TYPE:stored: Q5_0 kept as q5 (Q5_0_STORED)
+BLOCK_TYPES = {"Q4_0": ("q4", True), "Q4_1": ("q4a", True), "Q5_0": ("q5", True), "Q8_0": ("q8", True),
+               "Q5_1": ("q8", False), "Q5_0:q8": ("q8", True)}  # TYPE:stored: Q5_0 kept as q8 (Q5_0_STORED)
 
 
 @pytest.mark.parametrize("qname", list(BLOCK_TYPES))
