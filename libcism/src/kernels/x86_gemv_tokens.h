@@ -17,6 +17,22 @@
 
 #define GEMV_TOKENS(F) ((F) == F_Q4A ? 8 : g_fmt[F].block == 32 ? 4 : 1)
 
+/* 8 rows at wr against 1 <= nt <= GEMV_TOKENS_MAX tokens: the tier's tile with
+   nt a constant in each call (gemv_tokens, and gemv_outliers of x86_outliers.h) */
+CISM__INLINE void gemv8_nt(const uint8_t *wr, uint64_t rb, int64_t nb, const cism__act8 *const *a, float *y, int64_t ldy,
+                           int64_t nt, const int f) {
+    switch (nt) {
+    case 1: gemv8_b32(wr, rb, nb, a[0], y, f); break;
+    case 2: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 2); break;
+    case 3: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 3); break;
+    case 4: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 4); break;
+    case 5: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 5); break;
+    case 6: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 6); break;
+    case 7: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 7); break;
+    default: gemv8_b32_t(wr, rb, nb, a, y, ldy, f, 8); break;
+    }
+}
+
 /* 2 <= nt <= GEMV_TOKENS_MAX tokens of a block-32 format, rows [r0, r1) */
 CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                               int64_t nt, int64_t r0, int64_t r1, const int f) {
@@ -27,15 +43,7 @@ CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const
     for (r = r0; r + 8 <= r1; r += 8) {
         const uint8_t *wr = w + (uint64_t)r * rb;
         rows_prefetch8(wr, rb, end);
-        switch (nt) {
-        case 8: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
-        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
-        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
-        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
-        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
-        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
-        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
-        }
+        gemv8_nt(wr, rb, nb, a, y + r, ldy, nt, f);
     }
     for (; r < r1; r++)
         for (t = 0; t < nt; t++) y[t * ldy + r] = gemv1_b32(w + (uint64_t)r * rb, nb, a[t], f);

@@ -317,16 +317,7 @@ CISM__INLINE void gemv_outliers(const uint8_t *w, uint64_t rb, int64_t cols, con
     for (r = r0; r + 8 <= r1; r += 8) {
         const uint8_t *wr = w + (uint64_t)r * rb;
         rows_prefetch8(wr, rb, end);
-        switch (nt) { /* the kernels of gemv and gemv_tokens: the same bits */
-        case 1: gemv8_b32(wr, rb, nb, a[0], y + r, f); break;
-        case 2: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 2); break;
-        case 3: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 3); break;
-        case 4: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 4); break;
-        case 5: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 5); break;
-        case 6: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 6); break;
-        case 7: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 7); break;
-        default: gemv8_b32_t(wr, rb, nb, a, y + r, ldy, f, 8); break;
-        }
+        gemv8_nt(wr, rb, nb, a, y + r, ldy, nt, f); /* the kernels of gemv and gemv_tokens: the same bits */
         for (t = 0; t < nt; t++) add8(wr, offs, o[t], y + t * ldy + r, f);
     }
     for (; r < r1; r++) {
