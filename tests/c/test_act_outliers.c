@@ -175,10 +175,14 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, yk, ROWS, 1, 16, ROWS);
     CHECK_MSG(memcmp(yk, ys, sizeof(ys)) == 0, "%s on %s: not the scalar tier's bits", cism_dtype_name(dt), k->name);
     /* one token through the tier's fused entry: the bits of the two passes, also
-       from a row range whose ends are not multiples of 8; the x86 tiers fuse q4a and q8 */
-    if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"))
-        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8) || k->gemv_a8_outliers[dt], "%s: no fused one-token entry for %s",
-                  k->name, cism_dtype_name(dt));
+       from a row range whose ends are not multiples of 8; the x86 tiers fuse q4a,
+       q8 and the interleaved formats of x86_x16.h (AVX2: all five) */
+    if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512")) {
+        const int x16h = dt == CISM_DTYPE_Q4AX16 || dt == CISM_DTYPE_Q6X16 || dt == CISM_DTYPE_Q5X16 ||
+                         (!strcmp(k->name, "avx2") && (dt == CISM_DTYPE_Q8X16 || dt == CISM_DTYPE_Q4SX16));
+        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8 && !x16h) || k->gemv_a8_outliers[dt],
+                  "%s: no fused one-token entry for %s", k->name, cism_dtype_name(dt));
+    }
     if (k->gemv_a8_outliers[dt]) {
         float yf[ROWS];
         k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS);
@@ -310,6 +314,8 @@ static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
             uint32_t u;
             if (b % 4 == 1 && i % 7 == 0) v = 0.75f;                /* a repeated max */
             if (b % 4 == 2) v = (i == b % 32) ? -2.0f : 0.5f;        /* one max, many equal seconds */
+            if (b % 8 == 4 && (i == 5 || i == 13)) v = i == 5 ? 3.0f : -3.0f; /* a max twice, 8 apart */
+            if (b % 8 == 0 && (i == 6 || i == 22)) v = i == 6 ? 3.0f : 2.5f;  /* the top two, 16 apart */
             memcpy(&u, &v, 4);
             if (b % 4 == 3 && i % 5 == b % 5) u = special[(b + i) % 10];
             if (b == 0) u = 0x80000000u;                             /* all -0 */

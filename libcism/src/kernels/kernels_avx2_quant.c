@@ -298,8 +298,8 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
 
 typedef uint32_t x16mask; /* rows of a group that are stored, one bit each */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, x16mask mask, uintptr_t pf_end, const int xf) {
-    x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, mask, pf_end, xf);
+                            int64_t t1, float *y, int64_t ldy, x16mask mask, uintptr_t pf_end, const x16outl *ol, const int xf) {
+    x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, mask, pf_end, ol, xf);
 }
 
 #include "x86_quant_entries.h"
@@ -362,6 +362,46 @@ static void quantize_act(const float *x, int64_t n, void *out) {
     }
 }
 
+/* The outlier rule's block statistics (kernels.h act_block_top2): on the
+   bits with the sign cleared, as unsigned integers (the scalar tier's order),
+   per lane the largest and second largest of its four values (elements i,
+   8 + i, 16 + i, 24 + i), then across the lanes the largest and the second:
+   the larger of the lanes' seconds and of the lanes' largest but one lane
+   holding the top (the top again when two lanes hold it). */
+CISM__INLINE uint32_t hmax8_epu32(__m256i v) {
+    v = _mm256_max_epu32(v, _mm256_permute2x128_si256(v, v, 1));
+    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0x4e));
+    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0xb1));
+    return (uint32_t)_mm256_cvtsi256_si32(v);
+}
+static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        const float *p = x + b * CISM__A8_BLOCK;
+        const __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)p), abs);
+        const __m256i c = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 8)), abs);
+        const __m256i d = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 16)), abs);
+        const __m256i e = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 24)), abs);
+        const __m256i h1 = _mm256_max_epu32(a, c), l1 = _mm256_min_epu32(a, c);
+        const __m256i h2 = _mm256_max_epu32(d, e), l2 = _mm256_min_epu32(d, e);
+        const __m256i hi = _mm256_max_epu32(h1, h2);
+        const __m256i lo = _mm256_max_epu32(_mm256_min_epu32(h1, h2), _mm256_max_epu32(l1, l2));
+        const uint32_t top = hmax8_epu32(hi);
+        const __m256i at = _mm256_cmpeq_epi32(hi, _mm256_set1_epi32((int)top));
+        const unsigned held = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(at));
+        uint32_t second = hmax8_epu32(lo);
+        if (held & (held - 1)) {
+            second = top;
+        } else {
+            const uint32_t rest = hmax8_epu32(_mm256_andnot_si256(at, hi));
+            if (rest > second) second = rest;
+        }
+        memcpy(&m1[b], &top, 4);
+        memcpy(&m2[b], &second, 4);
+    }
+}
+
 /* 7 chains of vpmaddubsw (32 multiply-adds each) summed in int16 (as the
    4-bit kernels sum several before widening), their signed operands stepped
    by a byte add each round: nothing loop-invariant, no chain through the
@@ -391,57 +431,6 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
 
 /* The outlier epilogues (kernels.h): the template of x86_outliers.h, 16 rows
    of a column as two registers of 8. */
-
-/* 8 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
-   normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
-   m x 2^-9 (exact), the NaN codes as the table's. */
-CISM__INLINE __m256 e4m3_8(__m256i b) {
-    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 3), _mm256_set1_epi32(15)), m = _mm256_and_si256(b, _mm256_set1_epi32(7));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-    const __m256i nrm = _mm256_or_si256(sign, _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
-                                                              _mm256_slli_epi32(m, 20)));
-    const __m256i sub = _mm256_or_si256(sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0.001953125f))));
-    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
-    __m256i v = _mm256_blendv_epi8(nrm, sub, _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
-    if (!_mm256_testz_si256(nan, nan)) {
-        const __m256i pn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0x7f]));
-        const __m256i nn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0xff]));
-        const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), _mm256_set1_epi32(0x80));
-        v = _mm256_blendv_epi8(v, _mm256_blendv_epi8(pn, nn, neg), nan);
-    }
-    return _mm256_castsi256_ps(v);
-}
-
-/* Rows 8h..8h+7 of column p of a group, decoded exactly: q8x16: the f16
-   scales widened, the codes sign-extended, their product; q4sx16: the E4M3
-   scales times scale_mul, the nibbles through the levels,
-   their product; q4ax16: d * code + m, q6x16, q5x16: d * level (x86_x16.h,
-   the AVX-512 tier's too). */
-CISM__INLINE __m256 x16_col8(const uint8_t *grp, const ocol *p, int h, int xf, const float *lv, __m256 smul) {
-    const int64_t code = p->code, scale = p->scale;
-    const int shift = p->shift;
-    __m256i q;
-    if (xf == X16_Q4A) return x16_q4a_col8(grp, code, scale, shift, h);
-    if (xf == X16_Q6 || xf == X16_Q5) return x16_qint_col8(grp, p, h, xf);
-    q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h));
-    if (xf == X16_Q8) {
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale + 16 * h)));
-        q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
-        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-    } else {
-        uint32_t s8[8];
-        __m256 d, lo, hi;
-        int i;
-        for (i = 0; i < 8; i++) s8[i] = grp[scale + 8 * h + i];
-        d = _mm256_mul_ps(e4m3_8(_mm256_loadu_si256((const __m256i *)(const void *)s8)), smul);
-        /* the 16 levels by two in-register lookups (fewer uops than a gather) */
-        q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15));
-        lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv), q);
-        hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + 8), q);
-        return _mm256_mul_ps(d, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(7)))));
-    }
-}
-
 
 typedef struct ovec {
     __m256 lo, hi; /* rows 0..7, 8..15 */
@@ -474,8 +463,8 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
 }
 CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
     ovec v;
-    v.lo = x16_col8(grp, p, 0, xf, c->lv, c->smul);
-    v.hi = x16_col8(grp, p, 1, xf, c->lv, c->smul);
+    v.lo = x16h_col8(grp, p, 0, xf, c->lv, c->smul);
+    v.hi = x16h_col8(grp, p, 1, xf, c->lv, c->smul);
     return v;
 }
 
@@ -515,6 +504,7 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
     return v;
 }
 
+#define X16_OUTL_FUSED(xf) 1 /* every interleaved format runs x86_x16.h */
 #include "x86_outliers.h"
 
 void cism__fill_avx2_quant(cism__kernels *k) {
@@ -523,4 +513,5 @@ void cism__fill_avx2_quant(cism__kernels *k) {
     fill_a8_entries(k);
     fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
+    k->act_block_top2 = act_block_top2;
 }

@@ -376,7 +376,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
 
 typedef __mmask16 x16mask; /* rows of a group that are stored */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                            int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const int xf) {
+                            int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const x16outl *ol, const int xf) {
     const int q8 = xf == X16_Q8;
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
@@ -384,9 +384,9 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
     int i;
     if (xf == X16_Q4A || xf == X16_Q6 || xf == X16_Q5) {
         switch (xf) { /* a constant per call */
-        case X16_Q4A: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q4A); break;
-        case X16_Q6: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q6); break;
-        default: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, X16_Q5); break;
+        case X16_Q4A: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q4A); break;
+        case X16_Q6: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q6); break;
+        default: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q5); break;
         }
         return;
     }
@@ -570,6 +570,7 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
     return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
 }
 
+#define X16_OUTL_FUSED(xf) ((xf) != X16_Q8 && (xf) != X16_Q4S) /* not the 512-bit tiles (x16_tile) */
 #include "x86_outliers.h"
 
 void cism__fill_avx512_quant(cism__kernels *k) {

@@ -340,11 +340,47 @@ static void gemv_outliers_q8(const void *w, uint64_t rb, int64_t cols, const uin
     gemv_outliers((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F_Q8);
 }
 
+/* ---- few tokens of an interleaved dtype: the entries added in the tiles (x86_x16.h x16outl) ---- */
+CISM__INLINE void gemv_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                                    int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int xf) {
+    const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
+    const cism__fmt4 *f = xf == X16_Q4S ? cism__fmt4_of(cism__dtype_base(x16_dtype(xf))) : NULL;
+    const int64_t B = f ? f->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
+    x16outl ol;
+    int64_t t;
+    int k;
+    for (k = 0; k < 16; k++) ol.lv[k] = f ? (float)f->levels[k] : 0.0f;
+    ol.smul = _mm256_set1_ps(f ? f->scale_mul : 1.0f);
+    for (t = 0; t < nt; t++) {
+        ol.o[t] = out_table(xq, ldq, t);
+        for (k = 0; k < ol.o[t]->n; k++) ol.p[t][k] = x16_place((const uint8_t *)w, &g, xf, B, ol.o[t]->idx[k]);
+    }
+    matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, &ol, xf);
+}
+#define X16_OUTL_ENTRY(nm, XF)                                                                             \
+    static void gemv_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq,  \
+                                   float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {              \
+        gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, XF);                              \
+    }
+X16_OUTL_ENTRY(q8x16, X16_Q8)
+X16_OUTL_ENTRY(q4sx16, X16_Q4S)
+X16_OUTL_ENTRY(q4ax16, X16_Q4A)
+X16_OUTL_ENTRY(q6x16, X16_Q6)
+X16_OUTL_ENTRY(q5x16, X16_Q5)
+#undef X16_OUTL_ENTRY
+
+/* The tier's fused entries; X16_OUTL_FUSED(xf): the interleaved formats whose
+   tiles take the entries (the tier defines it) */
 CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q4A] = gemv_outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q8] = gemv_outliers_q8;
+    if (X16_OUTL_FUSED(X16_Q8)) k->gemv_a8_outliers[CISM_DTYPE_Q8X16] = gemv_outliers_q8x16;
+    if (X16_OUTL_FUSED(X16_Q4S)) k->gemv_a8_outliers[CISM_DTYPE_Q4SX16] = gemv_outliers_q4sx16;
+    k->gemv_a8_outliers[CISM_DTYPE_Q4AX16] = gemv_outliers_q4ax16;
+    k->gemv_a8_outliers[CISM_DTYPE_Q6X16] = gemv_outliers_q6x16;
+    k->gemv_a8_outliers[CISM_DTYPE_Q5X16] = gemv_outliers_q5x16;
 }
 
 #endif

@@ -87,6 +87,26 @@ CISM__INLINE __m256 e4m3_words(__m128i h) {
     return _mm256_cvtph_ps(_mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00))));
 }
 
+/* 8 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
+   normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
+   m x 2^-9 (exact), the NaN codes as the table's. */
+CISM__INLINE __m256 e4m3_8(__m256i b) {
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 3), _mm256_set1_epi32(15)), m = _mm256_and_si256(b, _mm256_set1_epi32(7));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    const __m256i nrm = _mm256_or_si256(sign, _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                                                              _mm256_slli_epi32(m, 20)));
+    const __m256i sub = _mm256_or_si256(sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0.001953125f))));
+    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+    __m256i v = _mm256_blendv_epi8(nrm, sub, _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    if (!_mm256_testz_si256(nan, nan)) {
+        const __m256i pn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0x7f]));
+        const __m256i nn = _mm256_castps_si256(_mm256_set1_ps(cism__e4m3_table[0xff]));
+        const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), _mm256_set1_epi32(0x80));
+        v = _mm256_blendv_epi8(v, _mm256_blendv_epi8(pn, nn, neg), nan);
+    }
+    return _mm256_castsi256_ps(v);
+}
+
 /* int32 lanes of sum u * s over 4-byte groups (vpmaddubsw, vpmaddwd; u unsigned, no saturation by the callers' bounds) */
 CISM__INLINE __m256i dot_u(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
 

@@ -85,9 +85,11 @@ A8_KERNEL(q5, F_Q5)
 /* Interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16: xf): rows [r0, r1) of a matrix of whole
    groups; a group partly outside is computed whole and stored masked. Tokens
    in blocks whose activations stay in L2 while every group of the range
-   passes over them; calls of few tokens prefetch the group stream. */
+   passes over them; calls of few tokens prefetch the group stream. ol (or
+   NULL; at most CISM__GEMV_OUTL_TOKENS tokens): their outlier entries, added
+   in the tiles (x86_x16.h x16outl). */
 CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,
-                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const int xf) {
+                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const x16outl *ol, const int xf) {
     cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     int64_t tb = CISM__X_BLOCK_BYTES / ldq, t0, gi;
     uintptr_t p, end, pf_end;
@@ -104,7 +106,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
             if (lo > 0) mm &= ~((1u << lo) - 1u);
             if (hi < 16) mm &= (1u << hi) - 1u;
             x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16, ldy,
-                      (x16mask)mm, pf_end, xf);
+                      (x16mask)mm, pf_end, ol, xf);
         }
     }
 }
@@ -112,7 +114,7 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
 #define X86_X16_ENTRY(nm, XF)                                                                                    \
     static void matmul_a8_##nm(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y,      \
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {                                   \
-        matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, XF);                                                \
+        matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, NULL, XF);                                                \
     }
 X86_X16_ENTRY(q8x16, X16_Q8)
 X86_X16_ENTRY(q4sx16, X16_Q4S)

@@ -115,10 +115,108 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
     }
 }
 
+/* A column's place in a group, the same for every group (x86_outliers.h):
+   where its codes and scales are, and the shift that brings its code to the
+   top (q8, then sign-extended) or the bottom (4-bit, then masked) of each
+   row's 32-bit lane (q4s: blocks of 16, element j in the low nibble of byte
+   j, j + 8 in the high one; q4a, q6, q5: blocks of 32, j and j + 16); q6, q5:
+   also where its high bits are (hcode) and their shift in the lane. */
+typedef struct ocol {
+    int64_t code, scale, hcode;
+    int shift, hshift;
+} ocol;
+
+static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
+    const int q8 = xf == X16_Q8;
+    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
+    ocol p;
+    p.code = cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
+    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5: bit j of chunk 0 */
+    p.hcode = cb + (xf == X16_Q6 ? (4 + (j % 8) / 4) * 64 : 0);
+    p.hshift = xf == X16_Q6 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : (int)j;
+    return p;
+}
+
+/* q6x16, q5x16's outlier column: rows 8h..8h+7 of the column at p, d *
+   level exactly as act_outliers.c (one exact product) */
+CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, const int xf) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h)),
+                                                         _mm_cvtsi32_si128(p->shift)),
+                                        _mm256_set1_epi32(15));
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
+                                                         _mm_cvtsi32_si128(p->hshift)),
+                                        _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
+    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(xf == X16_Q6 ? 32 : 16));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(lv));
+}
+
+/* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column
+   whose code bytes sit at grp + code (shift: its nibble's place in each
+   row's dword) and scale line at grp + scale, d * code + m exactly as
+   act_outliers.c (the product, then the sum; one rounding each). */
+CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h) {
+    __m256 mn;
+    const __m256 d = x16h_scales(grp + scale, h, X16_Q4A, &mn);
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h)),
+                                                        _mm_cvtsi32_si128(shift)),
+                                       _mm256_set1_epi32(15));
+    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), mn);
+}
+
+/* Rows 8h..8h+7 of the column at p of a group, decoded exactly as
+   act_outliers.c does: q8x16 f16 d * code; q4sx16 E4M3 d * scale_mul (smul)
+   * level (lv: the format's 16 levels, two in-register lookups); q4ax16 d *
+   code + m; q6x16, q5x16 d * level. */
+CISM__INLINE __m256 x16h_col8(const uint8_t *grp, const ocol *p, int h, const int xf, const float *lv, __m256 smul) {
+    __m256i q;
+    if (xf == X16_Q4A) return x16_q4a_col8(grp, p->code, p->scale, p->shift, h);
+    if (xf == X16_Q6 || xf == X16_Q5) return x16_qint_col8(grp, p, h, xf);
+    q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h));
+    if (xf == X16_Q8) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
+        q = _mm256_sra_epi32(_mm256_sll_epi32(q, _mm_cvtsi32_si128(p->shift)), _mm_cvtsi32_si128(24));
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+    } else {
+        __m256 lo, hi;
+        const __m256 d = _mm256_mul_ps(e4m3_8(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(grp + p->scale + 8 * h)))), smul);
+        q = _mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(p->shift)), _mm256_set1_epi32(15));
+        lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv), q);
+        hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + 8), q);
+        return _mm256_mul_ps(d, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_cmpgt_epi32(q, _mm256_set1_epi32(7)))));
+    }
+}
+
+/* The outlier entries of a call of few tokens (x86_outliers.h
+   gemv_outliers_x16): token t's table and each entry's place in a group,
+   added by the tiles below to the outputs they hold, after the int8 dot and
+   in table order, one fused multiply-add each: the operations of the
+   epilogue (outliers_one / otab_add) in its order, so the same bits, while
+   the group is still in L1. */
+typedef struct x16outl {
+    const cism__act8_out *o[CISM__GEMV_OUTL_TOKENS];
+    ocol p[CISM__GEMV_OUTL_TOKENS][CISM__A8_MAX_OUT];
+    float lv[16]; /* q4sx16: the levels */
+    __m256 smul;  /* q4sx16: the scale multiplier */
+} x16outl;
+
+CISM__INLINE __m256 x16h_outl(__m256 acc, const uint8_t *grp, const x16outl *ol, int64_t t, int h, const int xf) {
+    const cism__act8_out *o = ol->o[t];
+    int k;
+    for (k = 0; k < o->n; k++)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(o->val[k]), x16h_col8(grp, &ol->p[t][k], h, xf, ol->lv, ol->smul), acc);
+    return acc;
+}
+
 /* Tokens t < T against rows 8h..8h+7 of a group; NA accumulators per token
-   for latency when T is small (q8x16). */
+   for latency when T is small (q8x16). ol (or NULL): the call's outlier
+   entries, these tokens' from ol->o[ot]. */
 CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const cism__act8 *const *a, const int32_t *const *hs,
-                            float *y, int64_t ldy, __m256i keep, uintptr_t pf_end, const int T, const int xf) {
+                            float *y, int64_t ldy, __m256i keep, uintptr_t pf_end, const x16outl *ol, int64_t ot, const int T,
+                            const int xf) {
     const int NA = T == 1 && xf == X16_Q8 ? 2 : 1;
     __m256 facc[XT];
     __m256i iacc[XT][2];
@@ -168,6 +266,8 @@ CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const
             }
         }
     }
+    if (ol)
+        for (t = 0; t < T; t++) facc[t] = x16h_outl(facc[t], grp, ol, ot + t, h, xf);
     for (t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy, keep, facc[t]);
 }
 
@@ -176,7 +276,7 @@ CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const
    overhead is shared (the AVX2 4-bit decode is instruction-bound). Every row's
    arithmetic is x16h_tile's with T = 1, so the results are the same bits. */
 CISM__INLINE void x16h_decode(const uint8_t *grp, const cism__x16 *g, const cism__act8 *a, const int32_t *hs, float *y,
-                              __m256i keep0, __m256i keep1, uintptr_t pf_end, const int xf) {
+                              __m256i keep0, __m256i keep1, uintptr_t pf_end, const x16outl *ol, int64_t ot, const int xf) {
     __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
     int64_t b;
     int c;
@@ -241,6 +341,10 @@ CISM__INLINE void x16h_decode(const uint8_t *grp, const cism__x16 *g, const cism
         f0 = _mm256_add_ps(f0, _mm256_mul_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, _mm256_set1_ps(da))));
         f1 = _mm256_add_ps(f1, _mm256_mul_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, _mm256_set1_ps(da))));
     }
+    if (ol) {
+        f0 = x16h_outl(f0, grp, ol, ot, 0, xf);
+        f1 = x16h_outl(f1, grp, ol, ot, 1, xf);
+    }
     _mm256_maskstore_ps(y, keep0, f0);
     _mm256_maskstore_ps(y + 8, keep1, f1);
 }
@@ -252,9 +356,10 @@ CISM__INLINE __m256i x16h_keep(uint32_t mask, int h) {
 }
 
 /* Tokens [t0, t1) against one group of 16 rows (the bits of mask: rows stored):
-   one token: x16h_decode; more: per half, tiles of XT tokens, then the rest. */
+   one token: x16h_decode; more: per half, tiles of XT tokens, then the rest.
+   ol (or NULL): the call's outlier entries, token t's at ol->o[t]. */
 CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
-                             int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const int xf) {
+                             int64_t t1, float *y, int64_t ldy, uint32_t mask, uintptr_t pf_end, const x16outl *ol, const int xf) {
     const cism__act8 *a[XT];
     const int32_t *hs[XT];
     int64_t t;
@@ -262,7 +367,7 @@ CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void 
     if (t1 - t0 == 1) { /* decode: both halves in one pass */
         a[0] = act_row(xq, ldq, t0);
         x16h_decode(grp, g, a[0], cism__act8_half_sums((void *)(uintptr_t)a[0], cols), y + t0 * ldy, x16h_keep(mask, 0),
-                    x16h_keep(mask, 1), pf_end, xf);
+                    x16h_keep(mask, 1), pf_end, ol, t0, xf);
         return;
     }
     for (h = 0; h < 2; h++) {
@@ -276,65 +381,13 @@ CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void 
                 hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
             }
             switch (n) { /* T constant in each call: the tile's loops unroll */
-            case XT: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, XT, xf); break;
-            case 3: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 3, xf); break;
-            case 2: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 2, xf); break;
-            default: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, 1, xf); break;
+            case XT: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, ol, t, XT, xf); break;
+            case 3: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, ol, t, 3, xf); break;
+            case 2: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, ol, t, 2, xf); break;
+            default: x16h_tile(grp, g, h, a, hs, yh + t * ldy, ldy, keep, pf_end, ol, t, 1, xf); break;
             }
         }
     }
-}
-
-/* A column's place in a group, the same for every group (x86_outliers.h):
-   where its codes and scales are, and the shift that brings its code to the
-   top (q8, then sign-extended) or the bottom (4-bit, then masked) of each
-   row's 32-bit lane (q4s: blocks of 16, element j in the low nibble of byte
-   j, j + 8 in the high one; q4a, q6, q5: blocks of 32, j and j + 16); q6, q5:
-   also where its high bits are (hcode) and their shift in the lane. */
-typedef struct ocol {
-    int64_t code, scale, hcode;
-    int shift, hshift;
-} ocol;
-
-static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
-    const int q8 = xf == X16_Q8;
-    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
-    const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
-    ocol p;
-    p.code = cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
-    p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
-    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
-    /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5: bit j of chunk 0 */
-    p.hcode = cb + (xf == X16_Q6 ? (4 + (j % 8) / 4) * 64 : 0);
-    p.hshift = xf == X16_Q6 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : (int)j;
-    return p;
-}
-
-/* q6x16, q5x16's outlier column: rows 8h..8h+7 of the column at p, d *
-   level exactly as act_outliers.c (one exact product) */
-CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, const int xf) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h)),
-                                                         _mm_cvtsi32_si128(p->shift)),
-                                        _mm256_set1_epi32(15));
-    const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
-                                                         _mm_cvtsi32_si128(p->hshift)),
-                                        _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
-    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(xf == X16_Q6 ? 32 : 16));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(lv));
-}
-
-/* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column
-   whose code bytes sit at grp + code (shift: its nibble's place in each
-   row's dword) and scale line at grp + scale, d * code + m exactly as
-   act_outliers.c (the product, then the sum; one rounding each). */
-CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h) {
-    __m256 mn;
-    const __m256 d = x16h_scales(grp + scale, h, X16_Q4A, &mn);
-    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h)),
-                                                        _mm_cvtsi32_si128(shift)),
-                                       _mm256_set1_epi32(15));
-    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), mn);
 }
 
 #endif
