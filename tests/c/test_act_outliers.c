@@ -339,6 +339,8 @@ static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
         CHECK_MSG(o1->n == o2->n && o1->n > 0 && memcmp(o1->idx, o2->idx, (size_t)o1->n * sizeof(o1->idx[0])) == 0 &&
                   memcmp(o1->val, o2->val, (size_t)o1->n * sizeof(o1->val[0])) == 0,
                   "%s: the outlier table differs from the scalar tier's (%d and %d channels)", k->name, o1->n, o2->n);
+        CHECK_MSG(memcmp(q1, q2, (size_t)cism__act8_row_bytes(COLS)) == 0, "%s: the int8 blocks of a split row differ from the "
+                  "scalar tier's", k->name);
     }
 }
 

@@ -47,14 +47,6 @@ static void block_stats(top2_fn top2, const float *t, int64_t n, int64_t b, floa
     top2(c, 1, m1, m2);
 }
 
-/* The first index of block b whose |t| is m1 (its max). */
-static int32_t block_argmax(const float *t, int64_t n, int64_t b, float m1) {
-    int64_t i, e = (b + 1) * CISM__A8_BLOCK < n ? (b + 1) * CISM__A8_BLOCK : n;
-    for (i = b * CISM__A8_BLOCK; i < e; i++)
-        if (fabsf(t[i]) == m1) return (int32_t)i;
-    return (int32_t)(b * CISM__A8_BLOCK);
-}
-
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
                               float *tmp) {
     const cism__kernels *sc = cism__kernels_scalar();
@@ -63,9 +55,12 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     cism__act8_out *o = table_of(qrow, ldq);
     const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK, full = n / CISM__A8_BLOCK;
     float *m1 = tmp + n, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
-    const float *src = x;
+    /* the blocks that gave up channels: copies (zero-padded) with those channels set to 0 */
+    float mod[CISM__A8_MAX_OUT][CISM__A8_BLOCK];
+    int64_t modb[CISM__A8_MAX_OUT];
     double N = 0.0;
     int64_t b;
+    int j, i, nmod = 0;
     o->n = 0;
     /* the int8 noise of a block is proportional to its max squared; N is the row's */
     top2(x, full, m1, m2);
@@ -75,8 +70,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
         double best = CISM__A8_OUT_GAIN * N / (double)nb;
-        int64_t pick = -1;
-        int32_t at;
+        int64_t pick = -1, m;
         for (b = 0; b < nb; b++) {
             double g = (double)m1[b] * m1[b] - (double)m2[b] * m2[b];
             if (g > best) {
@@ -85,19 +79,32 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
             }
         }
         if (pick < 0) break;
-        if (src == x) {
-            memcpy(tmp, x, (size_t)n * sizeof(float));
-            src = tmp;
+        m = n - pick * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - pick * CISM__A8_BLOCK : CISM__A8_BLOCK;
+        for (j = 0; j < nmod && modb[j] != pick; j++) {}
+        if (j == nmod) {
+            for (i = 0; i < CISM__A8_BLOCK; i++) mod[j][i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
+            modb[nmod++] = pick;
         }
-        at = block_argmax(tmp, n, pick, m1[pick]);
-        o->idx[o->n] = at;
-        o->val[o->n] = tmp[at];
+        for (i = 0; i < m && fabsf(mod[j][i]) != m1[pick]; i++) {} /* the first index of its max */
+        if (i == m) i = 0;
+        o->idx[o->n] = (int32_t)(pick * CISM__A8_BLOCK + i);
+        o->val[o->n] = mod[j][i];
         o->n++;
-        tmp[at] = 0.0f;
+        mod[j][i] = 0.0f;
         N -= best;
-        block_stats(top2, tmp, n, pick, &m1[pick], &m2[pick]);
+        top2(mod[j], 1, &m1[pick], &m2[pick]);
     }
-    quant(src, n, qrow);
+    /* the row as it is, then each block that gave up channels again from its
+       copy (blocks are quantized independently: the bits of quantizing the
+       row with those channels zeroed) */
+    quant(x, n, qrow);
+    for (j = 0; j < nmod; j++) {
+        cism__act8 blk[2]; /* one block, then its two half sums */
+        const int64_t m = n - modb[j] * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - modb[j] * CISM__A8_BLOCK : CISM__A8_BLOCK;
+        quant(mod[j], m, blk);
+        memcpy((cism__act8 *)(void *)qrow + modb[j], &blk[0], sizeof(cism__act8));
+        memcpy(cism__act8_half_sums(qrow, n) + 2 * modb[j], cism__act8_half_sums(blk, m), 2 * sizeof(int32_t));
+    }
     return !(N <= DBL_MAX); /* a block max is NaN or infinite (the squares of finite floats cannot overflow a double) */
 }
 
