@@ -13,9 +13,11 @@
  *   units: down projection + residual, by row chunks
  * (a short-convolution layer, layer_shortconv.c, runs its own first three)
  * then begin: final norm | units: the output head by chunks of vocabulary rows.
- * With CISM_PARAM_ACT_QUANT, each begin also quantizes the stage's matmul input
- * (the norm output, the attention output, the SwiGLU output) once into int8
- * blocks (s->xq) that every unit of the stage reads; with CISM_PARAM_ACT_STATS
+ * With CISM_PARAM_ACT_QUANT, each stage's matmul input (the norm output, the
+ * attention output, the SwiGLU output) is quantized once into int8 blocks
+ * (s->xq) that every unit of the stage reads: in begin for few rows or one
+ * thread, else by units of rows in a pool stage of its own before the stage's
+ * units (pool_begin: each stage is two pool stages); with CISM_PARAM_ACT_STATS
  * it adds the input's squares to the session's statistics (act_stats.c).
  * Every matmul in a unit takes all tokens of the chunk for its weight rows (the
  * kernels tile several tokens per weight load), so prefill streams each weight
@@ -93,11 +95,13 @@ const uint8_t *cism__fwd_qrow(const cism__work *w, int64_t t) {
 
 /* Input row x (cols wide) into quantized row j; flags row `row` when x holds
    NaN/Inf (the int8 blocks would turn them into 0 and hide them). */
-static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j, int64_t row) {
+static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j, int64_t row, int ith) {
     void (*quant)(const float *, int64_t, void *) = w->k->quantize_act ? w->k->quantize_act : cism__kernels_scalar()->quantize_act;
     int64_t i;
     if (w->act_outliers) { /* its block maxima show a NaN or infinity */
-        if (cism__act8_quantize_split(w->k, x, cols, w->xq + j * w->xq_row_bytes, w->xq_row_bytes, w->xo_tmp)) w->bad[row] = 1;
+        if (cism__act8_quantize_split(w->k, x, cols, w->xq + j * w->xq_row_bytes, w->xq_row_bytes,
+                                       w->xo_tmp + ith * w->xo_floats))
+            w->bad[row] = 1;
         return;
     }
     if (!w->bad[row])
@@ -110,7 +114,29 @@ static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j,
 void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     int64_t t;
     if (!w->act_quant) return;
-    for (t = t0; t < t1; t++) quantize_row(w, x + t * ld, cols, t, t);
+    for (t = t0; t < t1; t++) quantize_row(w, x + t * ld, cols, t, t, 0);
+}
+
+/* Rows of a matmul input at which begin leaves their quantization to parallel
+   units (the pool stage before the matmul's; fewer: serially, in begin). */
+#define CISM__QUANT_PAR_ROWS 16
+
+/* begin's quantization of a matmul input (as cism__fwd_quantize_rows): with
+   several threads and enough rows, recorded for the quantization stage. Each
+   row is quantized alone, so the bits do not depend on the split. */
+static void quantize_input(fwd *f, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
+    const int nth = cism__pool_size(f->w->pool);
+    if (!f->w->act_quant) return;
+    if (nth == 1 || t1 - t0 < CISM__QUANT_PAR_ROWS) {
+        cism__fwd_quantize_rows(f->w, x, ld, cols, t0, t1);
+        return;
+    }
+    f->q_x = x;
+    f->q_ld = ld;
+    f->q_cols = cols;
+    f->q_t0 = t0;
+    f->q_t1 = t1;
+    f->q_chunk = (t1 - t0 + 4 * nth - 1) / (4 * nth);
 }
 
 /* Rows per work unit of a row-split stage: multiples of 16 (whole register
@@ -437,7 +463,7 @@ static void head_inputs(fwd *f) {
         for (t = 0; t < sq->rows_out; t++) {
             int64_t row = sq->row0 + sq->nt - sq->rows_out + t, j = sq->out0 + t;
             w->k->rmsnorm(w->xb + j * dim, w->x + row * dim, f->m->output_norm, dim, (float)hp->norm_eps);
-            if (w->act_quant) quantize_row(w, w->xb + j * dim, dim, j, row);
+            if (w->act_quant) quantize_row(w, w->xb + j * dim, dim, j, row, 0);
         }
     }
     cism__act_stats_add(f->seqs[0].s, hp->n_layers, 0, w->xb, dim, 0, f->rows_out);
@@ -513,7 +539,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
             return -1;
         }
         norm_rows(w->k, w->xb, w->x, m->layers[l].attn_norm, 0, nt, dim, eps);
-        cism__fwd_quantize_rows(w, w->xb, dim, dim, 0, nt);
+        quantize_input(f, w->xb, dim, dim, 0, nt);
         cism__act_stats_add(s0, l, CISM__AS_ATTN, w->xb, dim, 0, nt);
         if (m->layers[l].kind == CISM__LAYER_SHORTCONV) return cism__shortconv_begin(f, l, ST_QKV);
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_QKV);
@@ -523,17 +549,17 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     case ST_UP:
         if (hp->post_norms) post_residual(f, m->layers[l].post_attn_norm, f->t_lo, nt);
         norm_rows(w->k, w->xb, w->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
-        cism__fwd_quantize_rows(w, w->xb, dim, dim, f->t_lo, nt);
+        quantize_input(f, w->xb, dim, dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_FFN, w->xb, dim, f->t_lo, nt);
         return cism__fwd_units(hp->ffn_dim, f->c_ffn);
     case ST_WO:
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_WO);
         attention_combine(f, l);
-        cism__fwd_quantize_rows(w, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
+        quantize_input(f, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_WO, w->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);
     default: /* ST_DOWN */
-        cism__fwd_quantize_rows(w, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
+        quantize_input(f, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_DOWN, w->hb, hp->ffn_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);
     }
@@ -582,7 +608,30 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
     }
 }
 
-static const cism__stages g_forward_stages = {fwd_begin, fwd_unit};
+/* Stage s of the forward pass is two pool stages: 2s runs its begin, then
+   the quantization of the matmul input that begin left (quantize_input), in
+   units of q_chunk rows; 2s + 1 runs its units. */
+static int64_t pool_begin(void *arg, int32_t ps) {
+    fwd *f = (fwd *)arg;
+    if (ps % 2) return f->units;
+    f->q_t0 = f->q_t1 = 0;
+    f->units = fwd_begin(arg, ps / 2);
+    if (f->units < 0) return -1;
+    return f->q_t1 > f->q_t0 ? cism__fwd_units(f->q_t1 - f->q_t0, f->q_chunk) : 0;
+}
+
+static void pool_unit(void *arg, int32_t ps, int64_t u, int ith, int nth) {
+    fwd *f = (fwd *)arg;
+    int64_t t, t0, t1;
+    if (ps % 2) {
+        fwd_unit(arg, ps / 2, u, ith, nth);
+        return;
+    }
+    cism__fwd_row_range(u, f->q_chunk, f->q_t1 - f->q_t0, &t0, &t1);
+    for (t = f->q_t0 + t0; t < f->q_t0 + t1; t++) quantize_row(f->w, f->q_x + t * f->q_ld, f->q_cols, t, t, ith);
+}
+
+static const cism__stages g_forward_stages = {pool_begin, pool_unit};
 
 cism_status cism__forward_seqs(cism__work *w, cism__seq *seqs, int64_t n_seqs, float *out, int replay) {
     const cism_model *m = seqs[0].s->model;

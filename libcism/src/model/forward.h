@@ -26,6 +26,9 @@ typedef struct fwd {
     int64_t c_dim, c_ffn, c_voc;  /* rows per unit of the row-split stages */
     int64_t t_lo, hpu;            /* set by begin: first row needed, heads per attention unit */
     int stop;                     /* set by begin when every seq was cancelled */
+    int64_t units;                /* the current stage's units (begin's answer) */
+    const float *q_x;             /* set by begin: a matmul input whose rows [q_t0, q_t1) (q_ld apart, q_cols */
+    int64_t q_ld, q_cols, q_t0, q_t1, q_chunk; /* wide) the pool stage before the units quantizes, q_chunk rows a unit */
 } fwd;
 
 enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
@@ -37,7 +40,7 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
                       float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
 /* The quantized copy of input row t of the current stage (NULL on the float path). */
 const uint8_t *cism__fwd_qrow(const cism__work *w, int64_t t);
-/* Rows [t0, t1) of a stage's matmul input x into w->xq (in begin). */
+/* Rows [t0, t1) of a stage's matmul input x into w->xq (in begin, serially). */
 void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1);
 /* Rows per unit of a row-split stage, and units of such a stage. */
 int64_t cism__fwd_chunk_rows(int64_t rows, int nth);

@@ -33,7 +33,9 @@ typedef struct cism__work {
     uint8_t *xq;     /* act_quant: [n_rows] quantized rows of the current stage's matmul input,
                         each ending in its cism__act8_out table; then xo_tmp */
     int64_t xq_row_bytes;
-    float *xo_tmp;   /* act_quant: a row of the widest matmul input (act_outliers.c) */
+    float *xo_tmp;   /* act_quant: per thread (xo_floats apart), a row of the widest matmul input and its block
+                        statistics (act_outliers.c) */
+    int64_t xo_floats;
     float *mix;      /* [n_rows][cism__mix_row_floats] then [nth][cism__mix_thread_floats] (deltanet.h): the
                         attention output gate's rows, or a DeltaNet layer's planes */
     uint8_t *bad;    /* [n_rows] set by forward.c when a matmul input row held NaN/Inf (int8 activations hide them) */

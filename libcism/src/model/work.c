@@ -35,8 +35,8 @@ static int64_t xq_row_bytes(const cism__hparams *hp) {
     return (cism__act8_row_bytes(widest_input(hp)) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
 
-/* Floats of the outlier split's scratch (act_outliers.c): a row of the widest
-   input, then three per block of it. */
+/* Floats of the outlier split's scratch (act_outliers.c), per thread: a row of
+   the widest input, then three per block of it. */
 static int64_t xo_floats(const cism__hparams *hp) {
     return widest_input(hp) + 3 * ((widest_input(hp) + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK);
 }
@@ -47,7 +47,7 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
            (int64_t)nth * n_rows * hp->head_dim + (int64_t)nth * scores_per_thread(hp) +
            att_part_slots(hp, n_rows, n_ctx) * (hp->head_dim + 2) +
            n_rows * hp->rope_dim * 2 + (hp->n_shortconv ? n_rows * hp->dim * 3 : 0) + n_rows * cism__mix_row_floats(hp) +
-           (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + xo_floats(hp) : 0);
+           (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + (int64_t)nth * xo_floats(hp) : 0);
 }
 
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
@@ -104,7 +104,8 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
         if (!w->bad) failed = 1;
         if (w->act_quant) { /* one quantized row per token, for the widest matmul input */
             w->xq_row_bytes = xq_row_bytes(hp);
-            w->xq = (uint8_t *)cism__alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + xo_floats(hp), &failed);
+            w->xo_floats = xo_floats(hp);
+            w->xq = (uint8_t *)cism__alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + (int64_t)w->nth * w->xo_floats, &failed);
             w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
         }
         if (failed) {
