@@ -30,6 +30,16 @@ static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
                              CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16};
 
+typedef void (*fused_fn)(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                         int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+
+/* The tier's fused entry for nt tokens of dt (kernels.h matmul_a8_outliers,
+   gemv_a8_outliers), or NULL */
+static fused_fn fused_of(const cism__kernels *k, int32_t dt, int64_t nt) {
+    if (k->matmul_a8_outliers[dt]) return k->matmul_a8_outliers[dt];
+    return nt <= CISM__GEMV_OUTL_TOKENS ? k->gemv_a8_outliers[dt] : NULL;
+}
+
 static int64_t ldq_of(int64_t cols) {
     return (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
@@ -141,10 +151,10 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
         memset(col, 0, sizeof(col));
         o->n = 1; o->idx[0] = (int32_t)c; o->val[0] = 1.0f;
         cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, col, 1, 1, 0, ROWS);
-        if (k->gemv_a8_outliers[dt]) /* the fused entry: its dot of the zero row is 0 */
-            k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 0, ROWS);
+        if (fused_of(k, dt, 1)) /* the fused entry: its dot of the zero row is 0 */
+            fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 0, ROWS);
         for (r = 0; r < ROWS; r++)
-            if (col[r] != wd[r * COLS + c] || (k->gemv_a8_outliers[dt] && yk[r] != wd[r * COLS + c])) {
+            if (col[r] != wd[r * COLS + c] || (fused_of(k, dt, 1) && yk[r] != wd[r * COLS + c])) {
                 CHECK_MSG(0, "%s on %s: column %d row %d: %g (fused entry %g), dequantized %g", cism_dtype_name(dt), k->name,
                           (int)c, (int)r, col[r], yk[r], wd[r * COLS + c]);
                 c = COLS;
@@ -176,20 +186,17 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
     CHECK_MSG(memcmp(yk, ys, sizeof(ys)) == 0, "%s on %s: not the scalar tier's bits", cism_dtype_name(dt), k->name);
     /* one token through the tier's fused entry: the bits of the two passes, also
        from a row range whose ends are not multiples of 8; the x86 tiers fuse q4a,
-       q8 and the interleaved formats of x86_x16.h (AVX2: all five) */
-    if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512")) {
-        const int x16h = dt == CISM_DTYPE_Q4AX16 || dt == CISM_DTYPE_Q6X16 || dt == CISM_DTYPE_Q5X16 ||
-                         (!strcmp(k->name, "avx2") && (dt == CISM_DTYPE_Q8X16 || dt == CISM_DTYPE_Q4SX16));
-        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8 && !x16h) || k->gemv_a8_outliers[dt],
-                  "%s: no fused one-token entry for %s", k->name, cism_dtype_name(dt));
-    }
-    if (k->gemv_a8_outliers[dt]) {
+       q8 (few tokens) and the interleaved formats (any number) */
+    if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"))
+        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8 && !cism__dtype_is_x16(dt)) || fused_of(k, dt, 1),
+                  "%s: no fused entry for %s", k->name, cism_dtype_name(dt));
+    if (fused_of(k, dt, 1)) {
         float yf[ROWS];
-        k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS);
+        fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS);
         CHECK_MSG(memcmp(yf, ys, sizeof(ys)) == 0, "%s on %s, fused one-token entry: not the scalar tier's bits",
                   cism_dtype_name(dt), k->name);
         memset(yf, 0, sizeof(yf));
-        k->gemv_a8_outliers[dt](wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 3, ROWS - 2);
+        fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 3, ROWS - 2);
         CHECK_MSG(yf[2] == 0 && yf[ROWS - 2] == 0 && memcmp(yf + 3, ys + 3, (ROWS - 5) * sizeof(float)) == 0,
                   "%s on %s, fused one-token entry on rows 3..%d: not the scalar tier's bits", cism_dtype_name(dt), k->name,
                   ROWS - 3);
@@ -276,6 +283,16 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
               cism_dtype_name(dt), k->name, (int)NT);
     CHECK_MSG(memcmp(y1, y3, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in calls of 16 rows: not the scalar "
               "tier's bits", cism_dtype_name(dt), k->name, (int)NT);
+    if (fused_of(k, dt, NT)) { /* the fused entry of many tokens, in one call and in row ranges off the 16-row grid */
+        memset(y2, 0, NT * LR * sizeof(float));
+        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y2, LR, NT, 0, LR);
+        memset(y3, 0, NT * LR * sizeof(float));
+        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 0, 5);
+        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 5, 37);
+        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 37, LR);
+        CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0 && memcmp(y1, y3, NT * LR * sizeof(float)) == 0,
+                  "%s on %s, %d tokens, fused entry: not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT);
+    }
     { /* few tokens (the token kernels), from the middle of the call */
         static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};
         size_t i;
@@ -287,10 +304,10 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
             cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, LR, few[i], 0, LR);
             CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
                       "scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
-            if (k->gemv_a8_outliers[dt] && few[i] <= CISM__GEMV_OUTL_TOKENS) { /* the fused entry, rows off the 8-row grid */
+            if (fused_of(k, dt, few[i])) { /* the fused entry, rows off the 8-row grid */
                 memset(y2, 0, (size_t)(few[i] * LR) * sizeof(float));
-                k->gemv_a8_outliers[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, 5);
-                k->gemv_a8_outliers[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 5, LR);
+                fused_of(k, dt, few[i])(wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, 5);
+                fused_of(k, dt, few[i])(wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 5, LR);
                 CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens, fused entry: "
                           "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
             }

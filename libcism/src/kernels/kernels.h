@@ -139,6 +139,13 @@ typedef struct cism__kernels {
        matmul_a8 followed by the epilogue. NULL: the two passes. */
     void (*gemv_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
                                                 int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+    /* Any number of tokens of an interleaved dtype with their outlier
+       channels: the bits of matmul_a8 followed by the epilogue (outliers_x16),
+       each group of 16 rows' entries added right after its tiles, while the
+       group and its outputs are in cache (and the kernel sweeps the rows
+       once, not in chunks). NULL: the two passes. */
+    void (*matmul_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
+                                                  int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
 } cism__kernels;
 
 /* The reference tier; always available. */

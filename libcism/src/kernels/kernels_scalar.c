@@ -240,6 +240,7 @@ static const cism__kernels g_scalar = {
     cism__act_block_top2_scalar,
     attention_split,
     {NULL}, /* gemv_a8_outliers: the two passes */
+    {NULL}, /* matmul_a8_outliers: the same */
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }

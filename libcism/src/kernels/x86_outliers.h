@@ -357,10 +357,84 @@ CISM__INLINE void gemv_outliers_x16(const void *w, uint64_t rb, int64_t cols, co
     }
     matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, &ol, xf);
 }
-#define X16_OUTL_ENTRY(nm, XF)                                                                             \
-    static void gemv_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq,  \
-                                   float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {              \
-        gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, XF);                              \
+
+/* rows [lo, hi) of a group only (a call's first or last group, partly its):
+   otab_add element by element, the same fused multiply-adds in the same order */
+static void otab_add_rows(const otab *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy,
+                          int lo, int hi) {
+    float c[OSLOTS][16];
+    int64_t t;
+    int k, r;
+    for (k = 0; k < d->n; k++) ov_store(c[k], col[k]);
+    for (t = 0; t < nt; t++) {
+        const cism__act8_out *o = out_table(xq, ldq, t);
+        for (r = lo; r < hi; r++) {
+            __m128 v = _mm_set_ss(y[t * ldy + r]);
+            for (k = 0; k < o->n; k++) v = _mm_fmadd_ss(_mm_set_ss(o->val[k]), _mm_set_ss(c[d->ix[t][k]][r]), v);
+            y[t * ldy + r] = _mm_cvtss_f32(v);
+        }
+    }
+}
+
+/* Any number of tokens of an interleaved dtype (kernels.h matmul_a8_outliers):
+   few, where the tier's tiles take the entries (X16_OUTL_FUSED), as
+   gemv_outliers_x16; else run by run (otab_build, within a token block whose
+   activations stay in L2), OGROUPS groups at a time: the kernel mq (the
+   tier's matmul_a8 of the dtype, called, not inlined, so that its tiles keep
+   their registers) for the run's tokens, then at once those groups' distinct
+   columns decoded and the run's entries added. */
+CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
+                                      int64_t ldy, int64_t nt, int64_t r0, int64_t r1, cism__matmul_a8_fn mq, const int xf) {
+    const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
+    const int64_t tb = CISM__X_BLOCK_BYTES / ldq > 4 ? CISM__X_BLOCK_BYTES / ldq : 4;
+    oplace pl;
+    otab d;
+    ovec col[OGROUPS * OSLOTS];
+    int64_t t0, t1, gi, a, b;
+    if (nt <= CISM__GEMV_OUTL_TOKENS && X16_OUTL_FUSED(xf)) {
+        gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, xf);
+        return;
+    }
+    oplace_init(&pl, &g, cism__dtype_base(x16_dtype(xf)), rb);
+    otab_init(&d);
+    for (t0 = 0; t0 < nt; t0 = t1) {
+        const uint8_t *xt;
+        t1 = otab_build(&d, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
+        xt = xq + t0 * ldq;
+        if (d.n) oplace_build(&pl, &d, (const uint8_t *)w);
+        for (a = r0; a < r1; a = b) {
+            const uint8_t *grp;
+            float *yt;
+            int G = 1, i;
+            gi = a / CISM__X16;
+            grp = (const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb;
+            yt = y + t0 * ldy + gi * CISM__X16;
+            b = (gi + 1) * CISM__X16 < r1 ? (gi + 1) * CISM__X16 : r1;
+            if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
+                mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
+                if (!d.n) continue;
+                oplace_cols(&pl, &d, grp, col, 1);
+                otab_add_rows(&d, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
+                continue;
+            }
+            while (G < OGROUPS && (gi + G + 1) * CISM__X16 <= r1) G++; /* whole groups, up to OGROUPS at once */
+            b = (gi + G) * CISM__X16;
+            mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
+            if (!d.n) continue;
+            for (i = 0; i < G; i++) oplace_cols(&pl, &d, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
+            switch (G) { /* G constant in each call: the loops over groups unroll */
+            case 4: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
+            case 3: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
+            case 2: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
+            default: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
+            }
+        }
+    }
+}
+#define X16_OUTL_ENTRY(nm, XF)                                                                                  \
+    static void matmul_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, \
+                                     float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {             \
+        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, matmul_a8_##nm, XF);                    \
     }
 X16_OUTL_ENTRY(q8x16, X16_Q8)
 X16_OUTL_ENTRY(q4sx16, X16_Q4S)
@@ -369,18 +443,18 @@ X16_OUTL_ENTRY(q6x16, X16_Q6)
 X16_OUTL_ENTRY(q5x16, X16_Q5)
 #undef X16_OUTL_ENTRY
 
-/* The tier's fused entries; X16_OUTL_FUSED(xf): the interleaved formats whose
-   tiles take the entries (the tier defines it) */
+/* The tier's fused entries; X16_OUTL_FUSED(xf) (the tier defines it): the
+   interleaved formats whose tiles take the entries of few tokens */
 CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q4A] = gemv_outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q8] = gemv_outliers_q8;
-    if (X16_OUTL_FUSED(X16_Q8)) k->gemv_a8_outliers[CISM_DTYPE_Q8X16] = gemv_outliers_q8x16;
-    if (X16_OUTL_FUSED(X16_Q4S)) k->gemv_a8_outliers[CISM_DTYPE_Q4SX16] = gemv_outliers_q4sx16;
-    k->gemv_a8_outliers[CISM_DTYPE_Q4AX16] = gemv_outliers_q4ax16;
-    k->gemv_a8_outliers[CISM_DTYPE_Q6X16] = gemv_outliers_q6x16;
-    k->gemv_a8_outliers[CISM_DTYPE_Q5X16] = gemv_outliers_q5x16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q8X16] = matmul_outliers_q8x16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q4SX16] = matmul_outliers_q4sx16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q4AX16] = matmul_outliers_q4ax16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q6X16] = matmul_outliers_q6x16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q5X16] = matmul_outliers_q5x16;
 }
 
 #endif

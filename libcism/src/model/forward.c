@@ -70,6 +70,10 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
             /* with outlier channels: few tokens in the tier's fused entry, or
                their products right after the kernel's pass over the same
                rows, while those weights are still in cache */
+            if (k->matmul_a8_outliers[w->dtype]) {
+                k->matmul_a8_outliers[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1);
+                return;
+            }
             if (nt <= CISM__GEMV_OUTL_TOKENS && k->gemv_a8_outliers[w->dtype]) {
                 k->gemv_a8_outliers[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1);
                 return;
