@@ -11,6 +11,7 @@ tools/bench_outliers.py too.
 """
 import argparse
 import os
+import random
 import statistics
 import time
 
@@ -28,9 +29,16 @@ def add_run_args(ap):
 
 
 def text_tokens(ap, a, m):
-    """BOS and the first --prompt + --gen - 1 tokens of --text (an argparse error if it is shorter)."""
+    """BOS and the first --prompt + --gen - 1 tokens of --text (an argparse error if it is shorter); for
+    a model without a tokenizer (the synthetic presets of `cism bench`), seeded random token ids."""
     if a.prompt < 1 or a.gen < 1 or a.reps < 1:
         ap.error("--prompt, --gen and --reps must be at least 1")
+    try:
+        m.tokenizer
+    except cism.TokenizerError:
+        rng = random.Random(0)
+        print(f"{m.path}: no tokenizer, {a.prompt + a.gen} seeded random token ids")
+        return [rng.randrange(m.vocab_size) for _ in range(a.prompt + a.gen)]
     with open(a.text, encoding="utf-8") as f:
         toks = [m.bos_id] + list(m.tokenizer.encode(f.read(), add_bos=False))[:a.prompt + a.gen - 1]
     if len(toks) < a.prompt + a.gen:

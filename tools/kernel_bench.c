@@ -120,7 +120,7 @@ static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t 
     int64_t ldq = (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64, i, t;
     uint64_t rb;
     uint8_t *w = make_weights(dt, rows, cols, &rb), *xq = (uint8_t *)calloc((size_t)nt, (size_t)ldq);
-    float *x = (float *)malloc((size_t)cols * 4), *tmp = (float *)malloc((size_t)(cols + 3 * (cols / 32 + 1)) * 4);
+    float *x = (float *)malloc((size_t)cols * 4), *tmp = (float *)malloc((size_t)(4 * (cols / 32 + 1)) * 4);
     float *y = (float *)malloc((size_t)(nt * rows) * 4);
     int calls = (int)(1e8 / (double)(rows * cols * nt)) + 1, rep, it, m; /* ~10-20 ms per run */
     for (t = 0; t < nt; t++) {

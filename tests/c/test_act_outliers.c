@@ -25,7 +25,7 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xffffffu) / 8388608.0f - 1.0f;
 }
 
-enum { ROWS = 48, COLS = 200, TMP = COLS + 3 * ((COLS + 31) / 32) };
+enum { ROWS = 48, COLS = 200, TMP = 4 * ((COLS + 31) / 32) };
 static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
                              CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16};
@@ -249,7 +249,7 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
    tier's, in one call over every row and in calls of 16 rows. 80 rows: the
    x86 epilogue's passes of 4 groups and the 1 group after them. */
 static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int32_t dt) {
-    enum { NT = 600, C2 = 330, T2 = C2 + 3 * ((C2 + 31) / 32), LR = 80 };
+    enum { NT = 600, C2 = 330, T2 = 4 * ((C2 + 31) / 32), LR = 80 };
     static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
     int64_t rb = cism_dtype_row_bytes(dt, C2), ldq = ldq_of(C2), r, c, t, got = 0;
     float *w = (float *)malloc(sizeof(float) * LR * C2), x[C2], tmp[T2];

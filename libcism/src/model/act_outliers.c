@@ -47,6 +47,11 @@ static void block_stats(top2_fn top2, const float *t, int64_t n, int64_t b, floa
     top2(c, 1, m1, m2);
 }
 
+static void set_gain(float *gain, int64_t b, float m1, float m2) {
+    const double g = (double)m1 * m1 - (double)m2 * m2;
+    memcpy(gain + 2 * b, &g, sizeof(g));
+}
+
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
                               float *tmp) {
     const cism__kernels *sc = cism__kernels_scalar();
@@ -54,7 +59,8 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     const top2_fn top2 = k->act_block_top2 ? k->act_block_top2 : sc->act_block_top2;
     cism__act8_out *o = table_of(qrow, ldq);
     const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK, full = n / CISM__A8_BLOCK;
-    float *m1 = tmp + n, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
+    float *m1 = tmp, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
+    float *gain = m2 + nb; /* per block a double (2 floats, memcpy: tmp may be 4-byte aligned), m1^2 - m2^2: the drop of N */
     /* the blocks that gave up channels: copies (zero-padded) with those channels set to 0 */
     float mod[CISM__A8_MAX_OUT][CISM__A8_BLOCK];
     int64_t modb[CISM__A8_MAX_OUT];
@@ -65,14 +71,18 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     /* the int8 noise of a block is proportional to its max squared; N is the row's */
     top2(x, full, m1, m2);
     if (full < nb) block_stats(top2, x, n, full, &m1[full], &m2[full]);
-    for (b = 0; b < nb; b++) N += (double)m1[b] * m1[b];
+    for (b = 0; b < nb; b++) {
+        N += (double)m1[b] * m1[b];
+        set_gain(gain, b, m1[b], m2[b]);
+    }
     while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
         double best = CISM__A8_OUT_GAIN * N / (double)nb;
         int64_t pick = -1, m;
         for (b = 0; b < nb; b++) {
-            double g = (double)m1[b] * m1[b] - (double)m2[b] * m2[b];
+            double g;
+            memcpy(&g, gain + 2 * b, sizeof(g));
             if (g > best) {
                 best = g;
                 pick = b;
@@ -93,6 +103,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         mod[j][i] = 0.0f;
         N -= best;
         top2(mod[j], 1, &m1[pick], &m2[pick]);
+        set_gain(gain, pick, m1[pick], m2[pick]);
     }
     /* the row as it is, then each block that gave up channels again from its
        copy (blocks are quantized independently: the bits of quantizing the

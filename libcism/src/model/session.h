@@ -33,8 +33,8 @@ typedef struct cism__work {
     uint8_t *xq;     /* act_quant: [n_rows] quantized rows of the current stage's matmul input,
                         each ending in its cism__act8_out table; then xo_tmp */
     int64_t xq_row_bytes;
-    float *xo_tmp;   /* act_quant: per thread (xo_floats apart), a row of the widest matmul input and its block
-                        statistics (act_outliers.c) */
+    float *xo_tmp;   /* act_quant: per thread (xo_floats apart), the block statistics of a row of the widest
+                        matmul input (act_outliers.c) */
     int64_t xo_floats;
     float *mix;      /* [n_rows][cism__mix_row_floats] then [nth][cism__mix_thread_floats] (deltanet.h): the
                         attention output gate's rows, or a DeltaNet layer's planes */
@@ -191,8 +191,9 @@ enum { CISM__AS_ATTN = 0, CISM__AS_WO = 1, CISM__AS_FFN = 2, CISM__AS_DOWN = 3, 
 int cism__act_stats_init(cism_session *s, int64_t gram_block);
 void cism__act_stats_free(cism_session *s);
 /* int8 activations with outlier channels computed exactly (act_outliers.c). A
-   quantized row is ldq bytes and ends in its cism__act8_out table. Returns 1
-   when x holds a NaN or an infinity. */
+   quantized row is ldq bytes and ends in its cism__act8_out table; tmp:
+   scratch of 4 x blocks floats. Returns 1 when x holds a NaN or an
+   infinity. */
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
                               float *tmp);
 void cism__act8_add_outliers(const cism__kernels *k, int32_t dtype, const void *w, uint64_t row_bytes,

@@ -35,10 +35,10 @@ static int64_t xq_row_bytes(const cism__hparams *hp) {
     return (cism__act8_row_bytes(widest_input(hp)) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
 
-/* Floats of the outlier split's scratch (act_outliers.c), per thread: a row of
-   the widest input, then three per block of it. */
+/* Floats of the outlier split's scratch (act_outliers.c), per thread: four
+   per block of the widest input; whole 64-byte lines. */
 static int64_t xo_floats(const cism__hparams *hp) {
-    return widest_input(hp) + 3 * ((widest_input(hp) + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK);
+    return (4 * ((widest_input(hp) + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK) + 15) / 16 * 16;
 }
 
 static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
