@@ -119,17 +119,43 @@ def gguf_path(name: str = DEFAULT_MODEL, cache: Optional[str] = None,
     return out
 
 
+# The revision of what `cism convert` stores for a GGUF by default, in the cached
+# conversion's name: bumped whenever the default import stores other bytes (2: Q4_1 as
+# q4ax16, Q5_0 as q5/q5x16), so that a conversion an older version cached is made again.
+IMPORT_REV = 2
+
+
+def _stale_conversions(cache: str, name: str, tag: str) -> list:
+    """Conversions of `name` with `tag` that older versions cached (no or another revision)."""
+    keep = f"{name}.{tag}.r{IMPORT_REV}.cism"
+    old = []
+    for f in os.listdir(cache):
+        if f == keep or not f.endswith(".cism"):
+            continue
+        rest = f[len(name) + 1:-len(".cism")] if f.startswith(name + ".") else None
+        if rest == tag or (rest is not None and rest.startswith(tag + ".r") and rest[len(tag) + 2:].isdigit()):
+            old.append(os.path.join(cache, f))
+    return old
+
+
 def model_path(name: str = DEFAULT_MODEL, cache: Optional[str] = None, quant: Optional[str] = None,
                log: Optional[Callable[[str], None]] = None) -> str:
-    """The .cism of model `name` in the cache, fetched and converted on first use.
+    """The .cism of model `name` in the cache, fetched and converted on first use (and again
+    when it was converted by a version whose default import differs: IMPORT_REV).
     `quant` None keeps the GGUF's own types (lossless where libcism holds them)."""
     cache = cache or cache_dir()
     gguf = gguf_path(name, cache, log)
     tag = quant or "native"
-    out = os.path.join(cache, f"{name}.{tag}.cism")
+    out = os.path.join(cache, f"{name}.{tag}.r{IMPORT_REV}.cism")
     if os.path.isfile(out):
         return out
     from .convert import convert
     _say(log, f"converting {os.path.basename(gguf)} -> {out} ...")
     convert(gguf, out, quant=quant, progress=None)
+    for f in _stale_conversions(cache, name, tag):  # our own derived files, made again above
+        try:
+            os.unlink(f)
+            _say(log, f"removed {f} (converted by an older version)")
+        except OSError:
+            pass
     return out
