@@ -466,22 +466,9 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
    of a column in one register. */
 
 /* 16 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
-   normal codes by their bits (exponent rebiased 7 -> 127), subnormal ones as
-   m x 2^-9 (exact), the NaN codes as the table's. */
+   x86_quant.h's e4m3_8 on each half */
 CISM__INLINE __m512 e4m3_16(__m512i b) {
-    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(b, 3), _mm512_set1_epi32(15)), m = _mm512_and_si512(b, _mm512_set1_epi32(7));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-    const __m512i nrm = _mm512_or_si512(sign, _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23),
-                                                              _mm512_slli_epi32(m, 20)));
-    const __m512i sub = _mm512_or_si512(sign, _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0.001953125f))));
-    __m512i v = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), nrm, sub);
-    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
-    if (nan) {
-        const __m512i pn = _mm512_castps_si512(_mm512_set1_ps(cism__e4m3_table[0x7f]));
-        const __m512i nn = _mm512_castps_si512(_mm512_set1_ps(cism__e4m3_table[0xff]));
-        v = _mm512_mask_blend_epi32(nan, v, _mm512_mask_blend_epi32(_mm512_cmpneq_epi32_mask(sign, _mm512_setzero_si512()), pn, nn));
-    }
-    return _mm512_castsi512_ps(v);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(e4m3_8(_mm512_castsi512_si256(b))), e4m3_8(_mm512_extracti64x4_epi64(b, 1)), 1);
 }
 
 /* Column p of a group, decoded exactly: q8x16: the f16 scales widened, the
