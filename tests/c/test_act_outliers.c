@@ -13,6 +13,7 @@
 #include "cism.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
+#include "kernels/outlier_runs.h"
 #include "model/session.h"
 #include "test_util.h"
 
@@ -30,14 +31,17 @@ static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
                              CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16};
 
-typedef void (*fused_fn)(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
-                         int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+/* Whether the tier has a fused entry for nt tokens of dt (kernels.h
+   matmul_a8_outliers, gemv_a8_outliers) */
+static int has_fused(const cism__kernels *k, int32_t dt, int64_t nt) {
+    return k->matmul_a8_outliers[dt] || (nt <= CISM__GEMV_OUTL_TOKENS && k->gemv_a8_outliers[dt]);
+}
 
-/* The tier's fused entry for nt tokens of dt (kernels.h matmul_a8_outliers,
-   gemv_a8_outliers), or NULL */
-static fused_fn fused_of(const cism__kernels *k, int32_t dt, int64_t nt) {
-    if (k->matmul_a8_outliers[dt]) return k->matmul_a8_outliers[dt];
-    return nt <= CISM__GEMV_OUTL_TOKENS ? k->gemv_a8_outliers[dt] : NULL;
+/* That entry on nt tokens (runs: prebuilt outlier runs, or NULL) */
+static void fused(const cism__kernels *k, int32_t dt, const void *w, int64_t rb, int64_t cols, const uint8_t *xq,
+                  int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs) {
+    if (k->matmul_a8_outliers[dt]) k->matmul_a8_outliers[dt](w, (uint64_t)rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
+    else k->gemv_a8_outliers[dt](w, (uint64_t)rb, cols, xq, ldq, y, ldy, nt, r0, r1);
 }
 
 static int64_t ldq_of(int64_t cols) {
@@ -151,10 +155,10 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
         memset(col, 0, sizeof(col));
         o->n = 1; o->idx[0] = (int32_t)c; o->val[0] = 1.0f;
         cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xq, ldq, col, 1, 1, 0, ROWS);
-        if (fused_of(k, dt, 1)) /* the fused entry: its dot of the zero row is 0 */
-            fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yk, ROWS, 1, 0, ROWS);
+        if (has_fused(k, dt, 1)) /* the fused entry: its dot of the zero row is 0 */
+            fused(k, dt, wq, rb, COLS, xq, ldq, yk, ROWS, 1, 0, ROWS, NULL);
         for (r = 0; r < ROWS; r++)
-            if (col[r] != wd[r * COLS + c] || (fused_of(k, dt, 1) && yk[r] != wd[r * COLS + c])) {
+            if (col[r] != wd[r * COLS + c] || (has_fused(k, dt, 1) && yk[r] != wd[r * COLS + c])) {
                 CHECK_MSG(0, "%s on %s: column %d row %d: %g (fused entry %g), dequantized %g", cism_dtype_name(dt), k->name,
                           (int)c, (int)r, col[r], yk[r], wd[r * COLS + c]);
                 c = COLS;
@@ -188,15 +192,15 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
        from a row range whose ends are not multiples of 8; the x86 tiers fuse q4a,
        q8 (few tokens) and the interleaved formats (any number) */
     if (!strcmp(k->name, "avx2") || !strcmp(k->name, "avx512"))
-        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8 && !cism__dtype_is_x16(dt)) || fused_of(k, dt, 1),
+        CHECK_MSG((dt != CISM_DTYPE_Q4A && dt != CISM_DTYPE_Q8 && !cism__dtype_is_x16(dt)) || has_fused(k, dt, 1),
                   "%s: no fused entry for %s", k->name, cism_dtype_name(dt));
-    if (fused_of(k, dt, 1)) {
+    if (has_fused(k, dt, 1)) {
         float yf[ROWS];
-        fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS);
+        fused(k, dt, wq, rb, COLS, xq, ldq, yf, ROWS, 1, 0, ROWS, NULL);
         CHECK_MSG(memcmp(yf, ys, sizeof(ys)) == 0, "%s on %s, fused one-token entry: not the scalar tier's bits",
                   cism_dtype_name(dt), k->name);
         memset(yf, 0, sizeof(yf));
-        fused_of(k, dt, 1)(wq, (uint64_t)rb, COLS, xq, ldq, yf, ROWS, 1, 3, ROWS - 2);
+        fused(k, dt, wq, rb, COLS, xq, ldq, yf, ROWS, 1, 3, ROWS - 2, NULL);
         CHECK_MSG(yf[2] == 0 && yf[ROWS - 2] == 0 && memcmp(yf + 3, ys + 3, (ROWS - 5) * sizeof(float)) == 0,
                   "%s on %s, fused one-token entry on rows 3..%d: not the scalar tier's bits", cism_dtype_name(dt), k->name,
                   ROWS - 3);
@@ -283,15 +287,33 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
               cism_dtype_name(dt), k->name, (int)NT);
     CHECK_MSG(memcmp(y1, y3, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in calls of 16 rows: not the scalar "
               "tier's bits", cism_dtype_name(dt), k->name, (int)NT);
-    if (fused_of(k, dt, NT)) { /* the fused entry of many tokens, in one call and in row ranges off the 16-row grid */
+    if (has_fused(k, dt, NT)) { /* the fused entry of many tokens, in one call and in row ranges off the 16-row grid */
         memset(y2, 0, NT * LR * sizeof(float));
-        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y2, LR, NT, 0, LR);
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 0, LR, NULL);
         memset(y3, 0, NT * LR * sizeof(float));
-        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 0, 5);
-        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 5, 37);
-        fused_of(k, dt, NT)(wq, (uint64_t)rb, C2, xs, ldq, y3, LR, NT, 37, LR);
+        fused(k, dt, wq, rb, C2, xs, ldq, y3, LR, NT, 0, 5, NULL);
+        fused(k, dt, wq, rb, C2, xs, ldq, y3, LR, NT, 5, 37, NULL);
+        fused(k, dt, wq, rb, C2, xs, ldq, y3, LR, NT, 37, LR, NULL);
         CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0 && memcmp(y1, y3, NT * LR * sizeof(float)) == 0,
                   "%s on %s, %d tokens, fused entry: not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT);
+    }
+    if (k->matmul_a8_outliers[dt]) { /* with runs listed beforehand (forward.c's, once per stage) */
+        static cism__oruns rs, bad;
+        cism__oruns_build(&rs, xs, ldq, NT); /* the middle tokens' channels take more runs than it holds */
+        CHECK_MSG(rs.xq == NULL, "%d tokens: %d runs, expected more than %d", (int)NT, rs.n, (int)CISM__ORUNS_MAX);
+        cism__oruns_build(&rs, xs, ldq, 100); /* the first 100 share two channels: one run */
+        CHECK(rs.xq == xs && rs.n == 1 && rs.run[0].t1 == 100 && rs.run[0].n >= 2);
+        memset(y2, 0, NT * LR * sizeof(float));
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, 100, 0, 5, &rs);
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, 100, 5, LR, &rs);
+        fused(k, dt, wq, rb, C2, xs + 100 * ldq, ldq, y2 + 100 * LR, LR, NT - 100, 0, LR, &rs); /* other rows: not used */
+        CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, fused entry with listed runs: not the scalar "
+                  "tier's bits", cism_dtype_name(dt), k->name);
+        bad = rs; /* the runs are used: a wrong channel in them changes the result */
+        bad.run[0].ch[0] = (bad.run[0].ch[0] + 1) % C2;
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, 100, 0, LR, &bad);
+        CHECK_MSG(memcmp(y1, y2, 100 * LR * sizeof(float)) != 0, "%s on %s: the listed runs were not used",
+                  cism_dtype_name(dt), k->name);
     }
     { /* few tokens (the token kernels), from the middle of the call */
         static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};
@@ -304,10 +326,10 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
             cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, LR, few[i], 0, LR);
             CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
                       "scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
-            if (fused_of(k, dt, few[i])) { /* the fused entry, rows off the 8-row grid */
+            if (has_fused(k, dt, few[i])) { /* the fused entry, rows off the 8-row grid */
                 memset(y2, 0, (size_t)(few[i] * LR) * sizeof(float));
-                fused_of(k, dt, few[i])(wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, 5);
-                fused_of(k, dt, few[i])(wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 5, LR);
+                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, few[i], 0, 5, NULL);
+                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, few[i], 5, LR, NULL);
                 CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens, fused entry: "
                           "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
             }

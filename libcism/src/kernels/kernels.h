@@ -27,7 +27,8 @@
 #include <stdint.h>
 #include "dtype.h"
 
-struct cism__x16; /* quant.h */
+struct cism__x16;   /* quant.h */
+struct cism__oruns; /* outlier_runs.h */
 
 /* y[t*ldy + r] = dot(W row r, x[t*ldx .. t*ldx+cols))  for r in [r0, r1), t in [0, nt).
    W rows are row_bytes apart, in the matmul's dtype. */
@@ -143,9 +144,12 @@ typedef struct cism__kernels {
        channels: the bits of matmul_a8 followed by the epilogue (outliers_x16),
        each group of 16 rows' entries added right after its tiles, while the
        group and its outputs are in cache (and the kernel sweeps the rows
-       once, not in chunks). NULL: the two passes. */
+       once, not in chunks). runs: the runs of these nt rows (outlier_runs.h,
+       built once for every call of a stage), or NULL (or runs of other rows):
+       the kernel lists them itself. NULL: the two passes. */
     void (*matmul_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
-                                                  int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1);
+                                                  int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,
+                                                  const struct cism__oruns *runs);
 } cism__kernels;
 
 /* The reference tier; always available. */

@@ -21,62 +21,15 @@
 #ifndef CISM_X86_OUTLIERS_H
 #define CISM_X86_OUTLIERS_H
 
+#include "outlier_runs.h"
+
 /* ocol, x16_place: a column's place in a group (x86_x16.h) */
 
-/* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
-CISM__INLINE const cism__act8_out *out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
-    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
-}
-
-/* The distinct channels of the tables of a run of tokens [t0, t1) and each
-   entry's index among them, found once per call (the outlier channels are
-   mostly the same few for every token): each group of 16 rows then decodes
-   each distinct column once and only adds. A run ends where OSLOTS would
-   overflow or after OTOK tokens; a call takes as many runs as it needs. */
-enum { OSLOTS = 128, OTOK = 256, OHASH = 512, OGROUPS = 4 };
-typedef struct otab {
-    int n;
-    int32_t ch[OSLOTS];
-    uint8_t ix[OTOK][CISM__A8_MAX_OUT];
-    int hashed;         /* 0: key[] not yet set up */
-    int32_t key[OHASH]; /* open addressing, -1 free; emptied again by the next build */
-    uint8_t slot[OHASH];
-    int16_t used[OSLOTS];
-} otab;
-
-static void otab_init(otab *d) {
-    d->n = 0;
-    d->hashed = 0;
-}
-
-/* the run from t0 (at least one token); returns its end */
-static int64_t otab_build(otab *d, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t nt) {
-    int64_t t;
-    int k;
-    if (!d->hashed)
-        for (k = 0; k < OHASH; k++) d->key[k] = -1;
-    else
-        for (k = 0; k < d->n; k++) d->key[d->used[k]] = -1;
-    d->hashed = 1;
-    d->n = 0;
-    for (t = t0; t < nt && t - t0 < OTOK; t++) {
-        const cism__act8_out *o = out_table(xq, ldq, t);
-        if (d->n + o->n > OSLOTS) break;
-        for (k = 0; k < o->n; k++) {
-            const int32_t c = o->idx[k];
-            uint32_t h = ((uint32_t)c * 2654435761u) >> 23; /* 9 bits: OHASH */
-            while (d->key[h] != -1 && d->key[h] != c) h = (h + 1) & (OHASH - 1);
-            if (d->key[h] == -1) {
-                d->key[h] = c;
-                d->slot[h] = (uint8_t)d->n;
-                d->used[d->n] = (int16_t)h;
-                d->ch[d->n++] = c;
-            }
-            d->ix[t - t0][k] = d->slot[h];
-        }
-    }
-    return t;
-}
+/* A call's channels run by run (outlier_runs.h); OGROUPS groups of 16 rows per
+   pass over a run's tables. */
+enum { OSLOTS = CISM__ORUN_SLOTS, OGROUPS = 4 };
+typedef cism__orun otab;
+#define out_table cism__out_table
 
 /* Tokens [t0, t1) of a run whose first token's quantized row is xq and
    first output row y: each entry's product with its decoded column, in table
@@ -212,9 +165,8 @@ static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, cons
         outliers_one(pl, w, row_bytes, out_table(xq, ldq, 0), y, r0, r1);
         return;
     }
-    otab_init(&d);
     for (t0 = 0; t0 < nt; t0 = t1) {
-        t1 = otab_build(&d, xq, ldq, t0, nt);
+        t1 = cism__orun_build(&d, xq, ldq, t0, nt);
         if (!d.n) continue;
         oplace_build(pl, &d, w);
         for (r = r0; r < r1; r += 16 * OGROUPS) { /* OGROUPS groups per pass over the tokens' tables */
@@ -378,30 +330,34 @@ static void otab_add_rows(const otab *d, const ovec *col, const uint8_t *xq, int
 
 /* Any number of tokens of an interleaved dtype (kernels.h matmul_a8_outliers):
    few, where the tier's tiles take the entries (X16_OUTL_FUSED), as
-   gemv_outliers_x16; else run by run (otab_build, within a token block whose
-   activations stay in L2), OGROUPS groups at a time: the kernel mq (the
+   gemv_outliers_x16; else run by run (cism__orun_build, within a token block whose
+   activations stay in L2; runs: the call's, built by forward.c, or NULL),
+   OGROUPS groups at a time: the kernel mq (the
    tier's matmul_a8 of the dtype, called, not inlined, so that its tiles keep
    their registers) for the run's tokens, then at once those groups' distinct
    columns decoded and the run's entries added. */
 CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
-                                      int64_t ldy, int64_t nt, int64_t r0, int64_t r1, cism__matmul_a8_fn mq, const int xf) {
+                                      int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs,
+                                      cism__matmul_a8_fn mq, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
-    const int64_t tb = CISM__X_BLOCK_BYTES / ldq > 4 ? CISM__X_BLOCK_BYTES / ldq : 4;
+    const int64_t tb = cism__orun_block(ldq);
+    const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
-    otab d;
+    otab mine;
     ovec col[OGROUPS * OSLOTS];
-    int64_t t0, t1, gi, a, b;
+    int64_t t0, t1, gi, a, b, ri = 0;
     if (nt <= CISM__GEMV_OUTL_TOKENS && X16_OUTL_FUSED(xf)) {
         gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, xf);
         return;
     }
     oplace_init(&pl, &g, cism__dtype_base(x16_dtype(xf)), rb);
-    otab_init(&d);
     for (t0 = 0; t0 < nt; t0 = t1) {
+        const otab *dp = own ? &mine : &runs->run[ri++];
         const uint8_t *xt;
-        t1 = otab_build(&d, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
+        if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
+        t1 = dp->t1;
         xt = xq + t0 * ldq;
-        if (d.n) oplace_build(&pl, &d, (const uint8_t *)w);
+        if (dp->n) oplace_build(&pl, dp, (const uint8_t *)w);
         for (a = r0; a < r1; a = b) {
             const uint8_t *grp;
             float *yt;
@@ -412,29 +368,30 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
             b = (gi + 1) * CISM__X16 < r1 ? (gi + 1) * CISM__X16 : r1;
             if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
                 mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
-                if (!d.n) continue;
-                oplace_cols(&pl, &d, grp, col, 1);
-                otab_add_rows(&d, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
+                if (!dp->n) continue;
+                oplace_cols(&pl, dp, grp, col, 1);
+                otab_add_rows(dp, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
                 continue;
             }
             while (G < OGROUPS && (gi + G + 1) * CISM__X16 <= r1) G++; /* whole groups, up to OGROUPS at once */
             b = (gi + G) * CISM__X16;
             mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
-            if (!d.n) continue;
-            for (i = 0; i < G; i++) oplace_cols(&pl, &d, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
+            if (!dp->n) continue;
+            for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
             switch (G) { /* G constant in each call: the loops over groups unroll */
-            case 4: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
-            case 3: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
-            case 2: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
-            default: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
+            case 4: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
+            case 3: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
+            case 2: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
+            default: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
             }
         }
     }
 }
 #define X16_OUTL_ENTRY(nm, XF)                                                                                  \
     static void matmul_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, \
-                                     float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1) {             \
-        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, matmul_a8_##nm, XF);                    \
+                                     float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,               \
+                                     const cism__oruns *runs) {                                               \
+        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, XF);              \
     }
 X16_OUTL_ENTRY(q8x16, X16_Q8)
 X16_OUTL_ENTRY(q4sx16, X16_Q4S)

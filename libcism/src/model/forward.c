@@ -43,6 +43,7 @@
 #include "../core/error.h"
 #include "../kernels/quant.h"
 #include "../kernels/kv_quant.h"
+#include "../kernels/outlier_runs.h"
 #include "att_fold.h"
 
 #include <math.h>
@@ -71,7 +72,8 @@ void cism__fwd_linear(const cism__work *wk, const cism__weight *w, const float *
                their products right after the kernel's pass over the same
                rows, while those weights are still in cache */
             if (k->matmul_a8_outliers[w->dtype]) {
-                k->matmul_a8_outliers[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1);
+                k->matmul_a8_outliers[w->dtype](w->data, w->row_bytes, w->cols, xq, wk->xq_row_bytes, y, ldy, nt, r0, r1,
+                                                wk->oruns);
                 return;
             }
             if (nt <= CISM__GEMV_OUTL_TOKENS && k->gemv_a8_outliers[w->dtype]) {
@@ -118,6 +120,7 @@ static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j,
 void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     int64_t t;
     if (!w->act_quant) return;
+    w->oruns->xq = NULL; /* runs of the rows being rewritten: stale */
     for (t = t0; t < t1; t++) quantize_row(w, x + t * ld, cols, t, t, 0);
 }
 
@@ -131,6 +134,8 @@ void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t 
 static void quantize_input(fwd *f, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     const int nth = cism__pool_size(f->w->pool);
     if (!f->w->act_quant) return;
+    f->q_runs0 = t0; /* the rows whose outlier runs the stage's calls share (pool_begin) */
+    f->q_runs1 = t1;
     if (nth == 1 || t1 - t0 < CISM__QUANT_PAR_ROWS) {
         cism__fwd_quantize_rows(f->w, x, ld, cols, t0, t1);
         return;
@@ -617,8 +622,14 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
    units of q_chunk rows; 2s + 1 runs its units. */
 static int64_t pool_begin(void *arg, int32_t ps) {
     fwd *f = (fwd *)arg;
-    if (ps % 2) return f->units;
-    f->q_t0 = f->q_t1 = 0;
+    cism__work *w = f->w;
+    if (ps % 2) { /* the input is quantized: its outlier runs, listed once for every call (few rows: each call's own) */
+        if (w->act_outliers && f->q_runs1 - f->q_runs0 > CISM__GEMV_OUTL_TOKENS)
+            cism__oruns_build(w->oruns, w->xq + f->q_runs0 * w->xq_row_bytes, w->xq_row_bytes, f->q_runs1 - f->q_runs0);
+        return f->units;
+    }
+    if (w->act_quant) w->oruns->xq = NULL;
+    f->q_t0 = f->q_t1 = f->q_runs0 = f->q_runs1 = 0;
     f->units = fwd_begin(arg, ps / 2);
     if (f->units < 0) return -1;
     return f->q_t1 > f->q_t0 ? cism__fwd_units(f->q_t1 - f->q_t0, f->q_chunk) : 0;

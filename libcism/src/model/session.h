@@ -36,6 +36,7 @@ typedef struct cism__work {
     float *xo_tmp;   /* act_quant: per thread (xo_floats apart), the block statistics of a row of the widest
                         matmul input (act_outliers.c) */
     int64_t xo_floats;
+    struct cism__oruns *oruns; /* act_quant: the current stage's outlier runs (forward.c), or runs->xq NULL */
     float *mix;      /* [n_rows][cism__mix_row_floats] then [nth][cism__mix_thread_floats] (deltanet.h): the
                         attention output gate's rows, or a DeltaNet layer's planes */
     uint8_t *bad;    /* [n_rows] set by forward.c when a matmul input row held NaN/Inf (int8 activations hide them) */

@@ -4,6 +4,7 @@
 #include "deltanet.h"
 #include "../core/error.h"
 #include "../kernels/quant.h"
+#include "../kernels/outlier_runs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +65,10 @@ void *cism__alloc_floats(int64_t n, int *failed) {
 
 void cism__work_free_buffers(cism__work *w) {
     free(w->x); free(w->xb); free(w->q); free(w->att); free(w->ob); free(w->hb); free(w->hb2);
-    free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->bad); free(w->conv); free(w->mix);
+    free(w->tmp); free(w->scores); free(w->rope_cos); free(w->rope_sin); free(w->xq); free(w->oruns); free(w->bad); free(w->conv); free(w->mix);
     w->x = w->xb = w->q = w->att = w->ob = w->hb = w->hb2 = w->conv = w->mix = w->tmp = w->scores = w->rope_cos = w->rope_sin = NULL;
     w->xq = w->bad = NULL;
+    w->oruns = NULL;
     w->xo_tmp = w->att_part = NULL;
     w->att_part_slots = 0;
     w->n_rows = w->n_ctx = 0;
@@ -107,6 +109,8 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
             w->xo_floats = xo_floats(hp);
             w->xq = (uint8_t *)cism__alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + (int64_t)w->nth * w->xo_floats, &failed);
             w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
+            w->oruns = (cism__oruns *)calloc(1, sizeof(cism__oruns)); /* xq NULL: none yet */
+            if (!w->oruns) failed = 1;
         }
         if (failed) {
             cism__work_free_buffers(w);

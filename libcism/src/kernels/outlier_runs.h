@@ -1,0 +1,50 @@
+/* outlier_runs.h - the outlier channels of a call's tokens, listed run by run
+ * (model/act_outliers.c has the rule; x86_outliers.h adds the entries): a
+ * run's distinct channels and each table entry's index among them, so that a
+ * group of 16 rows decodes each distinct column once for all the run's
+ * tokens. A run ends where CISM__ORUN_SLOTS would overflow, after
+ * CISM__ORUN_TOKENS tokens or at the end its builder gives. Runs only group
+ * the work: every output element gets its entries in table order whatever
+ * the runs, so results never depend on them. The kernels build a call's runs
+ * themselves, or take those forward.c built once for a stage's quantized
+ * input and hands to every call of the stage (cism__oruns). */
+#ifndef CISM_OUTLIER_RUNS_H
+#define CISM_OUTLIER_RUNS_H
+
+#include "quant.h"
+#include "tier_common.h"
+
+enum { CISM__ORUN_SLOTS = 128, CISM__ORUN_TOKENS = 256, CISM__ORUNS_MAX = 8 };
+
+typedef struct cism__orun {
+    int64_t t0, t1; /* its tokens */
+    int n;          /* distinct channels */
+    int32_t ch[CISM__ORUN_SLOTS];
+    uint8_t ix[CISM__ORUN_TOKENS][CISM__A8_MAX_OUT]; /* token t0 + i's entry k: channel ch[ix[i][k]] */
+} cism__orun;
+
+/* The runs of nt quantized rows at xq (ldq bytes apart), or xq NULL (none) */
+typedef struct cism__oruns {
+    const uint8_t *xq;
+    int64_t ldq, nt;
+    int n;
+    cism__orun run[CISM__ORUNS_MAX];
+} cism__oruns;
+
+/* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
+static inline const cism__act8_out *cism__out_table(const uint8_t *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
+}
+
+/* Tokens whose activations a matmul keeps in L2 at once (the runs end there too) */
+static inline int64_t cism__orun_block(int64_t ldq) {
+    return CISM__X_BLOCK_BYTES / ldq > 4 ? CISM__X_BLOCK_BYTES / ldq : 4;
+}
+
+/* The run from token t0 (at least one token, at most to t_max) into r; its end. */
+int64_t cism__orun_build(cism__orun *r, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t t_max);
+/* All runs of nt tokens, each within cism__orun_block(ldq) tokens of its start;
+   rs->xq = NULL when they would take more than CISM__ORUNS_MAX. */
+void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t nt);
+
+#endif
