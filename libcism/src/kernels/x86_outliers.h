@@ -28,20 +28,18 @@
 /* A call's channels run by run (outlier_runs.h); OGROUPS groups of 16 rows per
    pass over a run's tables. */
 enum { OSLOTS = CISM__ORUN_SLOTS, OGROUPS = 4 };
-typedef cism__orun otab;
-#define out_table cism__out_table
 
-/* Tokens [t0, t1) of a run whose first token's quantized row is xq and
-   first output row y: each entry's product with its decoded column, in table
+/* The nt tokens of a run whose first token's quantized row is xq and first
+   output row y: each entry's product with its decoded column, in table
    order (the C code's order), for G groups of 16 outputs at once (channel k's
    column of group i at col[k * G + i], its outputs 16 i on): a token's table
    is read once for all G. */
-CISM__INLINE void otab_add(const otab *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t t1,
-                           float *y, int64_t ldy, const int G) {
+CISM__INLINE void otab_add(const cism__orun *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                           int64_t ldy, const int G) {
     int64_t t;
     int k, i;
-    for (t = t0; t < t1; t++) {
-        const cism__act8_out *o = out_table(xq, ldq, t);
+    for (t = 0; t < nt; t++) {
+        const cism__act8_out *o = cism__out_table(xq, ldq, t);
         const uint8_t *ix = d->ix[t];
         float *yt = y + t * ldy;
         ovec acc[OGROUPS];
@@ -50,6 +48,17 @@ CISM__INLINE void otab_add(const otab *d, const ovec *col, const uint8_t *xq, in
         for (k = 0; k < o->n; k++)
             for (i = 0; i < G; i++) acc[i] = ov_addmul(acc[i], o->val[k], col[ix[k] * G + i]);
         for (i = 0; i < G; i++) ov_store(yt + 16 * i, acc[i]);
+    }
+}
+
+/* otab_add for G = 1..OGROUPS groups, G a constant in each call (the loops over groups unroll) */
+static void otab_add_groups(const cism__orun *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t nt, float *y,
+                            int64_t ldy, int G) {
+    switch (G) {
+    case 4: otab_add(d, col, xq, ldq, nt, y, ldy, 4); break;
+    case 3: otab_add(d, col, xq, ldq, nt, y, ldy, 3); break;
+    case 2: otab_add(d, col, xq, ldq, nt, y, ldy, 2); break;
+    default: otab_add(d, col, xq, ldq, nt, y, ldy, 1); break;
     }
 }
 
@@ -79,7 +88,7 @@ static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t r
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
 
-static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
+static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
     uint8_t bix[OSLOTS];
     int16_t at[OSLOTS];
     int k, i;
@@ -108,7 +117,7 @@ static void oplace_build(oplace *pl, const otab *d, const uint8_t *w) {
 /* The run's distinct columns of the 16 rows at grp (x16: a group; q4a: its
    first row), decoded exactly, channel k's at col[k * stride]; q4a: block by
    block, its scales once. */
-static void oplace_cols(const oplace *pl, const otab *d, const uint8_t *grp, ovec *col, const int stride) {
+static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
     if (!pl->q4a) {
         for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], pl->xf, &pl->cc);
@@ -159,10 +168,10 @@ static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes,
 static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, const uint8_t *xq, int64_t ldq,
                           int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     ovec col[OGROUPS * OSLOTS];
-    otab d;
+    cism__orun d;
     int64_t t0, t1, r;
     if (nt == 1) {
-        outliers_one(pl, w, row_bytes, out_table(xq, ldq, 0), y, r0, r1);
+        outliers_one(pl, w, row_bytes, cism__out_table(xq, ldq, 0), y, r0, r1);
         return;
     }
     for (t0 = 0; t0 < nt; t0 = t1) {
@@ -175,12 +184,7 @@ static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, cons
             float *yt = y + t0 * ldy + r;
             int i;
             for (i = 0; i < G; i++) oplace_cols(pl, &d, w + (uint64_t)(r + 16 * i) * row_bytes, col + i, G);
-            switch (G) { /* G constant in each call: the loops over groups unroll */
-            case 4: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
-            case 3: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
-            case 2: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
-            default: otab_add(&d, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
-            }
+            otab_add_groups(&d, col, xt, ldq, t1 - t0, yt, ldy, G);
         }
     }
 }
@@ -263,7 +267,7 @@ CISM__INLINE void gemv_outliers(const uint8_t *w, uint64_t rb, int64_t cols, con
     int k;
     for (t = 0; t < nt; t++) {
         a[t] = act_row(xq, ldq, t);
-        o[t] = out_table(xq, ldq, t);
+        o[t] = cism__out_table(xq, ldq, t);
     }
     const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);
     for (r = r0; r + 8 <= r1; r += 8) {
@@ -304,7 +308,7 @@ CISM__INLINE void gemv_outliers_x16(const void *w, uint64_t rb, int64_t cols, co
     for (k = 0; k < 16; k++) ol.lv[k] = f ? (float)f->levels[k] : 0.0f;
     ol.smul = _mm256_set1_ps(f ? f->scale_mul : 1.0f);
     for (t = 0; t < nt; t++) {
-        ol.o[t] = out_table(xq, ldq, t);
+        ol.o[t] = cism__out_table(xq, ldq, t);
         for (k = 0; k < ol.o[t]->n; k++) ol.p[t][k] = x16_place((const uint8_t *)w, &g, xf, B, ol.o[t]->idx[k]);
     }
     matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, &ol, xf);
@@ -312,14 +316,14 @@ CISM__INLINE void gemv_outliers_x16(const void *w, uint64_t rb, int64_t cols, co
 
 /* rows [lo, hi) of a group only (a call's first or last group, partly its):
    otab_add element by element, the same fused multiply-adds in the same order */
-static void otab_add_rows(const otab *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy,
+static void otab_add_rows(const cism__orun *d, const ovec *col, const uint8_t *xq, int64_t ldq, int64_t nt, float *y, int64_t ldy,
                           int lo, int hi) {
     float c[OSLOTS][16];
     int64_t t;
     int k, r;
     for (k = 0; k < d->n; k++) ov_store(c[k], col[k]);
     for (t = 0; t < nt; t++) {
-        const cism__act8_out *o = out_table(xq, ldq, t);
+        const cism__act8_out *o = cism__out_table(xq, ldq, t);
         for (r = lo; r < hi; r++) {
             __m128 v = _mm_set_ss(y[t * ldy + r]);
             for (k = 0; k < o->n; k++) v = _mm_fmadd_ss(_mm_set_ss(o->val[k]), _mm_set_ss(c[d->ix[t][k]][r]), v);
@@ -343,7 +347,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     const int64_t tb = cism__orun_block(ldq);
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
-    otab mine;
+    cism__orun mine;
     ovec col[OGROUPS * OSLOTS];
     int64_t t0, t1, gi, a, b, ri = 0;
     if (nt <= CISM__GEMV_OUTL_TOKENS && X16_OUTL_FUSED(xf)) {
@@ -352,7 +356,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     }
     oplace_init(&pl, &g, cism__dtype_base(x16_dtype(xf)), rb);
     for (t0 = 0; t0 < nt; t0 = t1) {
-        const otab *dp = own ? &mine : &runs->run[ri++];
+        const cism__orun *dp = own ? &mine : &runs->run[ri++];
         const uint8_t *xt;
         if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
         t1 = dp->t1;
@@ -378,12 +382,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
             mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
             if (!dp->n) continue;
             for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
-            switch (G) { /* G constant in each call: the loops over groups unroll */
-            case 4: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 4); break;
-            case 3: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 3); break;
-            case 2: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 2); break;
-            default: otab_add(dp, col, xt, ldq, 0, t1 - t0, yt, ldy, 1); break;
-            }
+            otab_add_groups(dp, col, xt, ldq, t1 - t0, yt, ldy, G);
         }
     }
 }

@@ -34,11 +34,16 @@ static cism__act8_out *table_of(uint8_t *qrow, int64_t ldq) {
 
 typedef void (*top2_fn)(const float *x, int64_t nb, float *m1, float *m2);
 
+/* Elements of block b of a row of n (the last block may be partial) */
+static int64_t block_len(int64_t n, int64_t b) {
+    return n - b * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - b * CISM__A8_BLOCK : CISM__A8_BLOCK;
+}
+
 /* Block b's two largest |t| (elements 32b .. 32b+31 below n; a partial block
    padded with zeros). */
 static void block_stats(top2_fn top2, const float *t, int64_t n, int64_t b, float *m1, float *m2) {
     float c[CISM__A8_BLOCK];
-    int64_t i, m = (b + 1) * CISM__A8_BLOCK <= n ? CISM__A8_BLOCK : n - b * CISM__A8_BLOCK;
+    int64_t i, m = block_len(n, b);
     if (m == CISM__A8_BLOCK) {
         top2(t + b * CISM__A8_BLOCK, 1, m1, m2);
         return;
@@ -89,7 +94,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
             }
         }
         if (pick < 0) break;
-        m = n - pick * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - pick * CISM__A8_BLOCK : CISM__A8_BLOCK;
+        m = block_len(n, pick);
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
         if (j == nmod) {
             for (i = 0; i < CISM__A8_BLOCK; i++) mod[j][i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
@@ -111,7 +116,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     quant(x, n, qrow);
     for (j = 0; j < nmod; j++) {
         cism__act8 blk[2]; /* one block, then its two half sums */
-        const int64_t m = n - modb[j] * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - modb[j] * CISM__A8_BLOCK : CISM__A8_BLOCK;
+        const int64_t m = block_len(n, modb[j]);
         quant(mod[j], m, blk);
         memcpy((cism__act8 *)(void *)qrow + modb[j], &blk[0], sizeof(cism__act8));
         memcpy(cism__act8_half_sums(qrow, n) + 2 * modb[j], cism__act8_half_sums(blk, m), 2 * sizeof(int32_t));

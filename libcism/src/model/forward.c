@@ -134,17 +134,15 @@ void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t 
 static void quantize_input(fwd *f, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
     const int nth = cism__pool_size(f->w->pool);
     if (!f->w->act_quant) return;
-    f->q_runs0 = t0; /* the rows whose outlier runs the stage's calls share (pool_begin) */
-    f->q_runs1 = t1;
-    if (nth == 1 || t1 - t0 < CISM__QUANT_PAR_ROWS) {
-        cism__fwd_quantize_rows(f->w, x, ld, cols, t0, t1);
-        return;
-    }
     f->q_x = x;
     f->q_ld = ld;
     f->q_cols = cols;
     f->q_t0 = t0;
     f->q_t1 = t1;
+    if (nth == 1 || t1 - t0 < CISM__QUANT_PAR_ROWS) {
+        cism__fwd_quantize_rows(f->w, x, ld, cols, t0, t1);
+        return;
+    }
     f->q_chunk = (t1 - t0 + 4 * nth - 1) / (4 * nth);
 }
 
@@ -624,15 +622,15 @@ static int64_t pool_begin(void *arg, int32_t ps) {
     fwd *f = (fwd *)arg;
     cism__work *w = f->w;
     if (ps % 2) { /* the input is quantized: its outlier runs, listed once for every call (few rows: each call's own) */
-        if (w->act_outliers && f->q_runs1 - f->q_runs0 > CISM__GEMV_OUTL_TOKENS)
-            cism__oruns_build(w->oruns, w->xq + f->q_runs0 * w->xq_row_bytes, w->xq_row_bytes, f->q_runs1 - f->q_runs0);
+        if (w->act_outliers && f->q_t1 - f->q_t0 > CISM__GEMV_OUTL_TOKENS)
+            cism__oruns_build(w->oruns, w->xq + f->q_t0 * w->xq_row_bytes, w->xq_row_bytes, f->q_t1 - f->q_t0);
         return f->units;
     }
     if (w->act_quant) w->oruns->xq = NULL;
-    f->q_t0 = f->q_t1 = f->q_runs0 = f->q_runs1 = 0;
+    f->q_t0 = f->q_t1 = f->q_chunk = 0;
     f->units = fwd_begin(arg, ps / 2);
     if (f->units < 0) return -1;
-    return f->q_t1 > f->q_t0 ? cism__fwd_units(f->q_t1 - f->q_t0, f->q_chunk) : 0;
+    return f->q_chunk ? cism__fwd_units(f->q_t1 - f->q_t0, f->q_chunk) : 0;
 }
 
 static void pool_unit(void *arg, int32_t ps, int64_t u, int ith, int nth) {

@@ -27,9 +27,9 @@ typedef struct fwd {
     int64_t t_lo, hpu;            /* set by begin: first row needed, heads per attention unit */
     int stop;                     /* set by begin when every seq was cancelled */
     int64_t units;                /* the current stage's units (begin's answer) */
-    const float *q_x;             /* set by begin: a matmul input whose rows [q_t0, q_t1) (q_ld apart, q_cols */
-    int64_t q_ld, q_cols, q_t0, q_t1, q_chunk; /* wide) the pool stage before the units quantizes, q_chunk rows a unit */
-    int64_t q_runs0, q_runs1;     /* set by begin: the rows of the input it quantized (either way) */
+    const float *q_x;             /* set by begin: the matmul input whose rows [q_t0, q_t1) (q_ld apart, q_cols */
+    int64_t q_ld, q_cols, q_t0, q_t1, q_chunk; /* wide) it quantized, or (q_chunk > 0) left to the pool stage
+                                     before the units, q_chunk rows a unit */
 } fwd;
 
 enum { ST_QKV, ST_ATT, ST_WO, ST_UP, ST_DOWN, ST_PER_LAYER };
