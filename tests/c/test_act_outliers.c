@@ -298,9 +298,24 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
                   "%s on %s, %d tokens, fused entry: not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT);
     }
     if (k->matmul_a8_outliers[dt]) { /* with runs listed beforehand (forward.c's, once per stage) */
-        static cism__oruns rs, bad;
-        cism__oruns_build(&rs, xs, ldq, NT); /* the middle tokens' channels take more runs than it holds */
-        CHECK_MSG(rs.xq == NULL, "%d tokens: %d runs, expected more than %d", (int)NT, rs.n, (int)CISM__ORUNS_MAX);
+        cism__oruns rs, bad;
+        rs.cap = (int)cism__oruns_max(NT, ldq);
+        rs.run = (cism__orun *)malloc(sizeof(cism__orun) * (size_t)rs.cap);
+        bad.run = (cism__orun *)malloc(sizeof(cism__orun));
+        CHECK(rs.run && bad.run);
+        cism__oruns_build(&rs, xs, ldq, NT); /* the room cism__oruns_max gives is enough */
+        CHECK_MSG(rs.xq == xs && rs.n > 2 && rs.n <= rs.cap && rs.run[rs.n - 1].t1 == NT, "%d tokens: %d runs in room for %d",
+                  (int)NT, rs.n, rs.cap);
+        memset(y2, 0, NT * LR * sizeof(float)); /* all of them, in row ranges off the 16-row grid */
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 0, 5, &rs);
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 5, 37, &rs);
+        fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 37, LR, &rs);
+        CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in %d runs listed beforehand: "
+                  "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT, rs.n);
+        rs.cap = 2; /* the middle tokens' channels take more runs than it holds */
+        cism__oruns_build(&rs, xs, ldq, NT);
+        CHECK_MSG(rs.xq == NULL, "%d tokens: %d runs, expected more than 2", (int)NT, rs.n);
+        rs.cap = (int)cism__oruns_max(NT, ldq);
         cism__oruns_build(&rs, xs, ldq, 100); /* the first 100 share two channels: one run */
         CHECK(rs.xq == xs && rs.n == 1 && rs.run[0].t1 == 100 && rs.run[0].n >= 2);
         memset(y2, 0, NT * LR * sizeof(float));
@@ -309,11 +324,17 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         fused(k, dt, wq, rb, C2, xs + 100 * ldq, ldq, y2 + 100 * LR, LR, NT - 100, 0, LR, &rs); /* other rows: not used */
         CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, fused entry with listed runs: not the scalar "
                   "tier's bits", cism_dtype_name(dt), k->name);
-        bad = rs; /* the runs are used: a wrong channel in them changes the result */
+        bad.xq = rs.xq; /* the runs are used: a wrong channel in them changes the result */
+        bad.ldq = rs.ldq;
+        bad.nt = rs.nt;
+        bad.n = bad.cap = 1;
+        bad.run[0] = rs.run[0];
         bad.run[0].ch[0] = (bad.run[0].ch[0] + 1) % C2;
         fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, 100, 0, LR, &bad);
         CHECK_MSG(memcmp(y1, y2, 100 * LR * sizeof(float)) != 0, "%s on %s: the listed runs were not used",
                   cism_dtype_name(dt), k->name);
+        free(rs.run);
+        free(bad.run);
     }
     { /* few tokens (the token kernels), from the middle of the call */
         static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};

@@ -38,7 +38,7 @@ void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t 
     rs->nt = nt;
     rs->n = 0;
     for (t0 = 0; t0 < nt; t0 = rs->run[rs->n++].t1) {
-        if (rs->n == CISM__ORUNS_MAX) return;
+        if (rs->n == rs->cap) return;
         cism__orun_build(&rs->run[rs->n], xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
     }
     rs->xq = xq;

@@ -14,7 +14,7 @@
 #include "quant.h"
 #include "tier_common.h"
 
-enum { CISM__ORUN_SLOTS = 128, CISM__ORUN_TOKENS = 256, CISM__ORUNS_MAX = 8 };
+enum { CISM__ORUN_SLOTS = 128, CISM__ORUN_TOKENS = 256 };
 
 typedef struct cism__orun {
     int64_t t0, t1; /* its tokens */
@@ -23,12 +23,13 @@ typedef struct cism__orun {
     uint8_t ix[CISM__ORUN_TOKENS][CISM__A8_MAX_OUT]; /* token t0 + i's entry k: channel ch[ix[i][k]] */
 } cism__orun;
 
-/* The runs of nt quantized rows at xq (ldq bytes apart), or xq NULL (none) */
+/* The runs of nt quantized rows at xq (ldq bytes apart), or xq NULL (none);
+   room for cap runs at run (the owner's) */
 typedef struct cism__oruns {
     const uint8_t *xq;
     int64_t ldq, nt;
-    int n;
-    cism__orun run[CISM__ORUNS_MAX];
+    int n, cap;
+    cism__orun *run;
 } cism__oruns;
 
 /* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
@@ -43,8 +44,18 @@ static inline int64_t cism__orun_block(int64_t ldq) {
 
 /* The run from token t0 (at least one token, at most to t_max) into r; its end. */
 int64_t cism__orun_build(cism__orun *r, const uint8_t *xq, int64_t ldq, int64_t t0, int64_t t_max);
+/* The most runs that cism__oruns_build makes of nt tokens: every run but the
+   last holds at least m tokens (it ends when the next token's entries, at most
+   CISM__A8_MAX_OUT, would overflow its slots, after a token block or after
+   CISM__ORUN_TOKENS tokens). */
+static inline int64_t cism__oruns_max(int64_t nt, int64_t ldq) {
+    const int64_t tb = cism__orun_block(ldq);
+    const int64_t m = CISM__ORUN_SLOTS / CISM__A8_MAX_OUT < tb ? CISM__ORUN_SLOTS / CISM__A8_MAX_OUT : tb;
+    return nt / m + 1;
+}
+
 /* All runs of nt tokens, each within cism__orun_block(ldq) tokens of its start;
-   rs->xq = NULL when they would take more than CISM__ORUNS_MAX. */
+   rs->xq = NULL when they would take more than rs->cap. */
 void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t nt);
 
 #endif

@@ -128,7 +128,8 @@ typedef struct ocol {
 
 static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
     const int q8 = xf == X16_Q8;
-    const int64_t b = c / B, j = c % B, half = B / 2, byte = q8 ? j : (j < half ? j : j - half);
+    const int64_t b = B == 32 ? c >> 5 : c / B, j = B == 32 ? c & 31 : c % B, half = B / 2; /* most blocks: 32, no division */
+    const int64_t byte = q8 ? j : (j < half ? j : j - half);
     const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
     ocol p;
     p.code = cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;

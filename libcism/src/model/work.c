@@ -51,8 +51,13 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
            (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + (int64_t)nth * xo_floats(hp) : 0);
 }
 
+/* Bytes of the outlier runs of a stage's n_rows quantized rows (forward.c) */
+static int64_t oruns_bytes(const cism__hparams *hp, int64_t n_rows) {
+    return (int64_t)sizeof(cism__oruns) + cism__oruns_max(n_rows, xq_row_bytes(hp)) * (int64_t)sizeof(cism__orun);
+}
+
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
-    return work_floats(hp, n_rows, n_ctx, nth, act_quant) * 4 + n_rows;
+    return work_floats(hp, n_rows, n_ctx, nth, act_quant) * 4 + n_rows + (act_quant ? oruns_bytes(hp, n_rows) : 0);
 }
 
 void *cism__alloc_floats(int64_t n, int *failed) {
@@ -109,8 +114,12 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
             w->xo_floats = xo_floats(hp);
             w->xq = (uint8_t *)cism__alloc_floats((w->xq_row_bytes * n_rows + 3) / 4 + (int64_t)w->nth * w->xo_floats, &failed);
             w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
-            w->oruns = (cism__oruns *)calloc(1, sizeof(cism__oruns)); /* xq NULL: none yet */
+            w->oruns = (cism__oruns *)calloc(1, (size_t)oruns_bytes(hp, n_rows)); /* xq NULL: none yet */
             if (!w->oruns) failed = 1;
+            else { /* every run a stage's rows can take (cism__oruns_max), after the header */
+                w->oruns->cap = (int)cism__oruns_max(n_rows, w->xq_row_bytes);
+                w->oruns->run = (cism__orun *)(void *)(w->oruns + 1);
+            }
         }
         if (failed) {
             cism__work_free_buffers(w);
