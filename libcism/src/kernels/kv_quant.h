@@ -86,8 +86,10 @@ static inline const float *cism__kv_widen_rows(const void *kv, int32_t kv_type, 
    plain C, the same bytes on every tier). A block holding a NaN or an
    infinity, or whose scale overflows fp16, gets a NaN scale and zero codes: it
    decodes to NaN, which reaches the logits (the eval then fails as with an f16
-   cache) instead of hiding. */
-void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out);
+   cache) instead of hiding. search (q4a only): 1 = the range search of the
+   keys (kv_quant.c), 0 = each block's [min, max] (values: their 4-bit error
+   costs little, the search would cost prefill time). */
+void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search);
 
 /* The per-head rotation: x[0..n) <- H x, H the orthonormal Walsh-Hadamard
    matrix (Sylvester order, scaled by 1/sqrt(P)) applied to each block of P

@@ -164,10 +164,10 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
 
 /* A quantized row goes through the one scalar quantizer (kv_quant.c): the
    cache holds the same bytes whatever the tier. */
-static void store_row(const cism__work *w, int32_t type, void *row, const float *src, int64_t n) {
+static void store_row(const cism__work *w, int32_t type, void *row, const float *src, int64_t n, int is_k) {
     if (type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
     else if (type == CISM_DTYPE_F16) w->k->f32_to_f16(src, (uint16_t *)row, n);
-    else cism__kv_quantize_row(type, src, n, (uint8_t *)row);
+    else cism__kv_quantize_row(type, src, n, (uint8_t *)row, is_k);
 }
 
 /* K or V row of (layer, head, pos) into the cache, and into its ring copy.
@@ -175,10 +175,11 @@ static void store_row(const cism__work *w, int32_t type, void *row, const float 
 static void store_kv(const cism__work *w, const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos,
                      const float *src) {
     int64_t hd = s->model->hp.head_dim;
-    const int32_t type = cache == s->v_cache ? s->kv_type_v : s->kv_type;
+    const int is_k = cache != s->v_cache;
+    const int32_t type = is_k ? s->kv_type : s->kv_type_v;
     void *copy = cism__kv_row_copy(s, cache, layer, head, pos);
-    store_row(w, type, cism__kv_row(s, cache, layer, head, pos), src, hd);
-    if (copy) store_row(w, type, copy, src, hd);
+    store_row(w, type, cism__kv_row(s, cache, layer, head, pos), src, hd, is_k);
+    if (copy) store_row(w, type, copy, src, hd, is_k);
 }
 
 /* RoPE of row t on the layer's table (none on a NoPE layer): the first
