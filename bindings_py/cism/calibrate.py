@@ -36,6 +36,7 @@ TIED_LOOKUP_WEIGHT = 0.25
 SEQUENCE = 256          # tokens per sequence or window (at most the model's context)
 BATCH = 16              # "auto": sequences decoded together (one cism.Batch step per token)
 METHODS = ("gptq", "imatrix")
+KEY_OFFSET_WINDOW = 2048  # positions the key offsets are averaged over (docs/KV_CACHE.md, "Key offsets")
 DEFAULT_METHOD = "gptq"  # chosen by measurement (docs/QUANTIZATION.md, "Calibrated rounding")
 
 
@@ -54,6 +55,9 @@ class Calibration:
     importance: Dict[str, np.ndarray] = field(default_factory=dict)  # matrix name -> [cols], mean of x_c^2
     sample_seconds: float = 0.0      # "auto": generating the calibration text
     stats_seconds: float = 0.0       # the statistics pass
+    # attention layer's "blk.N.attn_k_offset" -> [n_kv_heads * head_dim] float32: the mean key after RoPE
+    # (docs/KV_CACHE.md, "Key offsets"), written to the file for a quantized K cache
+    key_offsets: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def gram_for(self, name: str) -> Optional[np.ndarray]:
         """The statistics of a matrix's inputs (method "gptq"); None for a matrix
@@ -208,9 +212,35 @@ def gather(model_path: str, windows: Sequence[Sequence[int]], *, method: str = D
     return stats, int(rows)
 
 
+def gather_key_offsets(model_path: str, windows: Sequence[Sequence[int]], *, length: int = KEY_OFFSET_WINDOW,
+                       n_threads: int = 0) -> Dict[str, np.ndarray]:
+    """Every attention layer's mean key after RoPE ("blk.N.attn_k_offset" ->
+    [n_kv_heads * head_dim] float32; docs/KV_CACHE.md, "Key offsets") on the
+    tokens of `windows` laid end to end and cut into windows of `length`
+    (at most the model's context): a key's mean over positions depends on how
+    far the positions reach (RoPE turns it), so the offsets are taken over as
+    long a context as the cache will hold, not over short sequences."""
+    from .model import Model
+    from .session import Session
+    flat = [t for w in windows for t in w]
+    offsets: Dict[str, np.ndarray] = {}
+    with Model(model_path) as m:
+        L = max(2, min(length, m.context_length))
+        layers = sorted({int(n.split(".")[1]) for n in _matrix_names(model_path) if n.endswith(".attn_k")})
+        with Session(m, n_ctx=L, n_batch=min(L, 512), n_threads=n_threads, kv_type="f32", act_stats=1) as s:
+            for i in range(0, len(flat), L):
+                s.reset()
+                s.eval(flat[i:i + L])
+            for l in layers:
+                sums, n = s.key_sums(l)
+                offsets[f"blk.{l}.attn_k_offset"] = (sums / max(n, 1)).astype(np.float32)
+    return offsets
+
+
 def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, length: int = SEQUENCE, seed: int = 0,
               gram_block: int = GRAM_BLOCK, n_threads: int = 0, method: str = DEFAULT_METHOD,
-              sample_path: Optional[str] = None, sample_label: Optional[str] = None) -> Calibration:
+              sample_path: Optional[str] = None, sample_label: Optional[str] = None,
+              key_offsets_only: bool = False) -> Calibration:
     """Statistics of the model at `model_path` on `source`: "auto" or the path
     of a text file. n_tokens: about how many tokens. For "auto" the text is
     sampled from the model at `sample_path` (default: `model_path`; e.g. a q8
@@ -249,10 +279,14 @@ def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, l
         desc = (f"file {os.path.basename(source)}: its first {len(toks)} tokens in {len(windows)} windows of "
                 f"[BOS] + up to {L - 1}")
     t1 = time.time()
-    stats, rows = gather(model_path, windows, method=method, gram_block=gram_block, n_threads=n_threads)
+    if key_offsets_only:  # a conversion that quantizes nothing uses no matrix statistics
+        stats, rows = {}, sum(len(w) for w in windows)
+    else:
+        stats, rows = gather(model_path, windows, method=method, gram_block=gram_block, n_threads=n_threads)
+    offsets = gather_key_offsets(model_path, windows, n_threads=n_threads)
     t2 = time.time()
     c = Calibration(desc, rows, gram_block, seconds=t2 - t0, method=method, sample_seconds=t1 - t0,
-                    stats_seconds=t2 - t1)
+                    stats_seconds=t2 - t1, key_offsets=offsets)
     if method == "gptq":
         c.grams = stats
     else:

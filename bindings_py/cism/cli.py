@@ -1,6 +1,6 @@
 """The `cism` command line: convert, generate, chat, info, bench, ppl.
 
-    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE [--calibrate auto|TEXT | --no-calibrate]]
+    cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE] [--calibrate auto|TEXT | --no-calibrate]
                  [--tokenizer tok.bin] [--force]
     cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
     cism chat -m MODEL.cism
@@ -100,6 +100,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print("  calibration: none (data-free rounding)", file=sys.stderr)
         for note in rep.notes:
             print("  " + note, file=sys.stderr)
+    elif rep.calibration:
+        print(f"key offsets for a quantized KV cache, calibrated ({rep.calibration_seconds:.1f} s"
+              f"{rep.calibration_detail}): {rep.calibration}", file=sys.stderr)
     return 0
 
 
@@ -463,7 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--calibrate", metavar="auto|TEXT",
                      help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
                           "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file). "
-                          "Default: auto for the 4bit recipe, none for the others")
+                          "Default: auto for the 4bit recipe, none for the others. Every calibrated file also "
+                          "stores the mean key of each attention layer, which a q8/q4a KV cache subtracts "
+                          "(docs/KV_CACHE.md); without --quant that is all it does")
     cal.add_argument("--no-calibrate", action="store_true",
                      help="with --quant: data-free rounding (no calibration pass), also for 4bit")
     c.add_argument("--calib-tokens", type=int, default=0, metavar="N",

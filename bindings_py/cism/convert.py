@@ -395,6 +395,20 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
             report.calibration_seconds = calibration.seconds
         meta.update(qmeta)
         w.metadata.update(qmeta)
+    elif calibration is not None:  # no recipe: the calibration gives the key offsets only
+        report.calibration = calibration.description
+        report.calibration_seconds = calibration.seconds
+    # the mean key after RoPE of every attention layer: subtracted from the keys a quantized K cache
+    # stores (docs/KV_CACHE.md, "Key offsets"); f32 vectors after the layers' tensors
+    offsets = dict(getattr(calibration, "key_offsets", None) or {})
+    if offsets:
+        key = "general.kv_key_offsets"
+        meta[key] = w.metadata[key] = f"mean key after RoPE per layer on {calibration.description}"
+        shapes = dict(shapes)
+        shapes.update({n: tuple(v.shape) for n, v in offsets.items()})
+        order = list(order) + sorted(offsets, key=lambda n: int(n.split(".")[1]))
+        base_load = load
+        load = lambda n: offsets[n] if n in offsets else base_load(n)  # noqa: E731
     for name in order:
         shape = shapes[name]
         dt = fmt.DTYPE_F32 if len(shape) != 2 else (pick(name) if pick else dtype_for(name))
@@ -414,7 +428,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     done = 0
     with w.open(out, overwrite=overwrite, validate=_loader_check(out) if validate else None) as f:
         for spec in w.tensors:
-            raw = raw_for(spec.name) if raw_for and not quant else None
+            raw = raw_for(spec.name) if raw_for and not quant and spec.name not in offsets else None
             if raw is not None and raw.nbytes == spec.nbytes:
                 _refuse_nonfinite(spec.name, raw, spec.dtype)
                 f.write_tensor(spec.name, raw)
@@ -934,8 +948,6 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
         calibrate = "auto" if quant and q.recipe(quant).calibrate_by_default else False
     elif calibrate is True:
         calibrate = "auto"
-    if calibrate and not quant:
-        raise ConversionError("calibration is for quantization: give a --quant recipe too")
     if calibrate and calibrate != "auto" and not os.path.isfile(calibrate):
         raise FileNotFoundError(f"calibration text {calibrate}: no such file (or use 'auto')")
     from .calibrate import DEFAULT_METHOD, METHODS
@@ -971,7 +983,7 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
             t_copy = time.time() - t0
             try:
                 calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads,
-                                     method=method, sample_label=label)
+                                     method=method, sample_label=label, key_offsets_only=not quant)
             except NoBOSError:
                 if not defaulted:
                     raise

@@ -287,11 +287,18 @@ class Session:
         g = self._act_gram_block
         return out.reshape(-1, g, g), rows
 
-    def _f64_stats(self, fn, tensor: str):
+    def key_sums(self, layer: int):
+        """(sums [n_kv_heads * head_dim], n_rows): the sum of attention layer
+        `layer`'s keys after RoPE over the tokens evaluated since the session was
+        created (needs act_stats); sums / n_rows is the layer's key offset
+        (docs/KV_CACHE.md, "Key offsets")."""
+        return self._f64_stats(_lib.lib.cism_session_key_sums, int(layer))
+
+    def _f64_stats(self, fn, tensor):
         """(values, n_rows) of a statistics call of the form fn(session, name, buf, cap, &n, &rows):
         asked once for its size (CISM_ERR_BUFFER_SMALL), then filled."""
         n, rows = ctypes.c_int64(), ctypes.c_int64()
-        name = tensor.encode()
+        name = tensor.encode() if isinstance(tensor, str) else tensor
         with self._lock:
             st = fn(self._h(), name, None, 0, ctypes.byref(n), ctypes.byref(rows))
             if st != _lib.ERR_BUFFER_SMALL:

@@ -395,6 +395,16 @@ CISM_API cism_status cism_session_act_stats(const cism_session *session, const c
    otherwise as cism_session_act_stats (CISM_ERR_STATE when G < 2). */
 CISM_API cism_status cism_session_act_gram(const cism_session *session, const char *tensor, double *blocks,
                                            int64_t capacity, int64_t *n_values, int64_t *n_rows);
+/* Experimental (KV cache calibration; docs/KV_CACHE.md). With
+   CISM_PARAM_ACT_STATS: the sum of the keys of attention layer `layer` after
+   RoPE (and the k norm), over every token evaluated since the session was
+   created: sums[h * head_dim + i], n_kv_heads * head_dim values (*n_values),
+   over *n_rows tokens. Their mean, stored in a model file as
+   blk.<layer>.attn_k_offset, is subtracted from every key a quantized cache
+   stores. CISM_ERR_INVALID_ARG for a layer out of range or without attention;
+   otherwise as cism_session_act_stats. */
+CISM_API cism_status cism_session_key_sums(const cism_session *session, int64_t layer, double *sums,
+                                           int64_t capacity, int64_t *n_values, int64_t *n_rows);
 
 /* ---- batches (several sessions' tokens in one forward pass) ------------- */
 /* A batch evaluates tokens of several sessions of one model together: every

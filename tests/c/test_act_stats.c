@@ -2,7 +2,7 @@
  * real stories260K: sums that do not depend on threads or on how the tokens
  * are split into evals, the Gram blocks' diagonal equal to the sums and the
  * blocks symmetric, shared inputs reported once per input, row counts, and
- * refused names and states. (Their values against transformers:
+ * refused names and states; the key sums (cism_session_key_sums) alike. (Their values against transformers:
  * tests/python/test_calibrate.py.) */
 #include "cism.h"
 #include "test_util.h"
@@ -76,6 +76,16 @@ int main(int argc, char **argv) {
                 }
         }
     }
+    /* the key sums: the same bits whatever the threads and evals, every token of every layer */
+    for (k = 0; k < 5; k++) {
+        int64_t n2 = 0, r2 = 0, j, nonzero = 0;
+        CHECK_OK(cism_session_key_sums(one, k, a, 256, &nv, &rows));
+        CHECK_OK(cism_session_key_sums(split, k, b, 256, &n2, &r2));
+        CHECK(nv == 32 && n2 == 32 && rows == NT && r2 == NT);
+        CHECK_MSG(memcmp(a, b, 32 * sizeof(double)) == 0, "layer %d: key sums differ between threads/batches", k);
+        for (j = 0; j < 32; j++) nonzero += a[j] != 0 && isfinite(a[j]);
+        CHECK(nonzero == 32);
+    }
     /* matrices that read the same input report the same statistics */
     CHECK_OK(cism_session_act_stats(one, "blk.3.attn_q", a, 256, &cols, &rows));
     CHECK_OK(cism_session_act_stats(one, "blk.3.attn_k", b, 256, &cols, &rows));
@@ -92,6 +102,8 @@ int main(int argc, char **argv) {
     CHECK_OK(cism_session_reset(one));
     CHECK_OK(cism_session_eval(one, toks, 5));
     CHECK_OK(cism_session_act_stats(one, "blk.0.attn_q", a, 256, &cols, &rows));
+    CHECK(rows == NT + 5);
+    CHECK_OK(cism_session_key_sums(one, 4, a, 256, &nv, &rows));
     CHECK(rows == NT + 5);
     /* without LOGITS_ALL the last layer and the head see only the rows that make logits */
     plain = stats_session(m, 1, 64, 1, 0);
@@ -114,9 +126,15 @@ int main(int argc, char **argv) {
             CHECK_MSG(cism_session_act_stats(one, bad[k], a, 256, &cols, &rows) == CISM_ERR_INVALID_ARG, "%s", bad[k]);
     }
     CHECK(cism_session_act_stats(one, NULL, a, 256, &cols, &rows) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_key_sums(one, 5, a, 256, &nv, &rows) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_key_sums(one, -1, a, 256, &nv, &rows) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_key_sums(NULL, 0, a, 256, &nv, &rows) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_key_sums(one, 0, a, 31, &nv, &rows) == CISM_ERR_BUFFER_SMALL && nv == 32);
+    CHECK(cism_session_key_sums(one, 0, NULL, 0, &nv, NULL) == CISM_ERR_BUFFER_SMALL && nv == 32);
     CHECK(cism_session_act_stats(NULL, "output", a, 256, &cols, &rows) == CISM_ERR_INVALID_ARG);
     diag_only = stats_session(m, 1, 64, 0, 0);
     CHECK(cism_session_act_stats(diag_only, "output", a, 256, &cols, &rows) == CISM_ERR_STATE);
+    CHECK(cism_session_key_sums(diag_only, 0, a, 256, &nv, &rows) == CISM_ERR_STATE);
     {
         cism_params *p = NULL;
         CHECK_OK(cism_params_create(&p));

@@ -171,3 +171,27 @@ def test_gguf_import_keeps_its_values_uncalibrated(real_gguf, tmp_path):
     rep = convert(real_gguf, out, progress=None)
     assert rep.calibration is None and rep.quant is None
     assert "general.quantization.calibration" not in fmt.CismFile(out).metadata
+
+
+def test_calibrate_without_quant_stores_key_offsets(stories):
+    """--calibrate without a recipe: the weights as the plain conversion writes
+    them, plus every layer's mean key after RoPE (blk.N.attn_k_offset) over the
+    calibration tokens laid end to end (cism.calibrate.gather_key_offsets)."""
+    from cism.calibrate import gather_key_offsets
+    src, f32, d = stories
+    out = str(d / "koff.cism")
+    rep = convert(src, out, progress=None, calibrate="auto", calib_tokens=512, calib_model="f32")
+    assert rep.calibration and rep.quant is None
+    plain, koff = fmt.CismFile(f32), fmt.CismFile(out)
+    names = [f"blk.{l}.attn_k_offset" for l in range(5)]
+    assert set(koff.tensors) == set(plain.tensors) | set(names)
+    assert "general.kv_key_offsets" in koff.metadata
+    with Model(out) as m:
+        assert m.n_layers == 5
+    # the same offsets from the same sampled tokens, gathered again (2 threads against the default)
+    seqs = sample_sequences(f32, 2, 256, seed=0, n_threads=1)
+    offs = gather_key_offsets(f32, seqs, n_threads=2)
+    again = gather_key_offsets(f32, seqs, n_threads=1)
+    assert sorted(offs) == names and all(o.shape == (32,) and np.any(o) for o in offs.values())
+    assert all(np.array_equal(offs[n], again[n]) for n in names)
+    assert all(np.array_equal(koff.array(n), offs[n]) for n in names)

@@ -5,14 +5,19 @@ cache of the same model, over one window of 2048 tokens of the eval text. The
 bounds are about 1.5-2x what was measured (docs/KV_CACHE.md), so a worse
 quantizer, a broken rotation or a wrong kernel fails them. K and V of
 different types (kv_type="q8/q4a": K cache q8, V cache q4a) are checked the
-same way: that recipe must stay within the 2% perplexity target."""
+same way: that recipe must stay within the 2% perplexity target. Key offsets
+(a calibrated conversion stores each attention layer's mean key; a quantized
+K cache subtracts it): the float caches unchanged, q8 and q4a as close to the
+f32 cache as without, q4a's cost at 2k a third lower."""
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import cism
+from cism import format as fmt
 from cism.convert import convert
 from cism.kvtypes import kv_type_arg, split_kv_type
 from cism.params import DTYPES, Params
@@ -28,6 +33,16 @@ def smol(real_gguf, tmp_path_factory):
     convert(real_gguf, path, quant="q8", progress=None)
     with cism.Model(path) as m:
         yield m
+
+
+@pytest.fixture(scope="module")
+def smol_koff(real_gguf, tmp_path_factory):
+    """The same q8 model with key offsets (calibrated on text it samples itself)."""
+    path = str(tmp_path_factory.mktemp("kv_cache") / "smol-q8-koff.cism")
+    rep = convert(real_gguf, path, quant="q8", calibrate="auto", progress=None)
+    assert rep.calibration
+    with cism.Model(path) as m:
+        yield m, path
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +86,7 @@ def test_q4a_cache_cost_at_2k_and_rotation(smol, text):
     rot = _cost(smol, text, "q4a")                    # the default: rotated
     plain = _cost(smol, text, "q4a", kv_rotate=False)
     print(f"q4a rotated: {rot.describe()}\nq4a not rotated: {plain.describe()}")
-    assert rot.kld_mean < 0.07, rot.kld_mean          # measured 0.045
+    assert rot.kld_mean < 0.07, rot.kld_mean          # measured 0.039 (0.045 before the keys' range search)
     assert rot.ln_ppl_ratio < 0.065, rot.ln_ppl_ratio
     assert rot.kld_mean < 0.9 * plain.kld_mean        # the rotation must help
 
@@ -108,3 +123,45 @@ def test_k_q8_v_q4a_cache_cost_at_2k(smol, text):
     assert r.kld_mean < 0.012, r.kld_mean            # measured 0.006 over 2 windows
     assert abs(r.ln_ppl_ratio) < 0.02, r.ln_ppl_ratio  # the 2% target (measured +0.04% over 2 windows)
     assert r.same_top > 0.93
+
+
+def test_key_offsets_are_stored_and_exact_for_the_softmax(smol, smol_koff):
+    m, path = smol_koff
+    f = fmt.CismFile(path)
+    offs = {n: t for n, t in f.tensors.items() if n.endswith(".attn_k_offset")}
+    assert len(offs) == m.n_layers == 30 and all(t.shape == (192,) for t in offs.values())
+    assert "general.kv_key_offsets" in f.metadata
+    toks = m.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4, add_bos=True)
+    rows = {}
+    for model, tag in ((smol, "plain"), (m, "koff")):
+        for kv in ("f32", "f16", "q8", "q4a"):
+            with model.session(kv_type=kv, n_ctx=64, logits_all=True, n_threads=2) as s:
+                s.eval(toks)
+                rows[(tag, kv)] = s.logits()
+    # the float caches store the keys as they are: the same bits
+    assert (rows[("plain", "f32")] == rows[("koff", "f32")]).all()
+    assert (rows[("plain", "f16")] == rows[("koff", "f16")]).all()
+    # a quantized cache stores k - offset: other bytes, and the softmax cancels the shift
+    assert (rows[("plain", "q8")] != rows[("koff", "q8")]).any()
+    # ... so the logits stay as close to the f32 cache's as without offsets (a shift the softmax does not
+    # cancel, e.g. an offset subtracted from some rows only, moves them by whole units; measured: q8 max
+    # |error| 0.244 with, 0.247 without; q4a 1.14 with, 1.21 without, mean 0.204 against 0.240)
+    ref = rows[("plain", "f32")]
+    for kv in ("q8", "q4a"):
+        with_off, without = (float(np.abs(rows[(t, kv)] - ref).max()) for t in ("koff", "plain"))
+        assert with_off < 1.25 * without, (kv, with_off, without)
+    assert np.abs(rows[("koff", "q4a")] - ref).mean() < np.abs(rows[("plain", "q4a")] - ref).mean()
+
+
+def test_key_offsets_lower_the_q4a_cost_at_2k(smol, smol_koff, text):
+    m, _ = smol_koff
+    with_off = _cost(m, text, "q4a")
+    without = _cost(smol, text, "q4a")
+    k_only = _cost(m, text, "q4a/f16")
+    print(f"q4a with key offsets: {with_off.describe()}\nq4a without: {without.describe()}\n"
+          f"K q4a + V f16 with key offsets: {k_only.describe()}")
+    # measured on this window: KLD 0.0250 with, 0.0388 without; ln PPL ratio +0.033 with (the 2% target
+    # is not met here: docs/KV_CACHE.md), +0.037 without; K q4a + V f16 with offsets 0.0201, +0.017
+    assert with_off.kld_mean < 0.75 * without.kld_mean, (with_off.kld_mean, without.kld_mean)
+    assert with_off.kld_mean < 0.04 and with_off.ln_ppl_ratio < 0.05, (with_off.kld_mean, with_off.ln_ppl_ratio)
+    assert k_only.kld_mean < 0.032, k_only.kld_mean

@@ -12,7 +12,10 @@
  *     block may be narrower and is stored padded to G x G with zeros); only
  *     their lower triangles are summed, and mirrored when read.
  * The forward pass adds each stage's rows once, in the stage's begin (one
- * thread), in token order: the sums do not depend on the number of threads. */
+ * thread), in token order: the sums do not depend on the number of threads.
+ * Besides, per attention layer, the sum of the keys after RoPE (the mean a
+ * converter stores as the layer's key offsets, docs/KV_CACHE.md): each KV
+ * head's rows are added by the one unit that computes them, in token order. */
 #include "session.h"
 #include "../core/error.h"
 
@@ -53,6 +56,9 @@ int cism__act_stats_init(cism_session *s, int64_t gram_block) {
     s->act_off[2 * n] = grams;
     if ((uint64_t)(sums + grams) > (uint64_t)SIZE_MAX / sizeof(double) / 2) return -1;
     s->act_sums = (double *)calloc((size_t)sums, sizeof(double));
+    s->key_sums = (double *)calloc((size_t)(hp->n_layers * hp->n_kv_heads * hp->head_dim), sizeof(double));
+    s->key_rows = (int64_t *)calloc((size_t)hp->n_layers, sizeof(int64_t));
+    if (!s->key_sums || !s->key_rows) return -1;
     s->act_gram = grams ? (double *)calloc((size_t)grams, sizeof(double)) : NULL;
     s->act_row = grams ? (double *)calloc(((size_t)(hp->ffn_dim > hp->n_heads * hp->head_dim ? hp->ffn_dim : hp->n_heads * hp->head_dim) + (size_t)hp->dim) * AS_TILE, sizeof(double)) : NULL;
     return s->act_sums && (s->act_gram || !grams) && (s->act_row || !grams) ? 0 : -1;
@@ -64,6 +70,18 @@ void cism__act_stats_free(cism_session *s) {
     free(s->act_row);
     free(s->act_rows);
     free(s->act_off);
+    free(s->key_sums);
+    free(s->key_rows);
+}
+
+void cism__act_stats_key(cism_session *s, int64_t l, int64_t h, const float *k) {
+    const cism__hparams *hp = &s->model->hp;
+    double *acc;
+    int64_t i;
+    if (!s->key_sums || s->replay) return;
+    acc = s->key_sums + (l * hp->n_kv_heads + h) * hp->head_dim;
+    for (i = 0; i < hp->head_dim; i++) acc[i] += (double)k[i];
+    if (h == 0) s->key_rows[l]++;
 }
 
 void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, int64_t ld, int64_t t0, int64_t t1) {
@@ -176,5 +194,29 @@ cism_status cism_session_act_gram(const cism_session *s, const char *tensor, dou
             for (a = 0; a < g; a++)
                 for (b = 0; b < g; b++) blocks[k + a * g + b] = b <= a ? src[k + a * g + b] : src[k + b * g + a];
     }
+    return CISM_OK;
+}
+
+cism_status cism_session_key_sums(const cism_session *s, int64_t layer, double *sums, int64_t capacity, int64_t *n_values,
+                                  int64_t *n_rows) {
+    const cism__hparams *hp;
+    int64_t n;
+    cism__clear_error();
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: NULL session");
+    if (!s->key_sums) return cism__fail(CISM_ERR_STATE, "cism_session_key_sums: the session was created without CISM_PARAM_ACT_STATS");
+    hp = &s->model->hp;
+    if (layer < 0 || layer >= hp->n_layers)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: layer %lld out of range (the model has %lld)",
+                          (long long)layer, (long long)hp->n_layers);
+    if (s->model->layers[layer].kind != CISM__LAYER_ATTENTION)
+        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: layer %lld is not an attention layer (it has no keys)",
+                          (long long)layer);
+    n = hp->n_kv_heads * hp->head_dim;
+    if (n_values) *n_values = n;
+    if (n_rows) *n_rows = s->key_rows[layer];
+    if (capacity < n || !sums)
+        return cism__fail(CISM_ERR_BUFFER_SMALL, "cism_session_key_sums: layer %lld has %lld key values (capacity %lld)",
+                          (long long)layer, (long long)n, (long long)capacity);
+    memcpy(sums, s->key_sums + layer * n, (size_t)n * sizeof(double));
     return CISM_OK;
 }

@@ -229,6 +229,11 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
                 if (is_k) {
                     if (L->k_norm) cism__fwd_head_norms(k, v, 1, hd, L->k_norm, (float)hp->norm_eps);
                     rope_row(w, hp, L, v, t);
+                    cism__act_stats_key(sq->s, l, h, v);
+                    /* a quantized cache stores k - offset: every score of a query moves by the same
+                       q.offset, which the softmax cancels; the quantizer sees a centred row */
+                    if (L->k_offset && cism__kv_is_quant(sq->s->kv_type))
+                        for (i = 0; i < hd; i++) v[i] -= L->k_offset[h * hd + i];
                 }
                 if (sq->s->kv_rot) cism__kv_hadamard(v, hd); /* K after RoPE, V: rotated before quantizing */
                 store_kv(w, sq->s, is_k ? sq->s->k_cache : sq->s->v_cache, l, h, sq->s->n_past + t - sq->row0, v);

@@ -57,6 +57,8 @@ typedef struct cism__layer {
     const float *post_attn_norm, *post_ffn_norm;  /* NULL unless post_norms */
     const float *q_bias, *k_bias, *v_bias;   /* NULL unless qkv_bias */
     const float *q_norm, *k_norm;            /* NULL unless qk_norm */
+    const float *k_offset;                   /* blk.N.attn_k_offset: subtracted from the keys a quantized
+                                                K cache stores (softmax-exact; docs/KV_CACHE.md); or NULL */
     cism__weight wq, wk, wv, wo, gate, up, down;
     /* CISM__LAYER_SHORTCONV (layer_shortconv.c): in_proj [3 dim, dim] (B, C, x), out_proj [dim, dim],
        the depthwise kernel [dim][conv_kernel], biases (NULL unless conv_bias), its slot in the session's conv cache */

@@ -116,6 +116,10 @@ struct cism_session {
     double *act_sums, *act_gram, *act_row;  /* act_row: one input row in double */
     int64_t *act_rows, *act_off;
     int64_t act_gram_block;
+    /* and per attention layer, the sum of its keys after RoPE ([layer][kv_head * head_dim],
+       cism_session_key_sums) over key_rows[layer] tokens */
+    double *key_sums;
+    int64_t *key_rows;
 
     struct cism__dn_state *dn;  /* Gated DeltaNet layers' recurrent state and checkpoints (deltanet.h); NULL without */
 
@@ -203,5 +207,8 @@ void cism__act8_add_outliers(const cism__kernels *k, int32_t dtype, const void *
    `which` of layer l (l = n_layers: the output head, which 0); no-op when the
    session does not collect. */
 void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, int64_t ld, int64_t t0, int64_t t1);
+/* Adds key row k (head_dim values after RoPE) of KV head h of layer l to the
+   key sums; no-op when the session does not collect. */
+void cism__act_stats_key(cism_session *s, int64_t l, int64_t h, const float *k);
 
 #endif
