@@ -310,6 +310,10 @@ _fn("cism_session_act_gram", c_int32, cism_session_p, c_char_p, POINTER(c_double
 #                                   int64_t capacity, int64_t *n_values, int64_t *n_rows);
 _fn("cism_session_key_sums", c_int32, cism_session_p, c_int64, POINTER(c_double), c_int64, POINTER(c_int64),
     POINTER(c_int64))
+# cism_status cism_session_query_sums(const cism_session *session, int64_t layer, double *sums,
+#                                     int64_t capacity, int64_t *n_values, int64_t *n_rows);
+_fn("cism_session_query_sums", c_int32, cism_session_p, c_int64, POINTER(c_double), c_int64, POINTER(c_int64),
+    POINTER(c_int64))
 
 # ---- batches -------------------------------------------------------------------
 # cism_status cism_batch_create(cism_model *model, const cism_params *params, cism_batch **out);

@@ -37,6 +37,9 @@ SEQUENCE = 256          # tokens per sequence or window (at most the model's con
 BATCH = 16              # "auto": sequences decoded together (one cism.Batch step per token)
 METHODS = ("gptq", "imatrix")
 KEY_OFFSET_WINDOW = 2048  # positions the key offsets are averaged over (docs/KV_CACHE.md, "Key offsets")
+# the weight of the error along the queries' main direction against the isotropic rest, in a q4a key's
+# rounding (docs/KV_CACHE.md, "Query directions": 1 is the expected score error; 0.1 measured best)
+QDIR_WEIGHT = 0.1
 DEFAULT_METHOD = "gptq"  # chosen by measurement (docs/QUANTIZATION.md, "Calibrated rounding")
 
 
@@ -55,9 +58,10 @@ class Calibration:
     importance: Dict[str, np.ndarray] = field(default_factory=dict)  # matrix name -> [cols], mean of x_c^2
     sample_seconds: float = 0.0      # "auto": generating the calibration text
     stats_seconds: float = 0.0       # the statistics pass
-    # attention layer's "blk.N.attn_k_offset" -> [n_kv_heads * head_dim] float32: the mean key after RoPE
-    # (docs/KV_CACHE.md, "Key offsets"), written to the file for a quantized K cache
-    key_offsets: Dict[str, np.ndarray] = field(default_factory=dict)
+    # per attention layer, "blk.N.attn_k_offset" and "blk.N.attn_k_qdir" -> [n_kv_heads * head_dim] float32:
+    # the mean key after RoPE and the queries' main direction (docs/KV_CACHE.md, "Key offsets", "Query
+    # directions"), written to the file for a quantized K cache
+    kv_tensors: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def gram_for(self, name: str) -> Optional[np.ndarray]:
         """The statistics of a matrix's inputs (method "gptq"); None for a matrix
@@ -212,35 +216,78 @@ def gather(model_path: str, windows: Sequence[Sequence[int]], *, method: str = D
     return stats, int(rows)
 
 
-def gather_key_offsets(model_path: str, windows: Sequence[Sequence[int]], *, length: int = KEY_OFFSET_WINDOW,
-                       n_threads: int = 0) -> Dict[str, np.ndarray]:
-    """Every attention layer's mean key after RoPE ("blk.N.attn_k_offset" ->
-    [n_kv_heads * head_dim] float32; docs/KV_CACHE.md, "Key offsets") on the
-    tokens of `windows` laid end to end and cut into windows of `length`
-    (at most the model's context): a key's mean over positions depends on how
-    far the positions reach (RoPE turns it), so the offsets are taken over as
-    long a context as the cache will hold, not over short sequences."""
+def hadamard_frame(head_dim: int) -> np.ndarray:
+    """The orthonormal rotation a rotated KV cache applies to each head
+    (cism__kv_hadamard): Sylvester blocks of the largest power of two p that
+    divides head_dim, scaled by 1/sqrt(p); H[i, j] maps element j to i."""
+    p = 1
+    while head_dim % (2 * p) == 0 and 2 * p <= head_dim:
+        p *= 2
+    i = np.arange(p)
+    block = np.array([[(-1.0) ** bin(a & b).count("1") for b in i] for a in i]) / np.sqrt(p)
+    return np.kron(np.eye(head_dim // p), block)
+
+
+def query_direction(sums: np.ndarray, rows: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                    weight: float = QDIR_WEIGHT) -> np.ndarray:
+    """[n_kv_heads * head_dim] float32: for each KV head, the main direction of
+    the second moment of its query heads' means (rotated frame), scaled by
+    sqrt(weight * eigenvalue / s2), s2 the per-element variance of the rest
+    (the queries' spread plus the means' other directions). A q4a key rounded
+    to keep its error small along it (kv_quant.h) errs less in q.k for the
+    queries' mean part, which is most of it in the deeper layers."""
+    H = hadamard_frame(head_dim)
+    mu = sums[:n_heads * head_dim].reshape(n_heads, head_dim) / max(rows, 1)
+    sq = sums[n_heads * head_dim:] / max(rows, 1)
+    g = n_heads // n_kv_heads
+    out = []
+    for k in range(n_kv_heads):
+        heads = range(k * g, (k + 1) * g)
+        mus = np.array([H @ mu[h] for h in heads])
+        M = mus.T @ mus / g
+        w, V = np.linalg.eigh(M)
+        spread = float(np.mean([sq[h] - mu[h] @ mu[h] for h in heads]))
+        s2 = (max(spread, 0.0) + float(np.trace(M)) - w[-1]) / head_dim
+        scale = np.sqrt(weight * max(w[-1], 0.0) / s2) if s2 > 0 else 0.0
+        out.append(scale * V[:, -1])
+    return np.concatenate(out).astype(np.float32)
+
+
+def gather_kv_tensors(model_path: str, windows: Sequence[Sequence[int]], *, length: int = KEY_OFFSET_WINDOW,
+                      n_threads: int = 0) -> Dict[str, np.ndarray]:
+    """Every attention layer's KV-cache tensors (docs/KV_CACHE.md): its mean
+    key after RoPE ("blk.N.attn_k_offset") and its queries' main direction
+    ("blk.N.attn_k_qdir", query_direction), both [n_kv_heads * head_dim]
+    float32, on the tokens of `windows` laid end to end and cut into windows
+    of `length` (at most the model's context): a key's mean over positions
+    depends on how far the positions reach (RoPE turns it), so they are taken
+    over as long a context as the cache will hold, not over short sequences."""
     from .model import Model
     from .session import Session
     flat = [t for w in windows for t in w]
-    offsets: Dict[str, np.ndarray] = {}
+    out: Dict[str, np.ndarray] = {}
     with Model(model_path) as m:
         L = max(2, min(length, m.context_length))
         layers = sorted({int(n.split(".")[1]) for n in _matrix_names(model_path) if n.endswith(".attn_k")})
-        with Session(m, n_ctx=L, n_batch=min(L, 512), n_threads=n_threads, kv_type="f32", act_stats=1) as s:
+        # logits_all: the last layer computes the queries of every row (otherwise only those that make
+        # logits); chunks of 128 rows bound the logits buffer
+        with Session(m, n_ctx=L, n_batch=min(L, 128), n_threads=n_threads, kv_type="f32", logits_all=True,
+                     act_stats=1) as s:
             for i in range(0, len(flat), L):
                 s.reset()
                 s.eval(flat[i:i + L])
             for l in layers:
                 sums, n = s.key_sums(l)
-                offsets[f"blk.{l}.attn_k_offset"] = (sums / max(n, 1)).astype(np.float32)
-    return offsets
+                out[f"blk.{l}.attn_k_offset"] = (sums / max(n, 1)).astype(np.float32)
+                qs, nq = s.query_sums(l)
+                out[f"blk.{l}.attn_k_qdir"] = query_direction(qs, nq, m.n_heads, m.n_kv_heads, m.head_dim)
+    return out
 
 
 def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, length: int = SEQUENCE, seed: int = 0,
               gram_block: int = GRAM_BLOCK, n_threads: int = 0, method: str = DEFAULT_METHOD,
               sample_path: Optional[str] = None, sample_label: Optional[str] = None,
-              key_offsets_only: bool = False) -> Calibration:
+              kv_tensors_only: bool = False) -> Calibration:
     """Statistics of the model at `model_path` on `source`: "auto" or the path
     of a text file. n_tokens: about how many tokens. For "auto" the text is
     sampled from the model at `sample_path` (default: `model_path`; e.g. a q8
@@ -279,14 +326,14 @@ def calibrate(model_path: str, source: str, *, n_tokens: int = DEFAULT_TOKENS, l
         desc = (f"file {os.path.basename(source)}: its first {len(toks)} tokens in {len(windows)} windows of "
                 f"[BOS] + up to {L - 1}")
     t1 = time.time()
-    if key_offsets_only:  # a conversion that quantizes nothing uses no matrix statistics
+    if kv_tensors_only:  # a conversion that quantizes nothing uses no matrix statistics
         stats, rows = {}, sum(len(w) for w in windows)
     else:
         stats, rows = gather(model_path, windows, method=method, gram_block=gram_block, n_threads=n_threads)
-    offsets = gather_key_offsets(model_path, windows, n_threads=n_threads)
+    kv = gather_kv_tensors(model_path, windows, n_threads=n_threads)
     t2 = time.time()
     c = Calibration(desc, rows, gram_block, seconds=t2 - t0, method=method, sample_seconds=t1 - t0,
-                    stats_seconds=t2 - t1, key_offsets=offsets)
+                    stats_seconds=t2 - t1, kv_tensors=kv)
     if method == "gptq":
         c.grams = stats
     else:

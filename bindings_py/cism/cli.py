@@ -101,7 +101,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         for note in rep.notes:
             print("  " + note, file=sys.stderr)
     elif rep.calibration:
-        print(f"key offsets for a quantized KV cache, calibrated ({rep.calibration_seconds:.1f} s"
+        print(f"key offsets and query directions for a quantized KV cache, calibrated ({rep.calibration_seconds:.1f} s"
               f"{rep.calibration_detail}): {rep.calibration}", file=sys.stderr)
     return 0
 
@@ -467,8 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --quant: round the 4-bit matrices with the statistics of their inputs on calibration "
                           "tokens (auto: text the model samples itself from BOS; or a UTF-8 text file). "
                           "Default: auto for the 4bit recipe, none for the others. Every calibrated file also "
-                          "stores the mean key of each attention layer, which a q8/q4a KV cache subtracts "
-                          "(docs/KV_CACHE.md); without --quant that is all it does")
+                          "stores each attention layer's mean key and queries' main direction, which a q8/q4a "
+                          "KV cache uses (docs/KV_CACHE.md); without --quant that is all it does")
     cal.add_argument("--no-calibrate", action="store_true",
                      help="with --quant: data-free rounding (no calibration pass), also for 4bit")
     c.add_argument("--calib-tokens", type=int, default=0, metavar="N",

@@ -398,15 +398,17 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     elif calibration is not None:  # no recipe: the calibration gives the key offsets only
         report.calibration = calibration.description
         report.calibration_seconds = calibration.seconds
-    # the mean key after RoPE of every attention layer: subtracted from the keys a quantized K cache
-    # stores (docs/KV_CACHE.md, "Key offsets"); f32 vectors after the layers' tensors
-    offsets = dict(getattr(calibration, "key_offsets", None) or {})
+    # every attention layer's mean key after RoPE and its queries' main direction: what a quantized K
+    # cache subtracts and rounds along (docs/KV_CACHE.md, "Key offsets", "Query directions"); f32 vectors
+    # after the layers' tensors
+    offsets = dict(getattr(calibration, "kv_tensors", None) or {})
     if offsets:
         key = "general.kv_key_offsets"
-        meta[key] = w.metadata[key] = f"mean key after RoPE per layer on {calibration.description}"
+        meta[key] = w.metadata[key] = (f"mean key and queries' main direction after RoPE per layer on "
+                                       f"{calibration.description}")
         shapes = dict(shapes)
         shapes.update({n: tuple(v.shape) for n, v in offsets.items()})
-        order = list(order) + sorted(offsets, key=lambda n: int(n.split(".")[1]))
+        order = list(order) + sorted(offsets, key=lambda n: (int(n.split(".")[1]), n))
         base_load = load
         load = lambda n: offsets[n] if n in offsets else base_load(n)  # noqa: E731
     for name in order:
@@ -983,7 +985,7 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
             t_copy = time.time() - t0
             try:
                 calibration = gather(tmp, calibrate, n_tokens=calib_tokens or DEFAULT_TOKENS, n_threads=n_threads,
-                                     method=method, sample_label=label, key_offsets_only=not quant)
+                                     method=method, sample_label=label, kv_tensors_only=not quant)
             except NoBOSError:
                 if not defaulted:
                     raise

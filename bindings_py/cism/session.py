@@ -294,6 +294,12 @@ class Session:
         (docs/KV_CACHE.md, "Key offsets")."""
         return self._f64_stats(_lib.lib.cism_session_key_sums, int(layer))
 
+    def query_sums(self, layer: int):
+        """(values [n_heads * (head_dim + 1)], n_rows): attention layer `layer`'s
+        queries after RoPE, summed per head and element (the first n_heads *
+        head_dim values), then each head's sum of squares (needs act_stats)."""
+        return self._f64_stats(_lib.lib.cism_session_query_sums, int(layer))
+
     def _f64_stats(self, fn, tensor):
         """(values, n_rows) of a statistics call of the form fn(session, name, buf, cap, &n, &rows):
         asked once for its size (CISM_ERR_BUFFER_SMALL), then filled."""

@@ -405,6 +405,14 @@ CISM_API cism_status cism_session_act_gram(const cism_session *session, const ch
    otherwise as cism_session_act_stats. */
 CISM_API cism_status cism_session_key_sums(const cism_session *session, int64_t layer, double *sums,
                                            int64_t capacity, int64_t *n_values, int64_t *n_rows);
+/* Experimental, as cism_session_key_sums, for the queries of attention layer
+   `layer` after RoPE (and the q norm): sums[h * head_dim + i], then the sum of
+   squares of head h's rows at sums[n_heads * head_dim + h];
+   n_heads * (head_dim + 1) values over *n_rows tokens (in the last layer only
+   the tokens that make logits). A converter derives the layer's query
+   directions from them (blk.<layer>.attn_k_qdir, docs/KV_CACHE.md). */
+CISM_API cism_status cism_session_query_sums(const cism_session *session, int64_t layer, double *sums,
+                                             int64_t capacity, int64_t *n_values, int64_t *n_rows);
 
 /* ---- batches (several sessions' tokens in one forward pass) ------------- */
 /* A batch evaluates tokens of several sessions of one model together: every

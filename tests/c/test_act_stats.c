@@ -2,7 +2,8 @@
  * real stories260K: sums that do not depend on threads or on how the tokens
  * are split into evals, the Gram blocks' diagonal equal to the sums and the
  * blocks symmetric, shared inputs reported once per input, row counts, and
- * refused names and states; the key sums (cism_session_key_sums) alike. (Their values against transformers:
+ * refused names and states; the key and query sums (cism_session_key_sums,
+ * cism_session_query_sums) alike. (Their values against transformers:
  * tests/python/test_calibrate.py.) */
 #include "cism.h"
 #include "test_util.h"
@@ -86,6 +87,22 @@ int main(int argc, char **argv) {
         for (j = 0; j < 32; j++) nonzero += a[j] != 0 && isfinite(a[j]);
         CHECK(nonzero == 32);
     }
+    /* the query sums alike: 8 heads x (8 sums + 1 sum of squares) */
+    for (k = 0; k < 5; k++) {
+        int64_t n2 = 0, r2 = 0, j;
+        CHECK_OK(cism_session_query_sums(one, k, a, 256, &nv, &rows));
+        CHECK_OK(cism_session_query_sums(split, k, b, 256, &n2, &r2));
+        CHECK(nv == 72 && n2 == 72 && rows == NT && r2 == NT);
+        CHECK_MSG(memcmp(a, b, 72 * sizeof(double)) == 0, "layer %d: query sums differ between threads/batches", k);
+        for (j = 0; j < 8; j++) { /* a sum of squares bounds its head's sums (Cauchy-Schwarz over the rows) */
+            double s2 = 0;
+            int64_t c;
+            for (c = 0; c < 8; c++) s2 += a[j * 8 + c] * a[j * 8 + c];
+            CHECK(a[64 + j] > 0 && s2 <= a[64 + j] * NT * (1 + 1e-9));
+        }
+    }
+    CHECK(cism_session_query_sums(one, 5, a, 256, &nv, &rows) == CISM_ERR_INVALID_ARG);
+    CHECK(cism_session_query_sums(one, 0, a, 71, &nv, &rows) == CISM_ERR_BUFFER_SMALL && nv == 72);
     /* matrices that read the same input report the same statistics */
     CHECK_OK(cism_session_act_stats(one, "blk.3.attn_q", a, 256, &cols, &rows));
     CHECK_OK(cism_session_act_stats(one, "blk.3.attn_k", b, 256, &cols, &rows));
@@ -135,6 +152,9 @@ int main(int argc, char **argv) {
     diag_only = stats_session(m, 1, 64, 0, 0);
     CHECK(cism_session_act_stats(diag_only, "output", a, 256, &cols, &rows) == CISM_ERR_STATE);
     CHECK(cism_session_key_sums(diag_only, 0, a, 256, &nv, &rows) == CISM_ERR_STATE);
+    CHECK(cism_session_query_sums(diag_only, 0, a, 256, &nv, &rows) == CISM_ERR_STATE);
+    CHECK_OK(cism_session_query_sums(plain, 4, a, 256, &nv, &rows)); /* the last layer: the logits' rows only */
+    CHECK(rows == 1);
     {
         cism_params *p = NULL;
         CHECK_OK(cism_params_create(&p));

@@ -146,7 +146,7 @@ static void to_dtype(int dtype, const float *w, int64_t n, void *out, float *exa
     if (cism__kv_is_quant(dtype)) { /* KV cache rows of 32 (n a multiple of 32): the decoded values are exact */
         uint64_t rb = cism__kv_row_bytes(dtype, 32);
         for (i = 0; i < n; i += 32) {
-            cism__kv_quantize_row(dtype, w + i, 32, (uint8_t *)out + (uint64_t)(i / 32) * rb, 1);
+            cism__kv_quantize_row(dtype, w + i, 32, (uint8_t *)out + (uint64_t)(i / 32) * rb, 1, NULL);
             cism__kv_decode(dtype, (const uint8_t *)out + (uint64_t)(i / 32) * rb, exact + i, 32);
         }
         return;

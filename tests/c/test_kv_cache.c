@@ -49,9 +49,9 @@ static void test_quantizer(void) {
     for (t = 0; t < 2; t++)
         for (rep = 0; rep < 50; rep++) {
             for (i = 0; i < 128; i++) x[i] = frand() * (rep % 5 == 0 ? 1000.0f : 2.0f) + (t && rep % 3 == 0 ? 5.0f : 0.0f);
-            cism__kv_quantize_row(types[t], x, 128, q, 1);
+            cism__kv_quantize_row(types[t], x, 128, q, 1, NULL);
             cism__kv_decode(types[t], q, y, 128);
-            cism__kv_quantize_row(types[t], x, 128, plain, 0);
+            cism__kv_quantize_row(types[t], x, 128, plain, 0, NULL);
             cism__kv_decode(types[t], plain, yp, 128);
             for (b = 0; b < 128; b += 32) {
                 float lo = x[b], hi = x[b], err = 0.0f, step;
@@ -94,7 +94,7 @@ static void test_quantizer(void) {
     for (t = 0; t < 2; t++) {
         for (i = 0; i < 64; i++) x[i] = i < 32 ? 0.0f : frand();
         x[40] = t ? INFINITY : NAN;
-        cism__kv_quantize_row(types[t], x, 64, q, 1);
+        cism__kv_quantize_row(types[t], x, 64, q, 1, NULL);
         cism__kv_decode(types[t], q, y, 64);
         for (i = 0; i < 32; i++) CHECK(y[i] == 0.0f);
         for (i = 32; i < 64; i++) CHECK_MSG(isnan(y[i]), "%s: element %d of a block with a non-finite value: %g",
@@ -102,12 +102,47 @@ static void test_quantizer(void) {
     }
     /* a scale that overflows fp16 (max/127 > 65504) is a NaN block, not an infinity times zero codes */
     for (i = 0; i < 32; i++) x[i] = 1e7f;
-    cism__kv_quantize_row(CISM_DTYPE_Q8, x, 32, q, 1);
+    cism__kv_quantize_row(CISM_DTYPE_Q8, x, 32, q, 1, NULL);
     cism__kv_decode(CISM_DTYPE_Q8, q, y, 32);
     CHECK(isnan(y[0]) && isnan(y[31]));
     /* the row sizes */
     CHECK(cism__kv_row_bytes(CISM_DTYPE_Q8, 64) == 68 && cism__kv_row_bytes(CISM_DTYPE_Q4A, 128) == 80 &&
           cism__kv_row_bytes(CISM_DTYPE_F16, 64) == 128 && cism__kv_row_bytes(CISM_DTYPE_F32, 64) == 256);
+}
+
+/* Rounding along a direction (the queries' main direction of a key row): the
+   row's error along u shrinks several times, no element moves more than a
+   step from its value, and the ranges (d, m) are the search's. */
+static void test_quantizer_direction(void) {
+    float x[64], u[64], y[64], yd[64];
+    uint8_t q[40], qd[40];
+    double along = 0.0, along_d = 0.0;
+    int rep, i;
+    for (rep = 0; rep < 200; rep++) {
+        double a = 0.0, ad = 0.0;
+        for (i = 0; i < 64; i++) {
+            x[i] = frand() * 2.0f + (rep % 4 == 0 ? 3.0f : 0.0f);
+            u[i] = frand() * 3.0f;
+        }
+        cism__kv_quantize_row(CISM_DTYPE_Q4A, x, 64, q, 1, NULL);
+        cism__kv_quantize_row(CISM_DTYPE_Q4A, x, 64, qd, 1, u);
+        CHECK(memcmp(q, qd, 4) == 0 && memcmp(q + 20, qd + 20, 4) == 0); /* the same d and m */
+        cism__kv_decode(CISM_DTYPE_Q4A, q, y, 64);
+        cism__kv_decode(CISM_DTYPE_Q4A, qd, yd, 64);
+        for (i = 0; i < 64; i++) {
+            const float step = cism__f16_to_f32((uint16_t)(qd[i / 32 * 20] | (qd[i / 32 * 20 + 1] << 8)));
+            a += (double)u[i] * (y[i] - x[i]);
+            ad += (double)u[i] * (yd[i] - x[i]);
+            CHECK_MSG(fabsf(yd[i] - y[i]) <= step * 1.001f, "element %d moved %g, step %g", i, yd[i] - y[i], step);
+        }
+        along += fabs(a);
+        along_d += fabs(ad);
+    }
+    CHECK_MSG(along_d < 0.25 * along, "error along the direction: %g with it, %g without", along_d / 200, along / 200);
+    /* q8 rows and rows without the search ignore a direction */
+    cism__kv_quantize_row(CISM_DTYPE_Q4A, x, 64, q, 0, NULL);
+    cism__kv_quantize_row(CISM_DTYPE_Q4A, x, 64, qd, 0, u);
+    CHECK(memcmp(q, qd, 40) == 0);
 }
 
 /* ---- the rotation ------------------------------------------------------------------ */
@@ -533,6 +568,7 @@ int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
     test_quantizer();
+    test_quantizer_direction();
     test_hadamard();
     test_refusals();
     /* head_dim 64, 2 layers, near-uniform logits (weights 0.02) */

@@ -173,25 +173,44 @@ def test_gguf_import_keeps_its_values_uncalibrated(real_gguf, tmp_path):
     assert "general.quantization.calibration" not in fmt.CismFile(out).metadata
 
 
-def test_calibrate_without_quant_stores_key_offsets(stories):
+def test_calibrate_without_quant_stores_kv_tensors(stories):
     """--calibrate without a recipe: the weights as the plain conversion writes
-    them, plus every layer's mean key after RoPE (blk.N.attn_k_offset) over the
-    calibration tokens laid end to end (cism.calibrate.gather_key_offsets)."""
-    from cism.calibrate import gather_key_offsets
+    them, plus every layer's mean key (blk.N.attn_k_offset) and queries' main
+    direction (blk.N.attn_k_qdir) over the calibration tokens laid end to end
+    (cism.calibrate.gather_kv_tensors), the same at any thread count."""
+    from cism.calibrate import gather_kv_tensors
     src, f32, d = stories
     out = str(d / "koff.cism")
     rep = convert(src, out, progress=None, calibrate="auto", calib_tokens=512, calib_model="f32")
     assert rep.calibration and rep.quant is None
     plain, koff = fmt.CismFile(f32), fmt.CismFile(out)
-    names = [f"blk.{l}.attn_k_offset" for l in range(5)]
+    names = [f"blk.{l}.attn_k_{k}" for l in range(5) for k in ("offset", "qdir")]
     assert set(koff.tensors) == set(plain.tensors) | set(names)
     assert "general.kv_key_offsets" in koff.metadata
     with Model(out) as m:
         assert m.n_layers == 5
-    # the same offsets from the same sampled tokens, gathered again (2 threads against the default)
     seqs = sample_sequences(f32, 2, 256, seed=0, n_threads=1)
-    offs = gather_key_offsets(f32, seqs, n_threads=2)
-    again = gather_key_offsets(f32, seqs, n_threads=1)
-    assert sorted(offs) == names and all(o.shape == (32,) and np.any(o) for o in offs.values())
-    assert all(np.array_equal(offs[n], again[n]) for n in names)
-    assert all(np.array_equal(koff.array(n), offs[n]) for n in names)
+    kv = gather_kv_tensors(f32, seqs, n_threads=2)
+    again = gather_kv_tensors(f32, seqs, n_threads=1)
+    assert sorted(kv) == sorted(names) and all(o.shape == (32,) and np.any(o) for o in kv.values())
+    assert all(np.array_equal(kv[n], again[n]) for n in names)
+    assert all(np.array_equal(koff.array(n), kv[n]) for n in names)
+
+
+def test_query_direction_of_known_means():
+    """query_direction on hand-made sums: one KV head whose two query heads share
+    a mean along one rotated axis gets a direction along that axis, scaled by
+    sqrt(weight * |mean|^2 / s2); the Hadamard frame is orthonormal."""
+    from cism.calibrate import hadamard_frame, query_direction
+    H = hadamard_frame(64)
+    assert np.allclose(H @ H.T, np.eye(64))
+    assert np.allclose(hadamard_frame(96) @ hadamard_frame(96).T, np.eye(96))  # blocks of 32
+    axis = np.zeros(64)
+    axis[5] = 3.0
+    mu = H.T @ axis                       # rotated, the mean is 3 along element 5
+    rows = 10
+    spread = 64 * 2.0                      # each element's variance 2 around the mean
+    sums = np.concatenate([mu * rows, mu * rows, [(spread + 9.0) * rows] * 2])
+    u = query_direction(sums, rows, 2, 1, 64, weight=1.0)
+    assert np.argmax(np.abs(u)) == 5
+    assert abs(abs(u[5]) - 3.0 / np.sqrt(2.0)) < 1e-5 and np.abs(np.delete(u, 5)).max() < 1e-5

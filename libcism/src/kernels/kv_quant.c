@@ -128,11 +128,47 @@ static void block_q4a(const float *x, uint8_t *out, int search) {
     }
 }
 
-void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search) {
+/* The codes of a q4a block (already quantized in out) chosen again along
+   direction u (kv_quant.h); r carries the row's error along u from block to
+   block. A code c decodes to d c + m, rounded as cism__kv_decode does. */
+static void q4a_directed(const float *x, const float *u, uint8_t *out, double *r) {
+    const float d = cism__f16_to_f32((uint16_t)(out[0] | (out[1] << 8))), m = cism__f16_to_f32((uint16_t)(out[2] | (out[3] << 8)));
+    int i;
+    if (!(d > 0.0f) || !isfinite(d)) return; /* a constant or NaN block: nothing to choose */
+    for (i = 0; i < 32; i++) {
+        uint8_t *p = out + 4 + (i & 15);
+        const int shift = i < 16 ? 0 : 4, c0 = (*p >> shift) & 15;
+        int c, best = c0;
+        double best_cost = 0.0, best_e = 0.0;
+        for (c = c0 - 1; c <= c0 + 1; c++) {
+            double e, along, cost;
+            float y;
+            if (c < 0 || c > 15) continue;
+            y = d * (float)c;
+            y = y + m;
+            e = (double)y - (double)x[i];
+            along = *r + (double)u[i] * e;
+            cost = e * e + along * along;
+            if (c == c0 - 1 || (c == c0 && c0 == 0) || cost < best_cost) {
+                best = c;
+                best_cost = cost;
+                best_e = e;
+            }
+        }
+        *r += (double)u[i] * best_e;
+        *p = (uint8_t)((*p & (0xf0 >> shift)) | (best << shift));
+    }
+}
+
+void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search, const float *dir) {
+    double r = 0.0;
     int64_t b;
     for (b = 0; b + 32 <= n; b += 32) {
         if (kv_type == CISM_DTYPE_Q8) block_q8(x + b, out + b / 32 * 34);
-        else block_q4a(x + b, out + b / 32 * 20, search);
+        else {
+            block_q4a(x + b, out + b / 32 * 20, search);
+            if (search && dir) q4a_directed(x + b, dir + b, out + b / 32 * 20, &r);
+        }
     }
 }
 

@@ -88,8 +88,13 @@ static inline const float *cism__kv_widen_rows(const void *kv, int32_t kv_type, 
    decodes to NaN, which reaches the logits (the eval then fails as with an f16
    cache) instead of hiding. search (q4a only): 1 = the range search of the
    keys (kv_quant.c), 0 = each block's [min, max] (values: their 4-bit error
-   costs little, the search would cost prefill time). */
-void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search);
+   costs little, the search would cost prefill time). dir (q4a with search
+   only; NULL: none): n weights u of the row's elements; each code is then the
+   one of the nearest three (nearest, one below, one above) that minimises
+   e^2 + (r + u e)^2, r the sum of u e over the row's earlier elements: the
+   error along the queries' main direction u stays small (docs/KV_CACHE.md,
+   "Query directions"). */
+void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search, const float *dir);
 
 /* The per-head rotation: x[0..n) <- H x, H the orthonormal Walsh-Hadamard
    matrix (Sylvester order, scaled by 1/sqrt(P)) applied to each block of P

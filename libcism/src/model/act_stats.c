@@ -14,7 +14,8 @@
  * The forward pass adds each stage's rows once, in the stage's begin (one
  * thread), in token order: the sums do not depend on the number of threads.
  * Besides, per attention layer, the sum of the keys after RoPE (the mean a
- * converter stores as the layer's key offsets, docs/KV_CACHE.md): each KV
+ * converter stores as the layer's key offsets, docs/KV_CACHE.md) and the sums
+ * and sums of squares of the queries after RoPE (its query directions): each
  * head's rows are added by the one unit that computes them, in token order. */
 #include "session.h"
 #include "../core/error.h"
@@ -58,7 +59,9 @@ int cism__act_stats_init(cism_session *s, int64_t gram_block) {
     s->act_sums = (double *)calloc((size_t)sums, sizeof(double));
     s->key_sums = (double *)calloc((size_t)(hp->n_layers * hp->n_kv_heads * hp->head_dim), sizeof(double));
     s->key_rows = (int64_t *)calloc((size_t)hp->n_layers, sizeof(int64_t));
-    if (!s->key_sums || !s->key_rows) return -1;
+    s->query_sums = (double *)calloc((size_t)(hp->n_layers * hp->n_heads * (hp->head_dim + 1)), sizeof(double));
+    s->query_rows = (int64_t *)calloc((size_t)hp->n_layers, sizeof(int64_t));
+    if (!s->key_sums || !s->key_rows || !s->query_sums || !s->query_rows) return -1;
     s->act_gram = grams ? (double *)calloc((size_t)grams, sizeof(double)) : NULL;
     s->act_row = grams ? (double *)calloc(((size_t)(hp->ffn_dim > hp->n_heads * hp->head_dim ? hp->ffn_dim : hp->n_heads * hp->head_dim) + (size_t)hp->dim) * AS_TILE, sizeof(double)) : NULL;
     return s->act_sums && (s->act_gram || !grams) && (s->act_row || !grams) ? 0 : -1;
@@ -72,6 +75,23 @@ void cism__act_stats_free(cism_session *s) {
     free(s->act_off);
     free(s->key_sums);
     free(s->key_rows);
+    free(s->query_sums);
+    free(s->query_rows);
+}
+
+void cism__act_stats_query(cism_session *s, int64_t l, int64_t h, const float *q) {
+    const cism__hparams *hp = &s->model->hp;
+    const int64_t hd = hp->head_dim, per = hp->n_heads * (hd + 1);
+    double *acc, sq = 0.0;
+    int64_t i;
+    if (!s->query_sums || s->replay) return;
+    acc = s->query_sums + l * per;
+    for (i = 0; i < hd; i++) {
+        acc[h * hd + i] += (double)q[i];
+        sq += (double)q[i] * (double)q[i];
+    }
+    acc[hp->n_heads * hd + h] += sq;
+    if (h == 0) s->query_rows[l]++;
 }
 
 void cism__act_stats_key(cism_session *s, int64_t l, int64_t h, const float *k) {
@@ -197,26 +217,40 @@ cism_status cism_session_act_gram(const cism_session *s, const char *tensor, dou
     return CISM_OK;
 }
 
-cism_status cism_session_key_sums(const cism_session *s, int64_t layer, double *sums, int64_t capacity, int64_t *n_values,
-                                  int64_t *n_rows) {
+/* The sums of attention layer `layer`: its keys' (which 0) or its queries'
+   (which 1), copied out of the session's per-layer arrays. */
+static cism_status layer_sums(const cism_session *s, const char *fn, const char *what, int64_t layer, int which,
+                              double *sums, int64_t capacity, int64_t *n_values, int64_t *n_rows) {
     const cism__hparams *hp;
-    int64_t n;
+    const double *base;
+    int64_t per;
     cism__clear_error();
-    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: NULL session");
-    if (!s->key_sums) return cism__fail(CISM_ERR_STATE, "cism_session_key_sums: the session was created without CISM_PARAM_ACT_STATS");
+    if (!s) return cism__fail(CISM_ERR_INVALID_ARG, "%s: NULL session", fn);
+    if (!s->key_sums) return cism__fail(CISM_ERR_STATE, "%s: the session was created without CISM_PARAM_ACT_STATS", fn);
     hp = &s->model->hp;
     if (layer < 0 || layer >= hp->n_layers)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: layer %lld out of range (the model has %lld)",
-                          (long long)layer, (long long)hp->n_layers);
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: layer %lld out of range (the model has %lld)", fn, (long long)layer,
+                          (long long)hp->n_layers);
     if (s->model->layers[layer].kind != CISM__LAYER_ATTENTION)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_session_key_sums: layer %lld is not an attention layer (it has no keys)",
-                          (long long)layer);
-    n = hp->n_kv_heads * hp->head_dim;
-    if (n_values) *n_values = n;
-    if (n_rows) *n_rows = s->key_rows[layer];
-    if (capacity < n || !sums)
-        return cism__fail(CISM_ERR_BUFFER_SMALL, "cism_session_key_sums: layer %lld has %lld key values (capacity %lld)",
-                          (long long)layer, (long long)n, (long long)capacity);
-    memcpy(sums, s->key_sums + layer * n, (size_t)n * sizeof(double));
+        return cism__fail(CISM_ERR_INVALID_ARG, "%s: layer %lld is not an attention layer (it has no %s)", fn,
+                          (long long)layer, what);
+    per = which ? hp->n_heads * (hp->head_dim + 1) : hp->n_kv_heads * hp->head_dim;
+    base = which ? s->query_sums : s->key_sums;
+    if (n_values) *n_values = per;
+    if (n_rows) *n_rows = which ? s->query_rows[layer] : s->key_rows[layer];
+    if (capacity < per || !sums)
+        return cism__fail(CISM_ERR_BUFFER_SMALL, "%s: layer %lld has %lld values (capacity %lld)", fn, (long long)layer,
+                          (long long)per, (long long)capacity);
+    memcpy(sums, base + layer * per, (size_t)per * sizeof(double));
     return CISM_OK;
+}
+
+cism_status cism_session_key_sums(const cism_session *s, int64_t layer, double *sums, int64_t capacity, int64_t *n_values,
+                                  int64_t *n_rows) {
+    return layer_sums(s, "cism_session_key_sums", "keys", layer, 0, sums, capacity, n_values, n_rows);
+}
+
+cism_status cism_session_query_sums(const cism_session *s, int64_t layer, double *sums, int64_t capacity,
+                                    int64_t *n_values, int64_t *n_rows) {
+    return layer_sums(s, "cism_session_query_sums", "queries", layer, 1, sums, capacity, n_values, n_rows);
 }

@@ -164,22 +164,27 @@ void cism__fwd_head_norms(const cism__kernels *k, float *v, int64_t n_heads, int
 
 /* A quantized row goes through the one scalar quantizer (kv_quant.c): the
    cache holds the same bytes whatever the tier. */
-static void store_row(const cism__work *w, int32_t type, void *row, const float *src, int64_t n, int is_k) {
+static void store_row(const cism__work *w, int32_t type, void *row, const float *src, int64_t n, int is_k,
+                      const float *dir) {
     if (type == CISM_DTYPE_F32) memcpy(row, src, (size_t)n * sizeof(float));
     else if (type == CISM_DTYPE_F16) w->k->f32_to_f16(src, (uint16_t *)row, n);
-    else cism__kv_quantize_row(type, src, n, (uint8_t *)row, is_k);
+    else cism__kv_quantize_row(type, src, n, (uint8_t *)row, is_k, dir);
 }
 
 /* K or V row of (layer, head, pos) into the cache, and into its ring copy.
-   With a rotated cache (s->kv_rot) src has been rotated by the caller. */
+   With a rotated cache (s->kv_rot) src has been rotated by the caller; a
+   rotated key row is rounded along the layer's query direction when the file
+   has one (it is stored in the rotated frame). */
 static void store_kv(const cism__work *w, const cism_session *s, void *cache, int64_t layer, int64_t head, int64_t pos,
                      const float *src) {
     int64_t hd = s->model->hp.head_dim;
     const int is_k = cache != s->v_cache;
     const int32_t type = is_k ? s->kv_type : s->kv_type_v;
+    const float *qdir = s->model->layers[layer].k_qdir;
+    const float *dir = is_k && s->kv_rot && qdir ? qdir + head * hd : NULL;
     void *copy = cism__kv_row_copy(s, cache, layer, head, pos);
-    store_row(w, type, cism__kv_row(s, cache, layer, head, pos), src, hd, is_k);
-    if (copy) store_row(w, type, copy, src, hd, is_k);
+    store_row(w, type, cism__kv_row(s, cache, layer, head, pos), src, hd, is_k, dir);
+    if (copy) store_row(w, type, copy, src, hd, is_k, dir);
 }
 
 /* RoPE of row t on the layer's table (none on a NoPE layer): the first
@@ -206,12 +211,17 @@ static void qkv_unit(fwd *f, int64_t l, int64_t u, int ith, const float *xb, int
         cism__fwd_linear(w, &L->wq, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->q + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
         if (L->wg.data) /* the output gate's rows of this head (applied in attention_unit) */
             cism__fwd_linear(w, &L->wg, xb + t_lo * dim, dim, cism__fwd_qrow(w, t_lo), w->mix + t_lo * q_rows, q_rows, nt - t_lo, r0, r0 + hd);
-        for (t = t_lo; t < nt; t++) {
-            float *v = w->q + t * q_rows + r0;
-            if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
-            if (L->q_norm) cism__fwd_head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
-            rope_row(w, hp, L, v, t);
-            if (f->seqs[0].s->kv_rot) cism__kv_hadamard(v, hd); /* as the keys: q.k is unchanged (a batch's sessions agree) */
+        for (q = 0; q < f->n_seqs; q++) {
+            const cism__seq *sq = &f->seqs[q];
+            const int64_t end = sq->row0 + sq->nt;
+            for (t = sq->row0 > t_lo ? sq->row0 : t_lo; t < end; t++) {
+                float *v = w->q + t * q_rows + r0;
+                if (L->q_bias) for (i = 0; i < hd; i++) v[i] += L->q_bias[r0 + i];
+                if (L->q_norm) cism__fwd_head_norms(k, v, 1, hd, L->q_norm, (float)hp->norm_eps);
+                rope_row(w, hp, L, v, t);
+                cism__act_stats_query(sq->s, l, u, v);
+                if (sq->s->kv_rot) cism__kv_hadamard(v, hd); /* as the keys: q.k is unchanged */
+            }
         }
     } else { /* key or value head */
         int is_k = u < hp->n_heads + hp->n_kv_heads;

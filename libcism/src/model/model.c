@@ -439,10 +439,12 @@ static cism_status bind_attention(loadctx *c, cism_model *m, int64_t l, int chec
         return st;
     if (hp->attn_gate && (st = bind_layer_matrix(c, m, l, "attn_gate", q_rows, hp->dim, 1, check_values, largest, &L->wg)))
         return st;
-    { /* optional: the key offsets a calibrated conversion stores */
+    { /* optional: the key offsets and query directions a calibrated conversion stores */
         char name[64];
         snprintf(name, sizeof(name), "blk.%lld.attn_k_offset", (long long)l);
         if (cism__file_tensor(c->f, name) && (st = bind_vector(c, name, kv_rows, &L->k_offset))) return st;
+        snprintf(name, sizeof(name), "blk.%lld.attn_k_qdir", (long long)l);
+        if (cism__file_tensor(c->f, name) && (st = bind_vector(c, name, kv_rows, &L->k_qdir))) return st;
     }
     return CISM_OK;
 }

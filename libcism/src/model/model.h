@@ -59,6 +59,8 @@ typedef struct cism__layer {
     const float *q_norm, *k_norm;            /* NULL unless qk_norm */
     const float *k_offset;                   /* blk.N.attn_k_offset: subtracted from the keys a quantized
                                                 K cache stores (softmax-exact; docs/KV_CACHE.md); or NULL */
+    const float *k_qdir;                     /* blk.N.attn_k_qdir: per KV head, the queries' main direction in
+                                                the rotated frame, weighting a q4a key's rounding; or NULL */
     cism__weight wq, wk, wv, wo, gate, up, down;
     /* CISM__LAYER_SHORTCONV (layer_shortconv.c): in_proj [3 dim, dim] (B, C, x), out_proj [dim, dim],
        the depthwise kernel [dim][conv_kernel], biases (NULL unless conv_bias), its slot in the session's conv cache */

@@ -120,6 +120,10 @@ struct cism_session {
        cism_session_key_sums) over key_rows[layer] tokens */
     double *key_sums;
     int64_t *key_rows;
+    /* and its queries after RoPE: per layer, [head * head_dim] sums then [head] sums of squares
+       (cism_session_query_sums) over query_rows[layer] tokens */
+    double *query_sums;
+    int64_t *query_rows;
 
     struct cism__dn_state *dn;  /* Gated DeltaNet layers' recurrent state and checkpoints (deltanet.h); NULL without */
 
@@ -210,5 +214,7 @@ void cism__act_stats_add(cism_session *s, int64_t l, int which, const float *x, 
 /* Adds key row k (head_dim values after RoPE) of KV head h of layer l to the
    key sums; no-op when the session does not collect. */
 void cism__act_stats_key(cism_session *s, int64_t l, int64_t h, const float *k);
+/* Adds query row q of head h of layer l to the query sums (no-op without them). */
+void cism__act_stats_query(cism_session *s, int64_t l, int64_t h, const float *q);
 
 #endif
