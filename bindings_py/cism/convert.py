@@ -395,22 +395,22 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
             report.calibration_seconds = calibration.seconds
         meta.update(qmeta)
         w.metadata.update(qmeta)
-    elif calibration is not None:  # no recipe: the calibration gives the key offsets only
+    elif calibration is not None:  # no recipe: the calibration gives the KV tensors only
         report.calibration = calibration.description
         report.calibration_seconds = calibration.seconds
     # every attention layer's mean key after RoPE and its queries' main direction: what a quantized K
     # cache subtracts and rounds along (docs/KV_CACHE.md, "Key offsets", "Query directions"); f32 vectors
     # after the layers' tensors
-    offsets = dict(getattr(calibration, "kv_tensors", None) or {})
-    if offsets:
+    kv_tensors = dict(getattr(calibration, "kv_tensors", None) or {})
+    if kv_tensors:
         key = "general.kv_key_offsets"
         meta[key] = w.metadata[key] = (f"mean key and queries' main direction after RoPE per layer on "
                                        f"{calibration.description}")
         shapes = dict(shapes)
-        shapes.update({n: tuple(v.shape) for n, v in offsets.items()})
-        order = list(order) + sorted(offsets, key=lambda n: (int(n.split(".")[1]), n))
+        shapes.update({n: tuple(v.shape) for n, v in kv_tensors.items()})
+        order = list(order) + sorted(kv_tensors, key=lambda n: (int(n.split(".")[1]), n))
         base_load = load
-        load = lambda n: offsets[n] if n in offsets else base_load(n)  # noqa: E731
+        load = lambda n: kv_tensors[n] if n in kv_tensors else base_load(n)  # noqa: E731
     for name in order:
         shape = shapes[name]
         dt = fmt.DTYPE_F32 if len(shape) != 2 else (pick(name) if pick else dtype_for(name))
@@ -430,7 +430,7 @@ def write_model(out: str, meta: Dict[str, Any], order: List[str], load: Callable
     done = 0
     with w.open(out, overwrite=overwrite, validate=_loader_check(out) if validate else None) as f:
         for spec in w.tensors:
-            raw = raw_for(spec.name) if raw_for and not quant and spec.name not in offsets else None
+            raw = raw_for(spec.name) if raw_for and not quant and spec.name not in kv_tensors else None
             if raw is not None and raw.nbytes == spec.nbytes:
                 _refuse_nonfinite(spec.name, raw, spec.dtype)
                 f.write_tensor(spec.name, raw)

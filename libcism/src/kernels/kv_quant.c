@@ -99,12 +99,38 @@ static int q4a_try(const float *x, float lo, float hi, int a, int c, q4a_fit *be
     return 1;
 }
 
+/* Of the codes c0 - 1, c0, c0 + 1 (within 0..15), the one that minimises
+   e^2 + (r + u e)^2 for element x (kv_quant.h), r the row's error along the
+   direction so far (updated); ties: the lower code. A code c decodes to
+   d c + m, rounded as cism__kv_decode does. */
+static int q4a_directed_code(float x, float u, int c0, float d, float m, double *r) {
+    int c, best = c0;
+    double best_cost = 0.0, best_e = 0.0;
+    for (c = c0 > 0 ? c0 - 1 : c0; c <= c0 + 1 && c <= 15; c++) {
+        float y = d * (float)c;
+        double e, along, cost;
+        y = y + m;
+        e = (double)y - (double)x;
+        along = *r + (double)u * e;
+        cost = e * e + along * along;
+        if (c == (c0 > 0 ? c0 - 1 : c0) || cost < best_cost) {
+            best = c;
+            best_cost = cost;
+            best_e = e;
+        }
+    }
+    *r += (double)u * best_e;
+    return best;
+}
+
 /* q4a: m and d (both fp16) of the chosen range (the block's [min, max] when
-   no other range has a smaller error), codes round((x - m) / d) in 0..15 */
-static void block_q4a(const float *x, uint8_t *out, int search) {
+   no other range has a smaller error), codes round((x - m) / d) in 0..15, or
+   with a direction u (q4a_directed_code, r carried from block to block) the
+   best of that code and its neighbours */
+static void block_q4a(const float *x, uint8_t *out, int search, const float *u, double *r) {
     float lo = x[0], hi = x[0], inv;
     q4a_fit f;
-    int i, a, best_a = 0;
+    int i, a, best_a = 0, code[32];
     memset(out, 0, 20);
     if (!block_finite(x)) { put_half(out, HALF_NAN); return; }
     for (i = 1; i < 32; i++) {
@@ -122,42 +148,11 @@ static void block_q4a(const float *x, uint8_t *out, int search) {
     put_half(out + 2, f.hm);
     if (f.d == 0.0f) return;
     inv = 1.0f / f.d;
-    for (i = 0; i < 16; i++) {
-        int u = round_clamp((x[i] - f.m) * inv, 0, 15), v = round_clamp((x[i + 16] - f.m) * inv, 0, 15);
-        out[4 + i] = (uint8_t)(u | (v << 4));
-    }
-}
-
-/* The codes of a q4a block (already quantized in out) chosen again along
-   direction u (kv_quant.h); r carries the row's error along u from block to
-   block. A code c decodes to d c + m, rounded as cism__kv_decode does. */
-static void q4a_directed(const float *x, const float *u, uint8_t *out, double *r) {
-    const float d = cism__f16_to_f32((uint16_t)(out[0] | (out[1] << 8))), m = cism__f16_to_f32((uint16_t)(out[2] | (out[3] << 8)));
-    int i;
-    if (!(d > 0.0f) || !isfinite(d)) return; /* a constant or NaN block: nothing to choose */
     for (i = 0; i < 32; i++) {
-        uint8_t *p = out + 4 + (i & 15);
-        const int shift = i < 16 ? 0 : 4, c0 = (*p >> shift) & 15;
-        int c, best = c0;
-        double best_cost = 0.0, best_e = 0.0;
-        for (c = c0 - 1; c <= c0 + 1; c++) {
-            double e, along, cost;
-            float y;
-            if (c < 0 || c > 15) continue;
-            y = d * (float)c;
-            y = y + m;
-            e = (double)y - (double)x[i];
-            along = *r + (double)u[i] * e;
-            cost = e * e + along * along;
-            if (c == c0 - 1 || (c == c0 && c0 == 0) || cost < best_cost) {
-                best = c;
-                best_cost = cost;
-                best_e = e;
-            }
-        }
-        *r += (double)u[i] * best_e;
-        *p = (uint8_t)((*p & (0xf0 >> shift)) | (best << shift));
+        code[i] = round_clamp((x[i] - f.m) * inv, 0, 15);
+        if (u) code[i] = q4a_directed_code(x[i], u[i], code[i], f.d, f.m, r);
     }
+    for (i = 0; i < 16; i++) out[4 + i] = (uint8_t)(code[i] | (code[i + 16] << 4));
 }
 
 void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *out, int search, const float *dir) {
@@ -165,10 +160,7 @@ void cism__kv_quantize_row(int32_t kv_type, const float *x, int64_t n, uint8_t *
     int64_t b;
     for (b = 0; b + 32 <= n; b += 32) {
         if (kv_type == CISM_DTYPE_Q8) block_q8(x + b, out + b / 32 * 34);
-        else {
-            block_q4a(x + b, out + b / 32 * 20, search);
-            if (search && dir) q4a_directed(x + b, dir + b, out + b / 32 * 20, &r);
-        }
+        else block_q4a(x + b, out + b / 32 * 20, search, search && dir ? dir + b : NULL, &r);
     }
 }
 
