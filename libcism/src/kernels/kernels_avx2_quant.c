@@ -504,7 +504,6 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
     return v;
 }
 
-#define X16_OUTL_FUSED(xf) 1 /* every interleaved format runs x86_x16.h */
 #include "x86_outliers.h"
 
 void cism__fill_avx2_quant(cism__kernels *k) {

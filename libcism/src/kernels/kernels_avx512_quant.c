@@ -25,10 +25,9 @@
  * register tile of 16 rows x T tokens over it: one weight load per chunk, one
  * vpdpbusd per token with the activations broadcast. The panel is rebuilt
  * once per token block, so each weight byte is read from memory once per block
- * of tokens. The interleaved q8x16 and q4sx16 are read in place, 16 rows per
- * register; q4ax16, q6x16, q5x16 run the AVX2 tier's 256-bit kernels (x86_x16.h, two
- * halves of 8 rows): the same source, so every line of their path here is
- * tested on AVX2 hosts and under qemu, which runs no AVX-512. */
+ * of tokens. The interleaved dtypes are read in place, 16 rows per register
+ * (x16_tile, which also adds the outlier entries of few tokens; tested
+ * against the scalar tier on AVX-512 hosts only, as qemu runs no AVX-512). */
 #include "tier_common.h"
 #include "quant.h"
 
@@ -298,11 +297,17 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
-/* ---- interleaved dtypes (q8x16, q4sx16): 16 rows per 512-bit register; q4ax16, q6x16, q5x16: x86_x16.h */
-/* The 16 rows' scales of block b as f32 */
-CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int q8) {
+/* ---- interleaved dtypes: 16 rows per 512-bit register */
+/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5: f16;
+   X16_Q4S: E4M3; X16_Q4A: the scale line's d, and its minimums m into *mn) */
+CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int xf, __m512 *mn) {
     __m256i h, nan;
-    if (q8) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+    if (xf == X16_Q8 || xf == X16_Q6 || xf == X16_Q5) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+    if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
+        const __m512i dm = _mm512_loadu_si512((const void *)scales);
+        *mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    }
     h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scales));
     nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
     h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16((short)0x8000)),
@@ -316,12 +321,77 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
+/* q5x16's bit 4 of 16 rows: 0x10 in the bytes of each row's dword whose bit
+   is set, byte i taking bit 4 * odd + i of the dword's byte `byte` (hq: the
+   block's chunk 0, bit e of a row's dword element e's) */
+CISM__INLINE __m512i q5_bit4_16(__m512i hq, const int byte, const int odd) {
+    const __m512i sel = _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0), _mm512_set1_epi8((char)byte));
+    const __m512i bit = _mm512_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
+    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(_mm512_shuffle_epi8(hq, sel), bit), _mm512_set1_epi8(0x10));
+}
+
+/* x86_x16.h: ocol and x16_place (a column's place in a group) and x16outl (a
+   call's outlier entries); its 256-bit kernels are the AVX2 tier's */
+#include "x86_x16.h"
+
+/* 16 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
+   x86_quant.h's e4m3_8 on each half */
+CISM__INLINE __m512 e4m3_16(__m512i b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(e4m3_8(_mm512_castsi512_si256(b))), e4m3_8(_mm512_extracti64x4_epi64(b, 1)), 1);
+}
+
+/* Column p of a group, decoded exactly: q8x16: the f16 scales widened, the
+   codes sign-extended, their product; q4sx16: the E4M3 scales times scale_mul, the nibbles through the levels, their product. */
+CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, __m512 levels, __m512 smul) {
+    __m512i q = _mm512_loadu_si512((const void *)(grp + code));
+    if (q8) {
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + scale)));
+        q = _mm512_sra_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    } else {
+        const __m512i si = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale)));
+        const __m512 d = _mm512_mul_ps(e4m3_16(si), smul);
+        q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
+        return _mm512_mul_ps(d, _mm512_permutexvar_ps(q, levels));
+    }
+}
+
+/* The 16 rows of a column at p (x16_place) of q4ax16, q6x16, q5x16, decoded
+   exactly as act_outliers.c: q4ax16 d * code + m (the product, then the sum),
+   q6x16 / q5x16 d * level (one exact product): x86_x16.h's x16_q4a_col8 and
+   x16_qint_col8 on 16 rows at once. */
+CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
+    const __m512i v = _mm512_loadu_si512((const void *)(grp + p->code));
+    __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(15));
+    if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
+        const __m512i dm = _mm512_loadu_si512((const void *)(grp + p->scale));
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    } else {
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->scale)));
+        const __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(grp + p->hcode)), _mm_cvtsi32_si128(p->hshift)),
+                                            _mm512_set1_epi32(xf == X16_Q6 ? 3 : 1));
+        q = _mm512_sub_epi32(_mm512_or_si512(q, _mm512_slli_epi32(hb, 4)), _mm512_set1_epi32(xf == X16_Q6 ? 32 : 16));
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    }
+}
+
+/* Column p of a group of any interleaved dtype (levels, smul: q4sx16's) */
+CISM__INLINE __m512 x16_col16(const uint8_t *grp, const ocol *p, const int xf, __m512 levels, __m512 smul) {
+    if (xf == X16_Q4A || xf == X16_Q6 || xf == X16_Q5) return x16_col32(grp, p, xf);
+    return x16_col(grp, p->code, p->scale, p->shift, xf == X16_Q8, levels, smul);
+}
+
 /* Tokens t < T against one group of 16 rows: y[t * ldy + i] for the rows i in
    mask m. Each int32 lane sums one row's block exactly (the chunks' order does
    not matter); NA independent accumulators per token keep vpdpbusd's latency
-   hidden when T is small. */
+   hidden when T is small. Blocks of 32 (q4ax16, q6x16, q5x16; x86_x16.h has
+   the layout): nibble chunk c's low nibbles against activations 4c.., its high
+   ones against 16 + 4c.., with q6's plane bits 4-5 or q5's bit 4 ORed in, so
+   codes 0..15 (q4a, as they are), level + 32 (q6), level + 16 (q5). */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
-                           float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const int T, const int q8) {
+                           float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const x16outl *ol, int64_t ot, const int T,
+                           const int xf) {
     const int NA = T == 1 ? 4 : T == 2 ? 2 : 1;
     __m512 facc[TT];
     __m512i iacc[TT][4];
@@ -330,9 +400,11 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
     for (t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
     for (b = 0; b < g->nb; b++) {
         const uint8_t *cb = cism__x16_codes(g, grp, b);
-        __m512 sc = x16_scales(cism__x16_scales(g, grp, b), q8);
+        __m512 mn = _mm512_setzero_ps();
+        __m512 sc = x16_scales(cism__x16_scales(g, grp, b), xf, &mn);
         for (t = 0; t < T; t++) {
-            iacc[t][0] = _mm512_set1_epi32(q8 ? -128 * a[t][b].sum : -8 * hs[t][b]);
+            iacc[t][0] = _mm512_set1_epi32(xf == X16_Q8 ? -128 * a[t][b].sum : xf == X16_Q4S ? -8 * hs[t][b]
+                                           : xf == X16_Q6 ? -32 * a[t][b].sum : xf == X16_Q5 ? -16 * a[t][b].sum : 0);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
         if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: fetch ahead (the hardware prefetcher alone falls behind), not past */
@@ -342,66 +414,91 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
             for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
         }
-        if (q8) {
+        if (xf == X16_Q8) {
             for (c = 0; c < 8; c++) {
                 __m512i wv = _mm512_xor_si512(_mm512_loadu_si512((const void *)(cb + c * 64)), _mm512_set1_epi8((char)0x80));
                 for (t = 0; t < T; t++) iacc[t][c % NA] = _mm512_dpbusd_epi32(iacc[t][c % NA], wv, bcast4(a[t][b].q + 4 * c));
             }
+        } else if (xf == X16_Q6 || xf == X16_Q5) {
+            const uint8_t *nc = cb + (xf == X16_Q5 ? 64 : 0);
+            const __m512i m3 = _mm512_set1_epi8(0x30);
+            const __m512i p4 = _mm512_loadu_si512((const void *)(cb + (xf == X16_Q6 ? 256 : 0)));
+            const __m512i p5 = xf == X16_Q6 ? _mm512_loadu_si512((const void *)(cb + 320)) : p4;
+            for (c = 0; c < 4; c++) {
+                __m512i v = _mm512_loadu_si512((const void *)(nc + c * 64));
+                __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+                if (xf == X16_Q6) { /* elements 4c + i: plane byte 4 (c & 1) + i, bits 2 (c / 2); 16 + 4c + i: bits 4 + 2 (c / 2) */
+                    const __m512i pl = c & 1 ? p5 : p4;
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(c < 2 ? _mm512_slli_epi16(pl, 4) : _mm512_slli_epi16(pl, 2), m3));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3));
+                } else { /* p4: chunk 0, the bits 4 */
+                    lo = _mm512_or_si512(lo, q5_bit4_16(p4, c >> 1, c & 1));
+                    hi = _mm512_or_si512(hi, q5_bit4_16(p4, 2 + (c >> 1), c & 1));
+                }
+                for (t = 0; t < T; t++) {
+                    iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
+                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));
+                }
+            }
         } else {
+            /* q4sx16: blocks of 16, two chunks, the high nibbles 8 on; q4ax16: blocks of 32, four chunks, 16 on */
+            const int nc = xf == X16_Q4A ? 4 : 2, hi_off = xf == X16_Q4A ? 16 : 8;
             const int8_t *q[TT];
-            for (t = 0; t < T; t++) q[t] = a[t][b / 2].q + (b & 1) * 16;
-            for (c = 0; c < 2; c++) {
+            for (t = 0; t < T; t++) q[t] = xf == X16_Q4A ? a[t][b].q : a[t][b / 2].q + (b & 1) * 16;
+            for (c = 0; c < nc; c++) {
                 __m512i v = _mm512_loadu_si512((const void *)(cb + c * 64));
                 __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(q[t] + 4 * c));
-                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(q[t] + 8 + 4 * c));
+                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(q[t] + hi_off + 4 * c));
                 }
             }
         }
         for (t = 0; t < T; t++) {
             __m512i s = iacc[t][0];
-            float da = q8 ? a[t][b].d : a[t][b / 2].d;
             for (k = 1; k < NA; k++) s = _mm512_add_epi32(s, iacc[t][k]);
-            facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(da))));
+            if (xf == X16_Q4A) { /* (d * s + m * sum) * d_a: the scalar order */
+                const __m512 v = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(s)),
+                                               _mm512_mul_ps(mn, _mm512_set1_ps((float)a[t][b].sum)));
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(v, _mm512_set1_ps(a[t][b].d)));
+            } else {
+                const float da = xf == X16_Q4S ? a[t][b / 2].d : a[t][b].d;
+                facc[t] = _mm512_add_ps(facc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(da))));
+            }
+        }
+    }
+    if (ol) { /* the few tokens' outlier entries, in table order, while the group is in L1 (x86_x16.h x16outl) */
+        const __m512 levels = _mm512_loadu_ps(ol->lv), smul = _mm512_set1_ps(_mm256_cvtss_f32(ol->smul));
+        for (t = 0; t < T; t++) {
+            const cism__act8_out *o = ol->o[ot + t];
+            for (k = 0; k < o->n; k++)
+                facc[t] = _mm512_fmadd_ps(_mm512_set1_ps(o->val[k]), x16_col16(grp, &ol->p[ot + t][k], xf, levels, smul), facc[t]);
         }
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);
 }
 
-/* q4ax16, q6x16, q5x16: the AVX2 tier's 256-bit kernels, two halves of 8 rows (x86_x16.h),
-   so that every line of its path here runs (and is tested) on AVX2 too. */
-#include "x86_x16.h"
-
 typedef __mmask16 x16mask; /* rows of a group that are stored */
 CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *xq, int64_t ldq, int64_t cols, int64_t t0,
                             int64_t t1, float *y, int64_t ldy, x16mask m, uintptr_t pf_end, const x16outl *ol, const int xf) {
-    const int q8 = xf == X16_Q8;
     const cism__act8 *a[TT];
     const int32_t *hs[TT];
     int64_t t;
     int i;
-    if (xf == X16_Q4A || xf == X16_Q6 || xf == X16_Q5) {
-        switch (xf) { /* a constant per call */
-        case X16_Q4A: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q4A); break;
-        case X16_Q6: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q6); break;
-        default: x16h_group(grp, g, xq, ldq, cols, t0, t1, y, ldy, (uint32_t)m, pf_end, ol, X16_Q5); break;
-        }
-        return;
-    }
     for (t = t0; t + TT <= t1; t += TT) {
         for (i = 0; i < TT; i++) {
             a[i] = act_row(xq, ldq, t + i);
             hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
         }
-        x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, TT, q8);
+        x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, ol, t, TT, xf);
     }
     for (i = 0; t + i < t1; i++) {
         a[i] = act_row(xq, ldq, t + i);
         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
     }
-#define X16_TILE_T(T) x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, T, q8)
+#define X16_TILE_T(T) x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, ol, t, T, xf)
     X86_TOKEN_TAIL(t1 - t, X16_TILE_T)
 #undef X16_TILE_T
 }
@@ -465,29 +562,6 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
 /* The outlier epilogues (kernels.h): the template of x86_outliers.h, 16 rows
    of a column in one register. */
 
-/* 16 E4M3 bytes (widened to int32 lanes) as the values of cism__e4m3_table:
-   x86_quant.h's e4m3_8 on each half */
-CISM__INLINE __m512 e4m3_16(__m512i b) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(e4m3_8(_mm512_castsi512_si256(b))), e4m3_8(_mm512_extracti64x4_epi64(b, 1)), 1);
-}
-
-/* Column p of a group, decoded exactly: q8x16: the f16 scales widened, the
-   codes sign-extended, their product; q4sx16: the E4M3 scales times scale_mul, the nibbles through the levels, their product. */
-CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int shift, int q8, __m512 levels, __m512 smul) {
-    __m512i q = _mm512_loadu_si512((const void *)(grp + code));
-    if (q8) {
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + scale)));
-        q = _mm512_sra_epi32(_mm512_sll_epi32(q, _mm_cvtsi32_si128(shift)), _mm_cvtsi32_si128(24));
-        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
-    } else {
-        const __m512i si = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(grp + scale)));
-        const __m512 d = _mm512_mul_ps(e4m3_16(si), smul);
-        q = _mm512_and_si512(_mm512_srl_epi32(q, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
-        return _mm512_mul_ps(d, _mm512_permutexvar_ps(q, levels));
-    }
-}
-
-
 typedef __m512 ovec;
 CISM__INLINE ovec ov_load(const float *p) { return _mm512_loadu_ps(p); }
 CISM__INLINE void ov_store(float *p, ovec v) { _mm512_storeu_ps(p, v); }
@@ -507,12 +581,7 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
     }
 }
 CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
-    if (xf == X16_Q4A) /* the AVX2 tier's 256-bit decoders (x86_x16.h), their two halves joined */
-        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_q4a_col8(grp, p->code, p->scale, p->shift, 0)),
-                                  x16_q4a_col8(grp, p->code, p->scale, p->shift, 1), 1);
-    if (xf == X16_Q6 || xf == X16_Q5)
-        return _mm512_insertf32x8(_mm512_castps256_ps512(x16_qint_col8(grp, p, 0, xf)), x16_qint_col8(grp, p, 1, xf), 1);
-    return x16_col(grp, p->code, p->scale, p->shift, xf == X16_Q8, c->levels, c->smul);
+    return x16_col16(grp, p, xf, c->levels, c->smul);
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): per block the
@@ -557,7 +626,6 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
     return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(code)), m);
 }
 
-#define X16_OUTL_FUSED(xf) ((xf) != X16_Q8 && (xf) != X16_Q4S) /* not the 512-bit tiles (x16_tile) */
 #include "x86_outliers.h"
 
 void cism__fill_avx512_quant(cism__kernels *k) {

@@ -333,7 +333,7 @@ static void otab_add_rows(const cism__orun *d, const ovec *col, const uint8_t *x
 }
 
 /* Any number of tokens of an interleaved dtype (kernels.h matmul_a8_outliers):
-   few, where the tier's tiles take the entries (X16_OUTL_FUSED), as
+   few, where the tier's tiles take the entries, as
    gemv_outliers_x16; else run by run (cism__orun_build, within a token block whose
    activations stay in L2; runs: the call's, built by forward.c, or NULL),
    OGROUPS groups at a time: the kernel mq (the
@@ -350,7 +350,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     cism__orun mine;
     ovec col[OGROUPS * OSLOTS];
     int64_t t0, t1, gi, a, b, ri = 0;
-    if (nt <= CISM__GEMV_OUTL_TOKENS && X16_OUTL_FUSED(xf)) {
+    if (nt <= CISM__GEMV_OUTL_TOKENS) {
         gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, xf);
         return;
     }
@@ -399,8 +399,7 @@ X16_OUTL_ENTRY(q6x16, X16_Q6)
 X16_OUTL_ENTRY(q5x16, X16_Q5)
 #undef X16_OUTL_ENTRY
 
-/* The tier's fused entries; X16_OUTL_FUSED(xf) (the tier defines it): the
-   interleaved formats whose tiles take the entries of few tokens */
+/* The tier's fused entries */
 CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_x16 = outliers_x16;
     k->outliers_q4a = outliers_q4a;

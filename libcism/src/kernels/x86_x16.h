@@ -1,11 +1,9 @@
 /* x86_x16.h - the interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16;
  * quant.h has the layout) in 256-bit registers, a group of 16 rows as two
- * halves of 8: the AVX2 tier's int8-activation path of all five, and the
- * AVX-512 tier's of q4ax16, q6x16, q5x16 (its own 512-bit x16_tile holds q8x16
- * and q4sx16). One source for both tiers, so every line the AVX-512 tier runs
- * for q4ax16, q6x16, q5x16 is one the AVX2
- * tier runs (natively and under qemu-x86_64 -cpu Haswell-v4, which the tests
- * use; no AVX-512 CPU or emulator is needed to check it). Also the column
+ * halves of 8: the AVX2 tier's int8-activation path of all five (the AVX-512
+ * tier has its own 512-bit x16_tile and takes from here only x16_place,
+ * ocol and x16outl), tested natively and under qemu-x86_64 -cpu Haswell-v4.
+ * Also the column
  * decoders of those three for the outlier epilogue (x16_q4a_col8,
  * x16_qint_col8, x86_outliers.h).
  * Included after x86_quant.h (dot_u, bcast4y, e4m3_words, combine8, X16_*).
