@@ -1,9 +1,9 @@
 #!/bin/sh
-# Builds llama.cpp's llama-imatrix and llama-quantize programs from the llama.cpp
+# Builds llama.cpp's llama-imatrix, llama-quantize and llama-bench programs from the llama.cpp
 # vendored in the pinned llama-cpp-python sdist (the same llama.cpp the compare
 # extra runs), into build/cache/llama.cpp-tools-<version>/b/bin, where
 # cism.llamacpp.tool() finds them. A benchmark step (tools/quality.py's
-# imatrix rows), not part of CI: a few minutes on two cores.
+# imatrix rows, tools/bench_real_vs_llamacpp.py), not part of CI: a few minutes on two cores.
 #   tools/build_llama_tools.sh [JOBS]
 set -eu
 VERSION=0.3.36
@@ -25,5 +25,5 @@ fi
 cmake -S "$DIR/src" -B "$DIR/b" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
     -DBUILD_SHARED_LIBS=OFF
-cmake --build "$DIR/b" -j "${1:-2}" --target llama-quantize llama-imatrix
-ls -l "$DIR/b/bin/llama-quantize" "$DIR/b/bin/llama-imatrix"
+cmake --build "$DIR/b" -j "${1:-2}" --target llama-quantize llama-imatrix llama-bench
+ls -l "$DIR/b/bin/llama-quantize" "$DIR/b/bin/llama-imatrix" "$DIR/b/bin/llama-bench"

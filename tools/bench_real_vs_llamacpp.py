@@ -1,0 +1,117 @@
+"""The real SmolLM2-135M-Instruct through libcism and llama.cpp's `llama-bench`, alternated
+(docs/PERFORMANCE.md, "The real model against llama-bench"). Each round runs, for each thread
+count, llama-bench once (`-p P -n N -r 1`, its defaults otherwise: random tokens, the prefill
+and the decode each from an empty context) and libcism once (a fresh session per test: a
+P-token prefill of the War and Peace excerpt, then, in another fresh session, N single-token
+evals of the text's tokens from position 0), the order swapped every round (bench_pair's
+alternated_medians, one thread count after the other). Prints the medians
+and the ratio libcism / llama.cpp per test and thread count.
+
+libcism reads the default import of the pinned GGUF (--model, made from it if missing:
+q8x16 tied embedding/head, q4ax16 layers, the same weight bytes as the Q4_1 file);
+llama-bench reads the GGUF itself.
+
+    tools/build_llama_tools.sh        # once: llama-bench from the pinned llama-cpp-python sdist
+    PYTHONPATH=bindings_py CISM_LIB=build/release/libcism/libcism.so build/venv/bin/python \\
+        tools/bench_real_vs_llamacpp.py --threads 1,2 --rounds 5
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import cism
+from cism import llamacpp
+from cism.convert_gguf import convert_gguf
+from bench_pair import alternated_medians
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from peer_sources import LLAMA_CPP_PYTHON, real_gguf  # noqa: E402  (the pinned peer; the GGUF, cached in build/cache)
+
+
+def llama_bench(exe, gguf, p, n, threads):
+    """llama-bench's prefill and decode tokens/s and its build description."""
+    out = subprocess.run([exe, "-m", gguf, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    pp = next(r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0)
+    tg = next(r for r in rows if r["n_gen"] == n and r["n_prompt"] == 0)
+    info = {k: pp.get(k) for k in ("build_commit", "build_number", "cpu_info", "model_type", "n_batch", "n_ubatch",
+                                   "flash_attn", "type_k", "type_v")}
+    return pp["avg_ts"], tg["avg_ts"], info
+
+
+def ours(m, toks, p, n, threads):
+    """libcism's prefill and decode tokens/s (fresh sessions)."""
+    s = m.session(n_ctx=max(p, n) + 8, n_threads=threads)
+    try:
+        t0 = time.perf_counter()
+        s.eval(toks[:p])
+        pp = p / (time.perf_counter() - t0)
+    finally:
+        s.close()
+    s = m.session(n_ctx=max(p, n) + 8, n_threads=threads)
+    try:
+        t0 = time.perf_counter()
+        for t in toks[:n]:
+            s.eval([t])
+        tg = n / (time.perf_counter() - t0)
+    finally:
+        s.close()
+    return pp, tg
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=os.path.join(ROOT, "build", "cache", "smol-default.cism"),
+                    help="libcism's file (made from the GGUF with the default import if missing)")
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "models", "eval", "war_and_peace_excerpt.txt"))
+    a = ap.parse_args()
+    if a.prompt < 1 or a.gen < 1 or a.rounds < 1:
+        ap.error("--prompt, --gen and --rounds must be at least 1")
+    try:
+        exe = llamacpp.tool("llama-bench")
+    except llamacpp.MissingExtra as e:
+        ap.error(f"{e} (build it with tools/build_llama_tools.sh)")
+    gguf = real_gguf()
+    if not os.path.exists(a.model):
+        convert_gguf(gguf, a.model)
+    threads = [int(x) for x in a.threads.split(",")]
+    with cism.Model(a.model) as m:
+        with open(a.text, encoding="utf-8") as f:
+            toks = [m.bos_id] + list(m.tokenizer.encode(f.read(), add_bos=False))[:max(a.prompt, a.gen) - 1]
+        if len(toks) < max(a.prompt, a.gen):
+            ap.error(f"the text has only {len(toks)} tokens")
+        info = {}
+
+        def measure(th, eng):
+            if eng == "cism":
+                return ours(m, toks, a.prompt, a.gen, th)
+            pp, tg, info_ = llama_bench(exe, gguf, a.prompt, a.gen, th)
+            info.update(info_)
+            return pp, tg
+
+        med = {th: alternated_medians(a.rounds, "cism", "llama", lambda eng: measure(th, eng)) for th in threads}
+        print(f"model: SmolLM2-135M-Instruct; libcism {cism.library_version()} ({a.model}, tier "
+              f"{cism.kernel_tiers()[-1]}); llama.cpp llama-bench as vendored in llama-cpp-python {LLAMA_CPP_PYTHON} (build "
+              f"{info['build_commit']}), "
+              f"{info['model_type']}, n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn "
+              f"{info['flash_attn']}, KV {info['type_k']}/{info['type_v']}; cpu {info['cpu_info']}")
+        print(f"prefill {a.prompt} tokens, decode {a.gen} tokens from an empty context; {a.rounds} alternated rounds, medians")
+        print(f"{'threads':>7} {'test':>8} {'libcism':>9} {'llama.cpp':>10} {'ratio':>6}")
+        for th in threads:
+            for i, test in enumerate(("prefill", "decode")):
+                c, l = med[th]["cism"][i], med[th]["llama"][i]
+                print(f"{th:>7} {test:>8} {c:>9.1f} {l:>10.1f} {c / l:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
