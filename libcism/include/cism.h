@@ -253,9 +253,9 @@ CISM_API cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n
    G = gram_block a multiple of the format's block, at most 4096. Errors are
    compensated within each block of G columns, visited in decreasing order of
    the Gram diagonal (act order); the scale search weighs each
-   column by the Gram diagonal. q6 and q5 take cism_quantize with the Gram
-   diagonal as importance (no error compensation yet). Formats without a
-   scale search (q8, floats)
+   column by the Gram diagonal; the 4-bit formats with levels, q6 and q5
+   (and their interleaved dtypes) are compensated. Formats without such a
+   scale search (q8, q4a, floats)
    and gram NULL or all zero give cism_quantize's plain rounding. Refuses
    non-finite or negative-diagonal statistics. The same input always gives the
    same bytes, whatever n_threads. */

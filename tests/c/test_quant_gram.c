@@ -1,7 +1,7 @@
 /* test_quant_gram.c - error-compensating rounding from input statistics
  * (cism_quantize_gram, GPTQ): on correlated synthetic inputs it lowers the
  * matrix's output error against plain rounding by more than half (measured
- * 87-89% for every 4-bit format, act order); a diagonal Gram matrix gives
+ * 87-89% for every 4-bit format, act order; q6 / q5 too); a diagonal Gram matrix gives
  * exactly cism_quantize with that importance, an all-zero one or none plain
  * rounding; bytes do not depend on the thread count; the interleaved dtypes
  * hold the same values as their base format; bad statistics are refused. */
@@ -68,7 +68,7 @@ static double output_error(int32_t dt, const uint8_t *packed, const float *w, co
 }
 
 int main(void) {
-    static const int32_t dts[] = {CISM_DTYPE_Q4S, CISM_DTYPE_Q4, CISM_DTYPE_NL4, CISM_DTYPE_FP4};
+    static const int32_t dts[] = {CISM_DTYPE_Q4S, CISM_DTYPE_Q4, CISM_DTYPE_NL4, CISM_DTYPE_FP4, CISM_DTYPE_Q6, CISM_DTYPE_Q5};
     static double x[NS * COLS], gram[4 * G * G], diag_gram[4 * G * G];
     static float w[ROWS * COLS], imp[COLS];
     static uint8_t a[ROWS * 256], b[ROWS * 256];
@@ -105,8 +105,9 @@ int main(void) {
     /* interleaved dtypes: the rows of the base format, permuted (16 rows) */
     {
         static float fa[16 * COLS], fb[16 * COLS];
-        static const int32_t x16[][2] = {{CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4S}, {CISM_DTYPE_Q8X16, CISM_DTYPE_Q8}};
-        for (d = 0; d < 2; d++) {
+        static const int32_t x16[][2] = {{CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4S}, {CISM_DTYPE_Q8X16, CISM_DTYPE_Q8},
+                                         {CISM_DTYPE_Q6X16, CISM_DTYPE_Q6}, {CISM_DTYPE_Q5X16, CISM_DTYPE_Q5}};
+        for (d = 0; d < 4; d++) {
             CHECK_OK(cism_quantize_gram(x16[d][0], w, 16, COLS, gram, G, a, cap, &size, 2));
             CHECK(size == 16 * cism_dtype_row_bytes(x16[d][0], COLS));
             CHECK_OK(cism_dequantize(x16[d][0], a, 16, COLS, fa));

@@ -458,21 +458,29 @@ static inline int qint_try(const float *xs, const float *wx, const float *ww, fl
     return 0;
 }
 
+/* The level of x nearest with scale d (inv = 1 / d) among -Hi..Hi-1 (d 0: level
+   0): x * inv may be off by one ulp, so the neighbours are checked with the
+   encoded scale itself. */
+static inline int qint_nearest(float x, float d, float inv, int Hi) {
+    int lv, k;
+    if (d == 0.0f) return 0;
+    lv = (int)qint_round(x * inv, (float)Hi);
+    for (k = lv - 1; k <= lv + 1; k += 2)
+        if (k >= -Hi && k < Hi && fabsf(x - d * (float)k) < fabsf(x - d * (float)lv)) lv = k;
+    return lv;
+}
+
 /* Codes (level + H) of x[0..n) nearest with scale d (padding: level 0) into
    code; returns the weighted squared error, or -1 for a scale that is not
    finite. */
 static float qint_assign(const float *x, const float *w, int n, float d, int Hi, int *code) {
     float e4[4] = {0, 0, 0, 0}, inv = d != 0.0f ? 1.0f / d : 0.0f;
-    int i, k;
+    int i;
     if (!isfinite(d)) return -1.0f;
     for (i = 0; i < CISM__QI_BLOCK; i++) {
-        int lv = i < n && d != 0.0f ? (int)qint_round(x[i] * inv, (float)Hi) : 0;
+        int lv = i < n ? qint_nearest(x[i], d, inv, Hi) : 0;
         if (i < n) {
-            float e;
-            if (d != 0.0f) /* the nearest with the encoded scale: x * inv may be off by one ulp */
-                for (k = lv - 1; k <= lv + 1; k += 2)
-                    if (k >= -Hi && k < Hi && fabsf(x[i] - d * (float)k) < fabsf(x[i] - d * (float)lv)) lv = k;
-            e = x[i] - d * (float)lv;
+            float e = x[i] - d * (float)lv;
             e4[i & 3] += (w ? w[i] : 1.0f) * e * e;
         }
         code[i] = lv + Hi;
@@ -482,13 +490,14 @@ static float qint_assign(const float *x, const float *w, int n, float d, int Hi,
 
 #define QI_FRACS 13 /* coarse candidates per end: 0.80 .. 1.10 in steps of 0.025 */
 
-/* One q6 / q5 block: n <= 32 real weights (the rest padding: level 0). */
-static void quantize_block_qint(int32_t dtype, const float *x, const float *w, int n, uint8_t *out) {
+/* The fp16 scale of one q6 / q5 block of n <= 32 real weights x (importance
+   w, or NULL; the rest padding: level 0), and its codes (level + H) with it. */
+static uint16_t qint_block_scale(int32_t dtype, const float *x, const float *w, int n, int *code) {
     const int Hi = cism__qint_half(dtype);
     const float H = (float)Hi;
     float xm = 0.0f, best_d = 0.0f;
     double best = -1.0;
-    int i, c, code[CISM__QI_BLOCK];
+    int i, c;
     uint16_t h;
     for (i = 0; i < n; i++)
         if (fabsf(x[i]) > fabsf(xm)) xm = x[i];
@@ -531,6 +540,12 @@ static void quantize_block_qint(int32_t dtype, const float *x, const float *w, i
         if (best_e < 0.0f) /* (not reached: cism_quantize refuses values this large) */
             for (i = 0; i < CISM__QI_BLOCK; i++) code[i] = Hi;
     }
+    return h;
+}
+
+/* A q6 / q5 block's bytes: its fp16 scale h and 32 codes (level + H). */
+static void qint_pack(int32_t dtype, uint16_t h, const int *code, uint8_t *out) {
+    int i;
     out[0] = (uint8_t)(h & 0xff);
     out[1] = (uint8_t)(h >> 8);
     if (dtype == CISM_DTYPE_Q6) {
@@ -544,6 +559,13 @@ static void quantize_block_qint(int32_t dtype, const float *x, const float *w, i
         for (i = 0; i < 4; i++) out[2 + i] = (uint8_t)(qh >> (8 * i));
         for (i = 0; i < 16; i++) out[6 + i] = (uint8_t)((code[i] & 15) | ((code[i + 16] & 15) << 4));
     }
+}
+
+/* One q6 / q5 block: n <= 32 real weights (the rest padding: level 0). */
+static void quantize_block_qint(int32_t dtype, const float *x, const float *w, int n, uint8_t *out) {
+    int code[CISM__QI_BLOCK];
+    uint16_t h = qint_block_scale(dtype, x, w, n, code);
+    qint_pack(dtype, h, code, out);
 }
 
 /* ---- rows ------------------------------------------------------------------------------ */
@@ -805,7 +827,8 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
    factor of (H + damp)^-1 in the visiting order: the least-squares update of
    the remaining weights (Frantar et al., GPTQ). A format block's scale is
    searched, as cism_quantize does, on the updated weights when the first of
-   its columns is visited, with H's diagonal as column importance. Act order
+   its columns is visited, with H's diagonal as column importance (the 4-bit
+   formats with levels, and q6 / q5 with their uniform levels). Act order
    measured against natural order (stories260K / BabyLlama, 80 windows):
    +3.96% / +1.22% instead of +4.43% / +1.37% (docs/QUANTIZATION.md). */
 #define GPTQ_DAMP 0.01 /* times the mean of H's diagonal, added to the diagonal */
@@ -859,7 +882,8 @@ static int gptq_factor(double *h, int64_t n, double *t, float *u) {
 }
 
 typedef struct gjob {
-    const cism__fmt4 *f;
+    const cism__fmt4 *f; /* the 4-bit formats' levels; NULL: q6 / q5 (dtype) */
+    int32_t dtype;
     sorted4 s4;
     const float *src;
     int64_t n_rows, cols, g;
@@ -875,30 +899,52 @@ static void gptq_row(const gjob *j, const float *x, float *w, uint8_t *out) {
     const cism__fmt4 *f = j->f;
     const sorted4 *s = &j->s4;
     int64_t cols = j->cols, g = j->g, c0, a, k;
-    int idx[4096], B = f->block;
+    const int B = f ? f->block : CISM__QI_BLOCK, bytes = f ? f->block_bytes : cism__qint_bytes(j->dtype);
+    const int Hi = f ? 0 : cism__qint_half(j->dtype);
+    int idx[4096], qc[CISM__QI_BLOCK];
     float d[4096 / 4];
+    uint16_t h[4096 / CISM__QI_BLOCK];
     memcpy(w, x, (size_t)cols * sizeof(float));
     for (c0 = 0; c0 < cols; c0 += g) {
         int64_t n = c0 + g < cols ? g : cols - c0, nfb = (n + B - 1) / B, fb;
         const float *u = j->u + (c0 / g) * g * g;
         const int32_t *perm = j->perm + c0;
         float *wb = w + c0;
-        uint8_t *ob = out + (c0 / B) * f->block_bytes;
+        uint8_t *ob = out + (c0 / B) * bytes;
         for (fb = 0; fb < nfb; fb++) d[fb] = NAN; /* a format block's scale: searched when its first column comes */
         for (a = 0; a < n; a++) {
             int64_t c = perm[a];
             const float *ua = u + a * g;
-            float e;
+            const float *imp;
+            float e, lv;
+            int nb;
             fb = c / B;
-            if (isnan(d[fb]))
-                d[fb] = block_scale4(f, s, wb + fb * B, j->imp + c0 + fb * B, (int)(n - fb * B < B ? n - fb * B : B),
-                                     ob + fb * f->block_bytes);
-            idx[c] = d[fb] != 0.0f ? nearest(s, wb[c] / d[fb]) : nearest(s, 0.0f);
-            e = (wb[c] - d[fb] * s->lv[idx[c]]) / ua[a];
+            imp = j->imp + c0 + fb * B;
+            nb = (int)(n - fb * B < B ? n - fb * B : B);
+            if (isnan(d[fb])) {
+                if (f) {
+                    d[fb] = block_scale4(f, s, wb + fb * B, imp, nb, ob + fb * bytes);
+                } else {
+                    h[fb] = qint_block_scale(j->dtype, wb + fb * B, imp, nb, qc);
+                    d[fb] = cism__f16_to_f32(h[fb]);
+                }
+            }
+            if (f) {
+                idx[c] = d[fb] != 0.0f ? nearest(s, wb[c] / d[fb]) : nearest(s, 0.0f);
+                lv = s->lv[idx[c]];
+            } else {
+                int q = qint_nearest(wb[c], d[fb], d[fb] != 0.0f ? 1.0f / d[fb] : 0.0f, Hi);
+                idx[c] = q + Hi;
+                lv = (float)q;
+            }
+            e = (wb[c] - d[fb] * lv) / ua[a];
             for (k = a + 1; k < n; k++) wb[perm[k]] -= e * ua[k];
         }
-        for (k = n; k < nfb * B; k++) idx[k] = nearest(s, 0.0f);
-        for (fb = 0; fb < nfb; fb++) pack_codes4(f, s, idx + fb * B, ob + fb * f->block_bytes);
+        for (k = n; k < nfb * B; k++) idx[k] = f ? nearest(s, 0.0f) : Hi;
+        for (fb = 0; fb < nfb; fb++) {
+            if (f) pack_codes4(f, s, idx + fb * B, ob + fb * bytes);
+            else qint_pack(j->dtype, h[fb], idx + fb * B, ob + fb * bytes);
+        }
     }
 }
 
@@ -918,42 +964,10 @@ static void gptq_worker(void *arg, int ith, int nth) {
         gptq_row(j, j->src + r * j->cols, j->work + (int64_t)ith * j->cols, j->dst + (uint64_t)r * j->row_bytes);
 }
 
-/* cism_quantize_gram of q6 / q5: cism_quantize with the Gram diagonal (each
-   column's mean square input) as importance; the statistics are checked as
-   for GPTQ. */
-static cism_status gram_diag_quantize(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const double *gram,
-                                      int64_t g, void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
-    int64_t nb, k, i;
-    double mx = 0;
-    float *imp;
-    cism_status st;
-    if (g < CISM__QI_BLOCK || g > 4096 || g % CISM__QI_BLOCK)
-        return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
-                          "(at most 4096)", (long long)g, cism_dtype_name(dtype), CISM__QI_BLOCK);
-    if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))
-        return st;
-    nb = (cols + g - 1) / g;
-    for (k = 0; k < nb * g * g; k++)
-        if (!isfinite(gram[k])) return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram value %lld is not finite", (long long)k);
-    imp = (float *)malloc((size_t)cols * sizeof(float));
-    if (!imp) return cism__fail(CISM_ERR_OUT_OF_MEMORY, "cism_quantize_gram: out of memory");
-    for (i = 0; i < cols; i++) {
-        double d = gram[(i / g) * g * g + (i % g) * (g + 1)];
-        if (d < 0) {
-            free(imp);
-            return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram's diagonal is negative at column %lld", (long long)i);
-        }
-        if (d > mx) mx = d;
-    }
-    for (i = 0; i < cols; i++) imp[i] = mx > 0 ? (float)(gram[(i / g) * g * g + (i % g) * (g + 1)] / mx) : 1.0f;
-    st = cism_quantize(dtype, src, n_rows, cols, imp, dst, dst_capacity, dst_size, n_threads);
-    free(imp);
-    return st;
-}
-
 cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_rows, int64_t cols, const double *gram,
                                int64_t gram_block, void *dst, int64_t dst_capacity, int64_t *dst_size, int32_t n_threads) {
     const cism__fmt4 *f = cism__fmt4_of(cism__dtype_base(dtype)); /* interleaved: rows of the base format, then permuted */
+    const int qint = cism__dtype_is_qint(cism__dtype_base(dtype)), B = f ? f->block : CISM__QI_BLOCK;
     int64_t g = gram_block, nb, k, i, a;
     double mean = 0, damp;
     float *u = NULL, *imp = NULL;
@@ -964,12 +978,10 @@ cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_row
     gjob job;
     cism__clear_error();
     job.work = NULL;
-    if (gram && f && (g < f->block || g > 4096 || g % f->block))
+    if (gram && (f || qint) && (g < B || g > 4096 || g % B))
         return cism__fail(CISM_ERR_INVALID_ARG, "cism_quantize_gram: gram_block %lld is not a multiple of %s's block of %d "
-                          "(at most 4096)", (long long)g, cism_dtype_name(dtype), f->block);
-    if (gram && cism__dtype_is_qint(cism__dtype_base(dtype))) /* q6, q5: no error compensation; the diagonal weighs the scale search */
-        return gram_diag_quantize(dtype, src, n_rows, cols, gram, gram_block, dst, dst_capacity, dst_size, n_threads);
-    if (!gram || !f) /* no statistics, or a format without a scale search (q8, q4a, floats): plain rounding */
+                          "(at most 4096)", (long long)g, cism_dtype_name(dtype), B);
+    if (!gram || (!f && !qint)) /* no statistics, or a format without a scale search (q8, q4a, floats): plain rounding */
         return cism_quantize(dtype, src, n_rows, cols, NULL, dst, dst_capacity, dst_size, n_threads);
     if ((st = check_quantize_args("cism_quantize_gram", dtype, src, n_rows, cols, dst, dst_capacity, dst_size, n_threads)))
         return st;
@@ -1023,7 +1035,8 @@ cism_status cism_quantize_gram(cism_dtype dtype, const float *src, int64_t n_row
         }
     }
     job.f = f;
-    sort_levels(f, &job.s4);
+    job.dtype = cism__dtype_base(dtype);
+    if (f) sort_levels(f, &job.s4);
     job.src = src; job.n_rows = n_rows; job.cols = cols; job.g = g; job.u = u; job.imp = imp; job.perm = perm;
     job.dst = (uint8_t *)dst; job.row_bytes = cism__row_bytes(dtype, cols);
     if (n_threads > 1 && n_rows * cols >= 16384) {
