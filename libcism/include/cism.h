@@ -223,7 +223,10 @@ enum {
     CISM_DTYPE_Q4AX16 = 13,
     /* The values of q6 / q5 with 16 rows interleaved, likewise */
     CISM_DTYPE_Q6X16  = 14,
-    CISM_DTYPE_Q5X16  = 15
+    CISM_DTYPE_Q5X16  = 15,
+    /* blocks of 32: fp16 scale + 32 3-bit codes, weight = scale * (code - 4)
+       (3.5 bits/weight; the high bits' plane, then the low 2 bits' plane) */
+    CISM_DTYPE_Q3     = 16
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);

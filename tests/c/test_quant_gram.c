@@ -1,7 +1,7 @@
 /* test_quant_gram.c - error-compensating rounding from input statistics
  * (cism_quantize_gram, GPTQ): on correlated synthetic inputs it lowers the
  * matrix's output error against plain rounding by more than half (measured
- * 87-89% for every 4-bit format, act order; q6 / q5 too); a diagonal Gram matrix gives
+ * 87-89% for every 4-bit format, act order; q6 / q5 / q3 too); a diagonal Gram matrix gives
  * exactly cism_quantize with that importance, an all-zero one or none plain
  * rounding; bytes do not depend on the thread count; the interleaved dtypes
  * hold the same values as their base format; bad statistics are refused. */
@@ -68,7 +68,8 @@ static double output_error(int32_t dt, const uint8_t *packed, const float *w, co
 }
 
 int main(void) {
-    static const int32_t dts[] = {CISM_DTYPE_Q4S, CISM_DTYPE_Q4, CISM_DTYPE_NL4, CISM_DTYPE_FP4, CISM_DTYPE_Q6, CISM_DTYPE_Q5};
+    static const int32_t dts[] = {CISM_DTYPE_Q4S, CISM_DTYPE_Q4, CISM_DTYPE_NL4, CISM_DTYPE_FP4, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
+                                  CISM_DTYPE_Q3};
     static double x[NS * COLS], gram[4 * G * G], diag_gram[4 * G * G];
     static float w[ROWS * COLS], imp[COLS];
     static uint8_t a[ROWS * 256], b[ROWS * 256];

@@ -1,4 +1,4 @@
-/* test_quant_int.c - the q6 and q5 formats (uniform integer levels -H..H-1 in
+/* test_quant_int.c - the q6, q5 and q3 formats (uniform integer levels -H..H-1 in
  * blocks of 32 with an fp16 scale): sizes and names; decoding of hand-built
  * blocks against the layouts written out here independently (q5: GGUF Q5_0's
  * definition); the rounding rule element by element (every code the nearest
@@ -20,10 +20,11 @@ static float frand(void) { /* uniform in [-1, 1) */
 static float grand(void) { return (frand() + frand() + frand() + frand()) * 0.05f; }
 static uint32_t urand(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8; }
 
-static const int32_t DT[] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5};
+static const int32_t DT[] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3};
+#define N_DT 3
 
-static int half_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 32 : 16; }
-static int64_t bytes_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 26 : 22; }
+static int half_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 32 : dt == CISM_DTYPE_Q5 ? 16 : 4; }
+static int64_t bytes_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 26 : dt == CISM_DTYPE_Q5 ? 22 : 14; }
 
 /* The 32 values of a block, from the layout as documented (not quant.h's helpers). */
 static void ref_decode(int32_t dt, const uint8_t *b, float *out) {
@@ -39,6 +40,14 @@ static void ref_decode(int32_t dt, const uint8_t *b, float *out) {
         }
         return;
     }
+    if (dt == CISM_DTYPE_Q3) { /* bit 2 of code j: bit j of the uint32 at 2; bits 0-1: plane byte j % 8, bits 2 (j / 8) */
+        uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
+        for (j = 0; j < 32; j++) {
+            int lo = (b[6 + j % 8] >> (2 * (j / 8))) & 3, hi = (int)((qh >> j) & 1u);
+            out[j] = d * (float)(lo + 4 * hi - 4);
+        }
+        return;
+    }
     for (j = 0; j < 32; j++) { /* q6: nibble bytes 2..17, 2-bit plane bytes 18..25 */
         int lo = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
         int hi = (b[18 + j % 8] >> (2 * (j / 8))) & 3;
@@ -50,13 +59,17 @@ static void test_sizes_and_decode(void) {
     int d;
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q6), "q6") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q5), "q5") == 0);
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q4AX16), "q4ax16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q6X16), "q6x16") == 0);
-    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q5X16), "q5x16") == 0 && cism_dtype_name(CISM_DTYPE_Q5X16 + 1) == NULL);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q5X16), "q5x16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q3), "q3") == 0);
+    CHECK(cism_dtype_name(CISM_DTYPE_Q3 + 1) == NULL);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 32) == 14 && cism_dtype_row_bytes(CISM_DTYPE_Q3, 33) == 28);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 4096) * 8 == 4096 * 7 / 2); /* 3.5 bits per weight */
+    CHECK(cism_dtype_block_size(CISM_DTYPE_Q3) == 32);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q6, 32) == 26 && cism_dtype_row_bytes(CISM_DTYPE_Q6, 33) == 52);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q5, 1) == 22 && cism_dtype_row_bytes(CISM_DTYPE_Q5, 576) == 18 * 22);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q6, 4096) * 8 == 4096 * 13 / 2); /* 6.5 bits per weight */
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q5, 4096) * 8 == 4096 * 11 / 2); /* 5.5 */
     CHECK(cism_dtype_block_size(CISM_DTYPE_Q6) == 32 && cism_dtype_block_size(CISM_DTYPE_Q5) == 32);
-    for (d = 0; d < 2; d++) { /* random bytes (every code), decoded rows of 3 blocks, the last one partial */
+    for (d = 0; d < N_DT; d++) { /* random bytes (every code), decoded rows of 3 blocks, the last one partial */
         const int32_t dt = DT[d];
         enum { COLS = 80 };
         uint8_t row[3 * 26];
@@ -221,7 +234,7 @@ int main(void) {
     size_t s;
     int d;
     test_sizes_and_decode();
-    for (d = 0; d < 2; d++) {
+    for (d = 0; d < N_DT; d++) {
         for (s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
             test_rounding(DT[d], shapes[s][0], shapes[s][1], 0);
             test_rounding(DT[d], shapes[s][0], shapes[s][1], 1);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "cism.h"
 
-#define CISM__DTYPE_COUNT 16  /* one past the highest known dtype */
+#define CISM__DTYPE_COUNT 17  /* one past the highest known dtype */
 
 /* Row-interleaved dtypes: groups of CISM__X16 rows stored together. */
 #define CISM__X16 16

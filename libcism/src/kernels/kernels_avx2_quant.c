@@ -43,7 +43,7 @@ CISM__INLINE __m256i dot_s(__m256i w, __m256i a) { return dot_u(_mm256_sign_epi8
 /* block-32 formats whose codes enter unsigned: q4a (its minimum's term), and
    q4, q6, q5, whose offset g_fmt[f].corr times the activation sum is taken
    off the block's sum (codes <= 63: |pair| <= 2 * 63 * 127) */
-#define CODES_U(f) ((f) == F_Q4 || (f) == F_Q4A || (f) == F_Q6 || (f) == F_Q5)
+#define CODES_U(f) ((f) == F_Q4 || (f) == F_Q4A || F_QINT(f))
 CISM__INLINE int32_t code_off(const int f, int32_t sum) { return CODES_U(f) && f != F_Q4A ? g_fmt[f].corr * sum : 0; }
 
 /* int32 lanes of one row's block (block-32 formats) against activations av */
@@ -51,7 +51,7 @@ CISM__INLINE __m256i dot32(const uint8_t *blk, __m256i av, const int f) {
     if (f == F_Q8) return dot_s(_mm256_loadu_si256((const __m256i *)(blk + 2)), av);
     if (f == F_Q4) return dot_u(nibbles32(blk + 2), av);
     if (f == F_Q4A) return dot_u(nibbles32(blk + 4), av);
-    if (f == F_Q6 || f == F_Q5) return dot_u(qint_codes32(blk, f), av);
+    if (F_QINT(f)) return dot_u(qint_codes32(blk, f), av);
     return dot_s(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2)), av);
 }
 
@@ -97,7 +97,7 @@ CISM__INLINE __m256i codes32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     if (f == F_Q4) return nibbles32(blk + 2);
     if (f == F_Q4A) return nibbles32(blk + 4);
-    if (f == F_Q6 || f == F_Q5) return qint_codes32(blk, f);
+    if (F_QINT(f)) return qint_codes32(blk, f);
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_l)), nibbles32(blk + 2));
 }
 

@@ -64,7 +64,7 @@ CISM__INLINE __m256i wu32(const uint8_t *blk, const int f) {
     if (f == F_Q8) return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
     if (f == F_Q4) return nibbles32(blk + 2);
     if (f == F_Q4A) return nibbles32(blk + 4);
-    if (f == F_Q6 || f == F_Q5) return qint_codes32(blk, f); /* level + corr (H) */
+    if (F_QINT(f)) return qint_codes32(blk, f); /* level + corr (H) */
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g_nl4_u)), nibbles32(blk + 2));
 }
 

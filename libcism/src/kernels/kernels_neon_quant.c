@@ -388,6 +388,7 @@ NQ_ENTRIES(q4s, CISM_DTYPE_Q4S, 0)
 NQ_ENTRIES(q4a, CISM_DTYPE_Q4A, 0)
 NQ_ENTRIES(q6, CISM_DTYPE_Q6, 0)
 NQ_ENTRIES(q5, CISM_DTYPE_Q5, 0)
+NQ_ENTRIES(q3, CISM_DTYPE_Q3, 0)
 NQ_ENTRIES(q6x16, CISM_DTYPE_Q6, CISM_DTYPE_Q6X16)
 NQ_ENTRIES(q5x16, CISM_DTYPE_Q5, CISM_DTYPE_Q5X16)
 
@@ -437,6 +438,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q4A] = matmul_q4a;
     k->matmul[CISM_DTYPE_Q6] = matmul_q6;
     k->matmul[CISM_DTYPE_Q5] = matmul_q5;
+    k->matmul[CISM_DTYPE_Q3] = matmul_q3;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     k->matmul[CISM_DTYPE_Q4AX16] = matmul_q4ax16;

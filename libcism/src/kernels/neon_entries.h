@@ -29,6 +29,7 @@ NQ_A8_ENTRY(q4s, NQ_A8(CISM_DTYPE_Q4S))
 NQ_A8_ENTRY(q4a, NQ_A8(CISM_DTYPE_Q4A))
 NQ_A8_ENTRY(q6, NQ_A8(CISM_DTYPE_Q6))
 NQ_A8_ENTRY(q5, NQ_A8(CISM_DTYPE_Q5))
+NQ_A8_ENTRY(q3, NQ_A8(CISM_DTYPE_Q3))
 #ifdef NQ_X16_MODE
 NQ_A8_ENTRY(q8x16, nx_matmul_a8(NX_Q8, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q4sx16, nx_matmul_a8(NX_Q4S, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
@@ -63,6 +64,7 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
     k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
+    k->matmul_a8[CISM_DTYPE_Q3] = matmul_a8_q3;
 #ifdef NQ_X16_MODE
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;

@@ -49,7 +49,7 @@ CISM__INLINE int8x16_t nq_levels(const int dt) {
     return dt == CISM_DTYPE_Q8 || cism__dtype_is_qint(dt) ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
 }
 
-/* q6 / q5 (quant.h): the codes (level + H) of columns 16h..16h+15 of a block,
+/* q6 / q5 / q3 (quant.h): the codes (level + H) of columns 16h..16h+15 of a block,
    the nibbles as for q4 with the plane's high bits ORed in. q6: column i
    takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (the 8 bytes twice, shifted
    right by 4h and 4h + 2); q5: bit i of the uint32 (its byte i/8 moved to
@@ -61,6 +61,15 @@ static const uint8_t nq_q5_sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1,
                                          {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
 static const uint8_t nq_bit8[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
 CISM__INLINE uint8x16_t nq_qint_codes(const int dt, const uint8_t *p, const int h) {
+    if (dt == CISM_DTYPE_Q3) { /* q6's plane decode on the low 2 bits, q5's bit decode for bit 2 */
+        uint8x16_t pl = vcombine_u8(vld1_u8(p + 6), vld1_u8(p + 6)), qh;
+        uint8x16_t lo = vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3));
+        uint32_t b;
+        memcpy(&b, p + 2, 4);
+        qh = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(b)), vld1q_u8(nq_q5_sel[h]));
+        qh = vandq_u8(vtstq_u8(qh, vld1q_u8(nq_bit8)), vdupq_n_u8(0x04));
+        return vorrq_u8(lo, qh);
+    }
     if (dt == CISM_DTYPE_Q6) {
         uint8x16_t c = vld1q_u8(p + 2), pl = vcombine_u8(vld1_u8(p + 18), vld1_u8(p + 18));
         uint8x16_t hb = vshlq_n_u8(vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3)), 4);

@@ -23,8 +23,8 @@
 static inline float cism__q4a_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
 static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[2] | (blk[3] << 8))); }
 
-/* q6 and q5: symmetric uniform integer levels in blocks of 32 with an fp16
- * scale d: weight = d * (code - H), codes 0..2H-1 (q6: H = 32, q5: H = 16);
+/* q6, q5 and q3: symmetric uniform integer levels in blocks of 32 with an fp16
+ * scale d: weight = d * (code - H), codes 0..2H-1 (q6: H = 32, q5: H = 16, q3: H = 4);
  * d * level is exact in f32 (one rounding nowhere). Both keep each code's low
  * 4 bits as nibbles, byte j of the 16 nibble bytes holding code j (low nibble)
  * and code j + 16 (high nibble), as q4/q4a do, and the high bits in a
@@ -33,17 +33,32 @@ static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((u
  *   q6: fp16 d, 16 nibble bytes, 8 plane bytes: byte j (0..7) holds bits 4-5
  *       of code j + 8k at bits 2k..2k+1 (k = 0..3). 26 bytes: 6.5 bits/weight.
  *   q5: GGUF Q5_0's bytes: fp16 d, a little-endian uint32 whose bit i is bit 4
- *       of code i, then 16 nibble bytes. 22 bytes: 5.5 bits/weight. */
+ *       of code i, then 16 nibble bytes. 22 bytes: 5.5 bits/weight.
+ * q3 has no nibbles, only the two planes, laid out as q5's and q6's so their
+ * decoders serve it:
+ *   q3: fp16 d, a little-endian uint32 whose bit i is bit 2 of code i (as q5's),
+ *       then 8 plane bytes: byte j holds bits 0-1 of code j + 8k at bits
+ *       2k..2k+1 (as q6's). 14 bytes: 3.5 bits/weight. */
 #define CISM__QI_BLOCK 32
 #define CISM__Q6_BYTES 26
 #define CISM__Q5_BYTES 22
-static inline int cism__dtype_is_qint(int32_t dtype) { return dtype == CISM_DTYPE_Q6 || dtype == CISM_DTYPE_Q5; }
+#define CISM__Q3_BYTES 14
+static inline int cism__dtype_is_qint(int32_t dtype) {
+    return dtype == CISM_DTYPE_Q6 || dtype == CISM_DTYPE_Q5 || dtype == CISM_DTYPE_Q3;
+}
 /* H: the offset of the codes (levels -H..H-1) */
-static inline int cism__qint_half(int32_t dtype) { return dtype == CISM_DTYPE_Q6 ? 32 : 16; }
-static inline int cism__qint_bytes(int32_t dtype) { return dtype == CISM_DTYPE_Q6 ? CISM__Q6_BYTES : CISM__Q5_BYTES; }
+static inline int cism__qint_half(int32_t dtype) { return dtype == CISM_DTYPE_Q6 ? 32 : dtype == CISM_DTYPE_Q5 ? 16 : 4; }
+static inline int cism__qint_bytes(int32_t dtype) {
+    return dtype == CISM_DTYPE_Q6 ? CISM__Q6_BYTES : dtype == CISM_DTYPE_Q5 ? CISM__Q5_BYTES : CISM__Q3_BYTES;
+}
 static inline float cism__qint_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
-/* The level (code - H) of element i (0..31) of a q6 or q5 block. */
+/* The level (code - H) of element i (0..31) of a q6, q5 or q3 block. */
 static inline int cism__qint_level(int32_t dtype, const uint8_t *blk, int i) {
+    if (dtype == CISM_DTYPE_Q3) {
+        int lo = (blk[6 + (i & 7)] >> (2 * (i >> 3))) & 3;
+        int hi = (blk[2 + (i >> 3)] >> (i & 7)) & 1;
+        return (lo | (hi << 2)) - 4;
+    }
     if (dtype == CISM_DTYPE_Q6) {
         int lo = i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4);
         int hi = (blk[18 + (i & 7)] >> (2 * (i >> 3))) & 3;
@@ -57,7 +72,17 @@ static inline int cism__qint_level(int32_t dtype, const uint8_t *blk, int i) {
 /* All 32 levels of a block (the same values as cism__qint_level, plane by plane). */
 static inline void cism__qint_levels(int32_t dtype, const uint8_t *blk, int32_t *lv) {
     int j;
-    if (dtype == CISM_DTYPE_Q6) {
+    if (dtype == CISM_DTYPE_Q3) {
+        const uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+        for (j = 0; j < 8; j++) {
+            const int p = blk[6 + j];
+            lv[j] = (p & 3) - 4;
+            lv[j + 8] = ((p >> 2) & 3) - 4;
+            lv[j + 16] = ((p >> 4) & 3) - 4;
+            lv[j + 24] = (p >> 6) - 4;
+        }
+        for (j = 0; j < 32; j++) lv[j] += (int)(((qh >> j) & 1u) << 2);
+    } else if (dtype == CISM_DTYPE_Q6) {
         for (j = 0; j < 16; j++) {
             lv[j] = (blk[2 + j] & 15) - 32;
             lv[j + 16] = (blk[2 + j] >> 4) - 32;
@@ -257,6 +282,7 @@ CISM__SCALAR_QUANT_DECL(q4s)
 CISM__SCALAR_QUANT_DECL(q4a)
 CISM__SCALAR_QUANT_DECL(q6)
 CISM__SCALAR_QUANT_DECL(q5)
+CISM__SCALAR_QUANT_DECL(q3)
 /* interleaved dtypes: no row_to_f32 (a row is not contiguous; cism__matrix_row_f32) */
 #define CISM__SCALAR_X16_DECL(nm) \
     void cism__scalar_matmul_##nm(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx, \

@@ -12,18 +12,19 @@
 #include <string.h>
 
 /* ---- formats ------------------------------------------------------------------------- */
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5 };
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5, F_Q3 };
+#define F_QINT(f) ((f) >= F_Q6) /* q6, q5, q3: codes = level + H, one decoder (qint_codes32) */
 
 typedef struct fmt {
     int block, bytes;   /* weights and bytes per block */
     int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
     int corr;           /* AVX-512 (vpdpbusd, unsigned x signed): weights enter as level + corr; q4, q6,
-                           q5 enter as their codes (level + corr) on AVX2 too, corr * (activation sum) taken off */
+                           q5, q3 enter as their codes (level + corr) on AVX2 too, corr * (activation sum) taken off */
 } fmt;
 
-static const fmt g_fmt[8] = {
+static const fmt g_fmt[9] = {
     {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
-    {32, CISM__Q6_BYTES, 0, 32}, {32, CISM__Q5_BYTES, 0, 16},
+    {32, CISM__Q6_BYTES, 0, 32}, {32, CISM__Q5_BYTES, 0, 16}, {32, CISM__Q3_BYTES, 0, 4},
 };
 
 /* levels (signed) of the 4-bit codes, for the panel repack and the AVX2 sign trick */
@@ -140,6 +141,32 @@ CISM__INLINE __m256i nibbles32(const uint8_t *p) {
    AVX-512 tier the uint32 is a byte mask). The one decoder of these formats
    on both x86 tiers (decode and panel repack). */
 CISM__INLINE __m256i qint_codes32(const uint8_t *blk, const int f) {
+    if (f == F_Q3) { /* q6's plane decode on the low 2 bits, q5's bit decode for bit 2 */
+        int64_t pl;
+        __m256i lo;
+        memcpy(&pl, blk + 6, 8);
+        lo = _mm256_srlv_epi64(_mm256_set1_epi64x(pl), _mm256_setr_epi64x(0, 2, 4, 6));
+        lo = _mm256_and_si256(lo, _mm256_set1_epi8(3));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        {
+            uint32_t qh;
+            memcpy(&qh, blk + 2, 4);
+            return _mm256_mask_add_epi8(lo, (__mmask32)qh, lo, _mm256_set1_epi8(4));
+        }
+#else
+        {
+            const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                                 3, 3, 3, 3, 3, 3);
+            const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
+            int32_t qh;
+            __m256i h;
+            memcpy(&qh, blk + 2, 4);
+            h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), sel);
+            h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+            return _mm256_or_si256(lo, _mm256_and_si256(h, _mm256_set1_epi8(4)));
+        }
+#endif
+    }
     if (f == F_Q6) {
         int64_t pl;
         __m256i h;
@@ -255,11 +282,11 @@ typedef struct panel {
     uint8_t *data;
 } panel;
 
-/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15; q6, q5: code - H) */
+/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15; q6, q5, q3: code - H) */
 CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
     if (f == F_Q8) {
         memcpy(out, blk + 2, 32);
-    } else if (f == F_Q6 || f == F_Q5) {
+    } else if (F_QINT(f)) {
         _mm256_storeu_si256((__m256i *)(void *)out, _mm256_sub_epi8(qint_codes32(blk, f), _mm256_set1_epi8((char)g_fmt[f].corr)));
     } else if (f == F_Q4A) {
         __m128i c = _mm_loadu_si128((const __m128i *)(blk + 4));
@@ -302,6 +329,7 @@ CISM__INLINE void panel_levels(const uint8_t *w, uint64_t rb, int64_t r, int nr,
                 case F_Q4A: levels_of(row + j * bb, li + j * B, F_Q4A); break;
                 case F_Q6: levels_of(row + j * bb, li + j * B, F_Q6); break;
                 case F_Q5: levels_of(row + j * bb, li + j * B, F_Q5); break;
+                case F_Q3: levels_of(row + j * bb, li + j * B, F_Q3); break;
                 default: levels_of(row + j * bb, li + j * B, F_FP4); break;
                 }
                 sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);

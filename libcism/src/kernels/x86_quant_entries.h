@@ -80,6 +80,7 @@ A8_KERNEL(fp4, F_FP4)
 A8_KERNEL(q4a, F_Q4A)
 A8_KERNEL(q6, F_Q6)
 A8_KERNEL(q5, F_Q5)
+A8_KERNEL(q3, F_Q3)
 #undef A8_KERNEL
 
 /* Interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16: xf): rows [r0, r1) of a matrix of whole
@@ -132,6 +133,7 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q4A] = matmul_a8_q4a;
     k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
     k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
+    k->matmul_a8[CISM_DTYPE_Q3] = matmul_a8_q3;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
