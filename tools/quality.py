@@ -49,7 +49,7 @@ from cism.llamacpp import gguf_info, make_imatrix, quantize_gguf, write_gguf_hf 
 from cism.safetensors import open_checkpoint  # noqa: E402
 
 # (label, recipe, int8 activations, calibration): calibration None is the recipe's
-# default (4bit: "auto", GPTQ on a q8 copy; the others none), False none, or the
+# default (4bit, 4bit-q6, 5bit, q5, q6: "auto", GPTQ on a q8 copy; the others none), False none, or the
 # keyword arguments of convert (calibrate "auto" is text the model samples itself,
 # cism.calibrate: never the evaluation text)
 NOCAL = False
@@ -63,8 +63,14 @@ OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act",
         ("4bit --calib-method imatrix", "4bit", False, IMATRIX),
         ("4bit --calib-model f32", "4bit", False, GPTQ_F32),
         ("q4s --calibrate auto", "q4s", False, {"calibrate": "auto"}), ("mix", "mix", False, None),
-        ("q6", "q6", False, None), ("q6 + int8 act", "q6", True, None), ("q5", "q5", False, None),
-        ("q5 + int8 act", "q5", True, None), ("5bit", "5bit", False, None), ("4bit-q6", "4bit-q6", False, None)]
+        ("q6 --no-calibrate", "q6", False, NOCAL), ("q6 (default: gptq on a q8 copy)", "q6", False, None),
+        ("q6 + int8 act", "q6", True, None), ("q5 --no-calibrate", "q5", False, NOCAL),
+        ("q5 (default: gptq on a q8 copy)", "q5", False, None), ("q5 + int8 act", "q5", True, None),
+        ("5bit --no-calibrate", "5bit", False, NOCAL), ("5bit (default: gptq on a q8 copy)", "5bit", False, None),
+        ("4bit-q6 --no-calibrate", "4bit-q6", False, NOCAL),
+        ("4bit-q6 (default: gptq on a q8 copy)", "4bit-q6", False, None),
+        ("3bit --no-calibrate", "3bit", False, NOCAL), ("3bit (default: gptq on a q8 copy)", "3bit", False, None),
+        ("3bit + int8 act", "3bit", True, None), ("q3 (default: gptq on a q8 copy)", "q3", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
 # --llama all: the curve from 2 to 8.5 bits. TYPE:pure is llama-quantize --pure, TYPE:imatrix its importance-matrix
 # rounding on text the model samples itself (make_imatrix; needs tools/build_llama_tools.sh)

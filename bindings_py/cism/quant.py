@@ -22,14 +22,16 @@ DTYPE_Q4A = 10  # asymmetric 4-bit: fp16 scale + fp16 minimum per 32 (GGUF Q4_1'
 DTYPE_Q6 = 11  # 6-bit levels -32..31, fp16 scale per 32 (6.5 bits/weight)
 DTYPE_Q5 = 12  # 5-bit levels -16..15, fp16 scale per 32 (5.5 bits/weight; GGUF Q5_0's bytes)
 DTYPE_Q4AX16, DTYPE_Q6X16, DTYPE_Q5X16 = 13, 14, 15  # the values of q4a / q6 / q5, 16 rows interleaved
+DTYPE_Q3 = 16  # 3-bit levels -4..3, fp16 scale per 32 (3.5 bits/weight)
 QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S,
                 "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16, "q4a": DTYPE_Q4A, "q6": DTYPE_Q6, "q5": DTYPE_Q5,
-                "q4ax16": DTYPE_Q4AX16, "q6x16": DTYPE_Q6X16, "q5x16": DTYPE_Q5X16}
+                "q4ax16": DTYPE_Q4AX16, "q6x16": DTYPE_Q6X16, "q5x16": DTYPE_Q5X16, "q3": DTYPE_Q3}
 # the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
 # that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
 INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16", "q4a": "q4ax16", "q6": "q6x16", "q5": "q5x16"}
 # the formats calibrated rounding applies to (GPTQ or imatrix); q8 and q4a are rounded as without calibration
-CALIBRATED_DTYPES = (DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S, DTYPE_Q4SX16)
+CALIBRATED_DTYPES = (DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S, DTYPE_Q4SX16, DTYPE_Q6, DTYPE_Q5, DTYPE_Q6X16,
+                     DTYPE_Q5X16, DTYPE_Q3)
 GROUP_ROWS = 16
 LAYOUTS = ("auto", "rows")
 for _n, _v in QUANT_DTYPES.items():
@@ -196,12 +198,18 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
     Recipe("q4s", "every matrix q4s (int4, blocks of 16, E4M3 scale)", lambda n: "q4s"),
     Recipe("q4a", "every matrix q4a (int4, blocks of 32, fp16 scale + fp16 minimum; GGUF Q4_1's bytes)",
            lambda n: "q4a"),
-    Recipe("q6", "every matrix q6 (int6, blocks of 32, fp16 scale; 6.5 bits/weight)", lambda n: "q6"),
-    Recipe("q5", "every matrix q5 (int5, blocks of 32, fp16 scale; GGUF Q5_0's bytes, 5.5 bits/weight)",
-           lambda n: "q5"),
-    Recipe("5bit", "embeddings/output head q6, every other matrix q5", lambda n: "q6" if _kind(n) == "embed" else "q5"),
-    Recipe("4bit-q6", f"embeddings/output head q6, every other matrix {BEST4}",
-           lambda n: "q6" if _kind(n) == "embed" else BEST4),
+    Recipe("q6", "every matrix q6 (int6, blocks of 32, fp16 scale; 6.5 bits/weight), calibrated by default",
+           lambda n: "q6", calibrate_by_default=True),
+    Recipe("q5", "every matrix q5 (int5, blocks of 32, fp16 scale; GGUF Q5_0's bytes, 5.5 bits/weight), "
+                 "calibrated by default", lambda n: "q5", calibrate_by_default=True),
+    Recipe("5bit", "embeddings/output head q6, every other matrix q5, calibrated by default",
+           lambda n: "q6" if _kind(n) == "embed" else "q5", calibrate_by_default=True),
+    Recipe("4bit-q6", f"embeddings/output head q6, every other matrix {BEST4}, calibrated by default",
+           lambda n: "q6" if _kind(n) == "embed" else BEST4, calibrate_by_default=True),
+    Recipe("q3", "every matrix q3 (int3, blocks of 32, fp16 scale; 3.5 bits/weight), calibrated by default",
+           lambda n: "q3", calibrate_by_default=True),
+    Recipe("3bit", "embeddings/output head q6, every other matrix q3, calibrated by default",
+           lambda n: "q6" if _kind(n) == "embed" else "q3", calibrate_by_default=True),
     Recipe("4bit", f"the default 4-bit recipe, calibrated by default (GPTQ on text the model samples itself): "
                    f"every matrix {BEST4}, the embeddings/output head q8 only when they hold at most "
                    f"{100 * EMBED_Q8_MAX_SHARE:g}% of the weights; --no-calibrate: data-free rounding, "
