@@ -133,66 +133,42 @@ CISM__INLINE __m256i nibbles32(const uint8_t *p) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
-/* q6 / q5 (quant.h): a block's 32 codes (level + H: q6 0..63, q5 0..31) in
-   order, the nibbles as for q4 with the high bits of the plane ORed in.
-   q6: lane i takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (each 64-bit lane
-   holds the 8 plane bytes, shifted by 2k in lane k); q5: lane i takes bit i
-   of the uint32 (byte i/8 moved to lane i, tested against bit i%8; on the
-   AVX-512 tier the uint32 is a byte mask). The one decoder of these formats
-   on both x86 tiers (decode and panel repack). */
+/* The bit planes of q6 / q5 / q3 (quant.h). plane2: 8 bytes at p whose byte
+   j holds element j + 8k's 2 bits at bits 2k..2k+1: element i's 2 bits in
+   lane i (the bytes in each 64-bit lane k, shifted right by 2k, masked).
+   bits32: the uint32 at p, bit i for element i: v in lane i where it is set,
+   else 0 (AVX2: byte i/8 shuffled to lane i and tested against bit i%8;
+   AVX-512: the uint32 is the byte mask). */
+CISM__INLINE __m256i qint_plane2(const uint8_t *p) {
+    int64_t pl;
+    memcpy(&pl, p, 8);
+    return _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(pl), _mm256_setr_epi64x(0, 2, 4, 6)), _mm256_set1_epi8(3));
+}
+CISM__INLINE __m256i qint_bits32(const uint8_t *p, const char v) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)qh, _mm256_set1_epi8(v));
+#else
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                         3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
+    int32_t qh;
+    __m256i h;
+    memcpy(&qh, p, 4);
+    h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), sel);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(v));
+#endif
+}
+
+/* q6 / q5 / q3: a block's 32 codes (level + H: q6 0..63, q5 0..31, q3 0..7)
+   in order: q6 the nibbles as for q4 with plane2's bits 4-5 ORed in, q5 the
+   nibbles with bits32's bit 4, q3 plane2's bits 0-1 with bits32's bit 2. The
+   one decoder of these formats on both x86 tiers (decode and panel repack). */
 CISM__INLINE __m256i qint_codes32(const uint8_t *blk, const int f) {
-    if (f == F_Q3) { /* q6's plane decode on the low 2 bits, q5's bit decode for bit 2 */
-        int64_t pl;
-        __m256i lo;
-        memcpy(&pl, blk + 6, 8);
-        lo = _mm256_srlv_epi64(_mm256_set1_epi64x(pl), _mm256_setr_epi64x(0, 2, 4, 6));
-        lo = _mm256_and_si256(lo, _mm256_set1_epi8(3));
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-        {
-            uint32_t qh;
-            memcpy(&qh, blk + 2, 4);
-            return _mm256_mask_add_epi8(lo, (__mmask32)qh, lo, _mm256_set1_epi8(4));
-        }
-#else
-        {
-            const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                                 3, 3, 3, 3, 3, 3);
-            const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
-            int32_t qh;
-            __m256i h;
-            memcpy(&qh, blk + 2, 4);
-            h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), sel);
-            h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
-            return _mm256_or_si256(lo, _mm256_and_si256(h, _mm256_set1_epi8(4)));
-        }
-#endif
-    }
-    if (f == F_Q6) {
-        int64_t pl;
-        __m256i h;
-        memcpy(&pl, blk + 18, 8);
-        h = _mm256_srlv_epi64(_mm256_set1_epi64x(pl), _mm256_setr_epi64x(0, 2, 4, 6));
-        h = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(3)), 4);
-        return _mm256_or_si256(nibbles32(blk + 2), h);
-    } else {
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-        /* the AVX-512 tier: the uint32 is the mask of the lanes that get 16 */
-        const __m256i n = nibbles32(blk + 6);
-        uint32_t qh;
-        memcpy(&qh, blk + 2, 4);
-        return _mm256_mask_add_epi8(n, (__mmask32)qh, n, _mm256_set1_epi8(0x10));
-#else
-        const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
-                                             3, 3, 3, 3);
-        const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
-        int32_t qh;
-        __m256i h;
-        memcpy(&qh, blk + 2, 4);
-        h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), sel);
-        h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
-        return _mm256_or_si256(nibbles32(blk + 6), _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
-#endif
-    }
+    if (f == F_Q3) return _mm256_or_si256(qint_plane2(blk + 6), qint_bits32(blk + 2, 4));
+    if (f == F_Q6) return _mm256_or_si256(nibbles32(blk + 2), _mm256_slli_epi16(qint_plane2(blk + 18), 4));
+    return _mm256_or_si256(nibbles32(blk + 6), qint_bits32(blk + 2, 0x10));
 }
 
 /* two blocks of 16 (8 code bytes each at p and p + 9) -> [b0 0..7, b1 0..7 | b0 8..15, b1 8..15] */
