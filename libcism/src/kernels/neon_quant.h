@@ -53,35 +53,34 @@ CISM__INLINE int8x16_t nq_levels(const int dt) {
    the nibbles as for q4 with the plane's high bits ORed in. q6: column i
    takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (the 8 bytes twice, shifted
    right by 4h and 4h + 2); q5: bit i of the uint32 (its byte i/8 moved to
-   lane i by TBL, tested against bit i%8). The one decoder of these formats on
+   lane i by TBL, tested against bit i%8); q3: q6's plane for bits 0-1 and
+   q5's bit for bit 2, no nibbles. The one decoder of these formats on
    the ARM64 tiers (int8 and float activations). */
 static const int8_t nq_q6_shift[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, -2, -2, -2, -2, -2, -2, -2, -2},
                                           {-4, -4, -4, -4, -4, -4, -4, -4, -6, -6, -6, -6, -6, -6, -6, -6}};
 static const uint8_t nq_q5_sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
                                          {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
 static const uint8_t nq_bit8[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+/* columns 16h..16h+15's 2 bits from the 8 plane bytes at p (q6's layout) */
+CISM__INLINE uint8x16_t nq_plane2(const uint8_t *p, const int h) {
+    const uint8x16_t pl = vcombine_u8(vld1_u8(p), vld1_u8(p));
+    return vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3));
+}
+/* columns 16h..16h+15's bit from the uint32 at p (q5's layout): v where set, else 0 */
+CISM__INLINE uint8x16_t nq_bits16(const uint8_t *p, const int h, const uint8_t v) {
+    uint32_t b;
+    uint8x16_t qh;
+    memcpy(&b, p, 4);
+    qh = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(b)), vld1q_u8(nq_q5_sel[h]));
+    return vandq_u8(vtstq_u8(qh, vld1q_u8(nq_bit8)), vdupq_n_u8(v));
+}
 CISM__INLINE uint8x16_t nq_qint_codes(const int dt, const uint8_t *p, const int h) {
-    if (dt == CISM_DTYPE_Q3) { /* q6's plane decode on the low 2 bits, q5's bit decode for bit 2 */
-        uint8x16_t pl = vcombine_u8(vld1_u8(p + 6), vld1_u8(p + 6)), qh;
-        uint8x16_t lo = vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3));
-        uint32_t b;
-        memcpy(&b, p + 2, 4);
-        qh = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(b)), vld1q_u8(nq_q5_sel[h]));
-        qh = vandq_u8(vtstq_u8(qh, vld1q_u8(nq_bit8)), vdupq_n_u8(0x04));
-        return vorrq_u8(lo, qh);
-    }
-    if (dt == CISM_DTYPE_Q6) {
-        uint8x16_t c = vld1q_u8(p + 2), pl = vcombine_u8(vld1_u8(p + 18), vld1_u8(p + 18));
-        uint8x16_t hb = vshlq_n_u8(vandq_u8(vshlq_u8(pl, vld1q_s8(nq_q6_shift[h])), vdupq_n_u8(3)), 4);
-        return vorrq_u8(h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15)), hb);
-    } else {
-        uint8x16_t c = vld1q_u8(p + 6), qh;
-        uint32_t b;
-        memcpy(&b, p + 2, 4);
-        qh = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(b)), vld1q_u8(nq_q5_sel[h]));
-        qh = vandq_u8(vtstq_u8(qh, vld1q_u8(nq_bit8)), vdupq_n_u8(0x10));
-        return vorrq_u8(h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15)), qh);
-    }
+    uint8x16_t c;
+    if (dt == CISM_DTYPE_Q3) return vorrq_u8(nq_plane2(p + 6, h), nq_bits16(p + 2, h, 0x04));
+    c = vld1q_u8(p + (dt == CISM_DTYPE_Q6 ? 2 : 6));
+    c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));
+    if (dt == CISM_DTYPE_Q6) return vorrq_u8(c, vshlq_n_u8(nq_plane2(p + 18, h), 4));
+    return vorrq_u8(c, nq_bits16(p + 2, h, 0x10));
 }
 
 /* ---- weights as int8 --------------------------------------------------------------- */
