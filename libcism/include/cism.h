@@ -226,7 +226,9 @@ enum {
     CISM_DTYPE_Q5X16  = 15,
     /* blocks of 32: fp16 scale + 32 3-bit codes, weight = scale * (code - 4)
        (3.5 bits/weight; the high bits' plane, then the low 2 bits' plane) */
-    CISM_DTYPE_Q3     = 16
+    CISM_DTYPE_Q3     = 16,
+    /* The values of q3 with 16 rows interleaved, like q6x16 / q5x16 */
+    CISM_DTYPE_Q3X16  = 17
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);

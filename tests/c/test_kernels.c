@@ -782,7 +782,7 @@ static void vs_scalar(const cism__kernels *k) {
         }
         /* the interleaved dtypes: whole groups of 16 rows, any row range (the splits) */
         const int32_t xdt[] = {CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16,
-                               CISM_DTYPE_Q5X16};
+                               CISM_DTYPE_Q5X16, CISM_DTYPE_Q3X16};
         int64_t xs[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 48, 2}, {16, 172, 9}, {48, 300, 13}, {16, 576, 1},
                            {32, 1000, 6}, {64, 64, 8}, {16, 33, 17}, {80, 96, 5}};
         for (d = 0; d < sizeof(xdt) / sizeof(xdt[0]); d++)
@@ -899,7 +899,8 @@ static void test_tier(const cism__kernels *k) {
     {
         const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                                CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
-                               CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3};
+                               CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3,
+                               CISM_DTYPE_Q3X16};
         int64_t qs[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 172, 5}, {64, 576, 1}, {5, 1000, 9}};
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)

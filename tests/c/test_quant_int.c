@@ -60,7 +60,8 @@ static void test_sizes_and_decode(void) {
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q6), "q6") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q5), "q5") == 0);
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q4AX16), "q4ax16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q6X16), "q6x16") == 0);
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q5X16), "q5x16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q3), "q3") == 0);
-    CHECK(cism_dtype_name(CISM_DTYPE_Q3 + 1) == NULL);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q3X16), "q3x16") == 0 && cism_dtype_name(CISM_DTYPE_Q3X16 + 1) == NULL);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3X16, 576) == cism_dtype_row_bytes(CISM_DTYPE_Q3, 576));
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 32) == 14 && cism_dtype_row_bytes(CISM_DTYPE_Q3, 33) == 28);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 4096) * 8 == 4096 * 7 / 2); /* 3.5 bits per weight */
     CHECK(cism_dtype_block_size(CISM_DTYPE_Q3) == 32);

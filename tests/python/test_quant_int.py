@@ -47,7 +47,7 @@ def test_q5_is_gguf_q5_0_and_q6_layout():
     e8, e6, e5, e4 = (np.sqrt(((q.dequantize(q.quantize(w, n), n, 200) - w) ** 2).mean())
                       for n in ("q8", "q6", "q5", "q4"))
     assert e8 < e6 < e5 < e4
-    for n in ("q6", "q5"):  # interleaved for whole groups of 16 rows
+    for n in ("q6", "q5", "q3"):  # interleaved for whole groups of 16 rows
         assert q.stored_dtype("blk.0.ffn_up", n, (64, 96), 64) == n + "x16"
         assert q.stored_dtype("blk.0.ffn_up", n, (60, 96), 64) == n
 

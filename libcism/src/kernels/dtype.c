@@ -3,7 +3,7 @@
 
 static const char *const g_names[CISM__DTYPE_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp4", "nl4", "q4s",
                                                             "q8x16", "q4sx16", "q4a", "q6", "q5", "q4ax16", "q6x16",
-                                                            "q5x16", "q3"};
+                                                            "q5x16", "q3", "q3x16"};
 
 int cism__dtype_is_known(int32_t dtype) { return dtype >= 0 && dtype < CISM__DTYPE_COUNT; }
 

@@ -298,11 +298,11 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
 }
 
 /* ---- interleaved dtypes: 16 rows per 512-bit register */
-/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5: f16;
+/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5, X16_Q3: f16;
    X16_Q4S: E4M3; X16_Q4A: the scale line's d, and its minimums m into *mn) */
 CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int xf, __m512 *mn) {
     __m256i h, nan;
-    if (xf == X16_Q8 || xf == X16_Q6 || xf == X16_Q5) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+    if (xf == X16_Q8 || X16_QINT(xf)) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
     if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
         const __m512i dm = _mm512_loadu_si512((const void *)scales);
         *mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
@@ -321,13 +321,13 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
-/* q5x16's bit 4 of 16 rows: 0x10 in the bytes of each row's dword whose bit
-   is set, byte i taking bit 4 * odd + i of the dword's byte `byte` (hq: the
-   block's chunk 0, bit e of a row's dword element e's) */
-CISM__INLINE __m512i q5_bit4_16(__m512i hq, const int byte, const int odd) {
+/* q5x16's bit 4 (v 0x10) / q3x16's bit 2 (v 4) of 16 rows: v in the bytes of
+   each row's dword whose bit is set, byte i taking bit 4 * odd + i of the
+   dword's byte `byte` (hq: the block's chunk 0, bit e of a row's dword element e's) */
+CISM__INLINE __m512i q5_bit4_16(__m512i hq, const int byte, const int odd, const char v) {
     const __m512i sel = _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0), _mm512_set1_epi8((char)byte));
     const __m512i bit = _mm512_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
-    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(_mm512_shuffle_epi8(hq, sel), bit), _mm512_set1_epi8(0x10));
+    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(_mm512_shuffle_epi8(hq, sel), bit), _mm512_set1_epi8(v));
 }
 
 /* x86_x16.h: ocol and x16_place (a column's place in a group) and x16outl (a
@@ -362,7 +362,7 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int
    x16_qint_col8 on 16 rows at once. */
 CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
     const __m512i v = _mm512_loadu_si512((const void *)(grp + p->code));
-    __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(15));
+    __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(xf == X16_Q3 ? 3 : 15));
     if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
         const __m512i dm = _mm512_loadu_si512((const void *)(grp + p->scale));
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
@@ -371,14 +371,15 @@ CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->scale)));
         const __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(grp + p->hcode)), _mm_cvtsi32_si128(p->hshift)),
                                             _mm512_set1_epi32(xf == X16_Q6 ? 3 : 1));
-        q = _mm512_sub_epi32(_mm512_or_si512(q, _mm512_slli_epi32(hb, 4)), _mm512_set1_epi32(xf == X16_Q6 ? 32 : 16));
+        q = _mm512_sub_epi32(_mm512_or_si512(q, _mm512_slli_epi32(hb, xf == X16_Q3 ? 2 : 4)),
+                             _mm512_set1_epi32(xf == X16_Q6 ? 32 : xf == X16_Q5 ? 16 : 4));
         return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
     }
 }
 
 /* Column p of a group of any interleaved dtype (levels, smul: q4sx16's) */
 CISM__INLINE __m512 x16_col16(const uint8_t *grp, const ocol *p, const int xf, __m512 levels, __m512 smul) {
-    if (xf == X16_Q4A || xf == X16_Q6 || xf == X16_Q5) return x16_col32(grp, p, xf);
+    if (xf == X16_Q4A || X16_QINT(xf)) return x16_col32(grp, p, xf);
     return x16_col(grp, p->code, p->scale, p->shift, xf == X16_Q8, levels, smul);
 }
 
@@ -404,7 +405,8 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
         __m512 sc = x16_scales(cism__x16_scales(g, grp, b), xf, &mn);
         for (t = 0; t < T; t++) {
             iacc[t][0] = _mm512_set1_epi32(xf == X16_Q8 ? -128 * a[t][b].sum : xf == X16_Q4S ? -8 * hs[t][b]
-                                           : xf == X16_Q6 ? -32 * a[t][b].sum : xf == X16_Q5 ? -16 * a[t][b].sum : 0);
+                                           : xf == X16_Q6 ? -32 * a[t][b].sum : xf == X16_Q5 ? -16 * a[t][b].sum
+                                           : xf == X16_Q3 ? -4 * a[t][b].sum : 0);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
         if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: fetch ahead (the hardware prefetcher alone falls behind), not past */
@@ -433,9 +435,24 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
                     lo = _mm512_or_si512(lo, _mm512_and_si512(c < 2 ? _mm512_slli_epi16(pl, 4) : _mm512_slli_epi16(pl, 2), m3));
                     hi = _mm512_or_si512(hi, _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3));
                 } else { /* p4: chunk 0, the bits 4 */
-                    lo = _mm512_or_si512(lo, q5_bit4_16(p4, c >> 1, c & 1));
-                    hi = _mm512_or_si512(hi, q5_bit4_16(p4, 2 + (c >> 1), c & 1));
+                    lo = _mm512_or_si512(lo, q5_bit4_16(p4, c >> 1, c & 1, 0x10));
+                    hi = _mm512_or_si512(hi, q5_bit4_16(p4, 2 + (c >> 1), c & 1, 0x10));
                 }
+                for (t = 0; t < T; t++) {
+                    iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
+                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));
+                }
+            }
+        } else if (xf == X16_Q3) { /* no nibbles: elements 4c + i take plane byte 4 (c & 1) + i (chunk 1 + (c & 1)), bits
+                                      2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); bit 2 from chunk 0 as q5's bit 4 */
+            const __m512i hq = _mm512_loadu_si512((const void *)cb), m3 = _mm512_set1_epi8(3);
+            const __m512i p1 = _mm512_loadu_si512((const void *)(cb + 64)), p2 = _mm512_loadu_si512((const void *)(cb + 128));
+            for (c = 0; c < 4; c++) {
+                const __m512i pl = c & 1 ? p2 : p1;
+                const __m512i lo = _mm512_or_si512(_mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3),
+                                                   q5_bit4_16(hq, c >> 1, c & 1, 4));
+                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(pl, c < 2 ? 4 : 6), m3),
+                                                   q5_bit4_16(hq, 2 + (c >> 1), c & 1, 4));
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
                     iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));

@@ -391,6 +391,7 @@ NQ_ENTRIES(q5, CISM_DTYPE_Q5, 0)
 NQ_ENTRIES(q3, CISM_DTYPE_Q3, 0)
 NQ_ENTRIES(q6x16, CISM_DTYPE_Q6, CISM_DTYPE_Q6X16)
 NQ_ENTRIES(q5x16, CISM_DTYPE_Q5, CISM_DTYPE_Q5X16)
+NQ_ENTRIES(q3x16, CISM_DTYPE_Q3, CISM_DTYPE_Q3X16)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
 #define NX_FLOAT_ENTRY(nm, FM)                                                                                   \
@@ -444,6 +445,7 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q4AX16] = matmul_q4ax16;
     k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
     k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
+    k->matmul[CISM_DTYPE_Q3X16] = matmul_q3x16;
     nq_fill_entries(k);
     k->quantize_act = quantize_act;
 }

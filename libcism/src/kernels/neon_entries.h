@@ -36,6 +36,7 @@ NQ_A8_ENTRY(q4sx16, nx_matmul_a8(NX_Q4S, NQ_X16_MODE, w, rb, cols, xq, ldq, y, l
 NQ_A8_ENTRY(q4ax16, nx_matmul_a8(NX_Q4A, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q6x16, nx_matmul_a8(NX_Q6, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q5x16, nx_matmul_a8(NX_Q5, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q3x16, nx_matmul_a8(NX_Q3, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 #endif
 #undef NQ_A8_ENTRY
 
@@ -71,6 +72,7 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
     k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
     k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
+    k->matmul_a8[CISM_DTYPE_Q3X16] = matmul_a8_q3x16;
 #endif
 #ifdef NQ_MAC_OP
     k->int8_mac_loop = int8_mac_loop;

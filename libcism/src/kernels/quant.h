@@ -177,24 +177,26 @@ void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t
 /* Row r of a matrix of any dtype (interleaved ones included) as f32. */
 void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int64_t cols, int64_t r, float *out);
 
-/* ---- row-interleaved layouts (q8x16, q4sx16, q4ax16, q6x16, q5x16) -----------------
- * The values of the base dtype (q8, q4s, q4a, q6, q5), in groups of 16 rows (a
+/* ---- row-interleaved layouts (q8x16, q4sx16, q4ax16, q6x16, q5x16, q3x16) ----------
+ * The values of the base dtype (q8, q4s, q4a, q6, q5, q3), in groups of 16 rows (a
  * matrix's rows are whole groups). A group of nb blocks per row takes 16 *
- * row_bytes bytes, a run of superblocks of S consecutive blocks (q8, q6, q5:
+ * row_bytes bytes, a run of superblocks of S consecutive blocks (q8, q6, q5, q3:
  * S = 2, q4s: S = 4, q4a: S = 1; the last one may hold fewer): first the codes
  * of its blocks, then their scales, which fill exactly one 64-byte line in a
  * whole superblock.
- *   codes of block b: its code bytes (q8: 32, q4s: 8, q4a: 16, q6: 24, q5: 20)
+ *   codes of block b: its code bytes (q8: 32, q4s: 8, q4a: 16, q6: 24, q5: 20, q3: 12)
  *     in 4-byte chunks; chunk c of the 16 rows is 64 bytes: row 0's bytes
  *     4c..4c+3, row 1's, ...
- *   scales of block b: the 16 rows' scales (q8, q6, q5: fp16, 2 bytes; q4s:
+ *   scales of block b: the 16 rows' scales (q8, q6, q5, q3: fp16, 2 bytes; q4s:
  *     E4M3, 1; q4a: fp16 scale then fp16 minimum, 4 bytes per row as in the
  *     q4a block)
  * Code bytes mean what they mean in the base format (q8: int8; q4s: byte j
  * holds element j in the low nibble and j + 8 in the high one; q4a: element j
  * low, j + 16 high, codes 0..15; q6: chunks 0-3 the nibble bytes, 4-5 the
  * 2-bit plane, plane byte j (chunk 4 + j / 4) holding elements j + 8k; q5:
- * chunk 0 the uint32 of bit 4, chunks 1-4 the nibble bytes). One 64-byte
+ * chunk 0 the uint32 of bit 4, chunks 1-4 the nibble bytes; q3: chunk 0 the
+ * uint32 of bit 2, chunks 1-2 the 2-bit plane, plane byte j in chunk 1 + j / 4,
+ * holding elements j + 8k). One 64-byte
  * load thus feeds 16 rows with 4 bytes each (a 512-bit vpdpbusd, two 256-bit
  * registers of 8 rows, four 128-bit sdot registers of 4 rows). Scales inside
  * the superblocks make a group one sequential stream, which the hardware
@@ -215,6 +217,7 @@ static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
     case CISM_DTYPE_Q4AX16: g.code_bytes = 16; g.scale_bytes = 4; g.sb_shift = 0; break;
     case CISM_DTYPE_Q6X16: g.code_bytes = 24; g.scale_bytes = 2; g.sb_shift = 1; break;
     case CISM_DTYPE_Q5X16: g.code_bytes = 20; g.scale_bytes = 2; g.sb_shift = 1; break;
+    case CISM_DTYPE_Q3X16: g.code_bytes = 12; g.scale_bytes = 2; g.sb_shift = 1; break;
     default: g.code_bytes = 8; g.scale_bytes = 1; g.sb_shift = 2; break; /* q4sx16 */
     }
     g.nb = (int64_t)(row_bytes / (uint64_t)(g.code_bytes + g.scale_bytes));
@@ -294,6 +297,7 @@ CISM__SCALAR_X16_DECL(q4sx16)
 CISM__SCALAR_X16_DECL(q4ax16)
 CISM__SCALAR_X16_DECL(q6x16)
 CISM__SCALAR_X16_DECL(q5x16)
+CISM__SCALAR_X16_DECL(q3x16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2);
 

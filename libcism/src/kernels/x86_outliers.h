@@ -81,7 +81,7 @@ typedef struct oplace {
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
     pl->xf = base == CISM_DTYPE_Q8 ? X16_Q8 : base == CISM_DTYPE_Q4A ? X16_Q4A : base == CISM_DTYPE_Q6 ? X16_Q6
-             : base == CISM_DTYPE_Q5 ? X16_Q5 : X16_Q4S;
+             : base == CISM_DTYPE_Q5 ? X16_Q5 : base == CISM_DTYPE_Q3 ? X16_Q3 : X16_Q4S;
     pl->g = g;
     pl->B = pl->xf == X16_Q4S ? cism__fmt4_of(base)->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
@@ -397,6 +397,7 @@ X16_OUTL_ENTRY(q4sx16, X16_Q4S)
 X16_OUTL_ENTRY(q4ax16, X16_Q4A)
 X16_OUTL_ENTRY(q6x16, X16_Q6)
 X16_OUTL_ENTRY(q5x16, X16_Q5)
+X16_OUTL_ENTRY(q3x16, X16_Q3)
 #undef X16_OUTL_ENTRY
 
 /* The tier's fused entries */
@@ -410,6 +411,7 @@ CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->matmul_a8_outliers[CISM_DTYPE_Q4AX16] = matmul_outliers_q4ax16;
     k->matmul_a8_outliers[CISM_DTYPE_Q6X16] = matmul_outliers_q6x16;
     k->matmul_a8_outliers[CISM_DTYPE_Q5X16] = matmul_outliers_q5x16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q3X16] = matmul_outliers_q3x16;
 }
 
 #endif

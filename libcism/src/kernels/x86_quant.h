@@ -119,10 +119,11 @@ CISM__INLINE __m256i bcast4y(const int8_t *q) {
 }
 
 /* The interleaved formats (xf): the 256-bit kernels of x86_x16.h, the drivers, the outlier columns */
-enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5 };
+enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5, X16_Q3 };
+#define X16_QINT(xf) ((xf) >= X16_Q6) /* q6x16, q5x16, q3x16: fp16 scales, codes = level + H */
 CISM__INLINE int32_t x16_dtype(const int xf) {
     return xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : xf == X16_Q4A ? CISM_DTYPE_Q4AX16
-           : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : CISM_DTYPE_Q5X16;
+           : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : xf == X16_Q5 ? CISM_DTYPE_Q5X16 : CISM_DTYPE_Q3X16;
 }
 
 /* ---- block decode (256-bit) ------------------------------------------------------------- */

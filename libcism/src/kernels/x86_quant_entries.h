@@ -122,6 +122,7 @@ X86_X16_ENTRY(q4sx16, X16_Q4S)
 X86_X16_ENTRY(q4ax16, X16_Q4A)
 X86_X16_ENTRY(q6x16, X16_Q6)
 X86_X16_ENTRY(q5x16, X16_Q5)
+X86_X16_ENTRY(q3x16, X16_Q3)
 
 /* The table entries every x86 int8 tier fills */
 CISM__INLINE void fill_a8_entries(cism__kernels *k) {
@@ -139,6 +140,7 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
     k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
     k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
+    k->matmul_a8[CISM_DTYPE_Q3X16] = matmul_a8_q3x16;
 }
 
 #endif

@@ -97,6 +97,7 @@ QF_ENTRY(q5, F_Q5, 0)
 QF_ENTRY(q3, F_Q3, 0)
 QF_ENTRY(q6x16, F_Q6, CISM_DTYPE_Q6X16)
 QF_ENTRY(q5x16, F_Q5, CISM_DTYPE_Q5X16)
+QF_ENTRY(q3x16, F_Q3, CISM_DTYPE_Q3X16)
 #undef QF_ENTRY
 
 CISM__INLINE void fill_qint_float_entries(cism__kernels *k) {
@@ -105,6 +106,7 @@ CISM__INLINE void fill_qint_float_entries(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q3] = matmul_q3;
     k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
     k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
+    k->matmul[CISM_DTYPE_Q3X16] = matmul_q3x16;
 }
 
 #endif

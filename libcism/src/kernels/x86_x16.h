@@ -41,7 +41,7 @@
    the 64-bit quarters reordered to [d 0..3, d 4..7 | m 0..3, m 4..7]. */
 CISM__INLINE __m256 x16h_scales(const uint8_t *sp, int h, const int xf, __m256 *mn) {
     *mn = _mm256_setzero_ps();
-    if (xf == X16_Q8 || xf == X16_Q6 || xf == X16_Q5) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + h * 16)));
+    if (xf == X16_Q8 || X16_QINT(xf)) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + h * 16)));
     if (xf == X16_Q4S) return e4m3_words(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sp + h * 8))));
     {
         const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
@@ -66,6 +66,9 @@ CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const ci
         p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(ab->q + 4 * c)),
                                 _mm256_maddubs_epi16(hi[c], bcast4y(ab->q + 16 + 4 * c)));
     if (xf == X16_Q4A) return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one);
+    if (xf == X16_Q3) /* codes <= 7: q4a's tree, then 4 x the activation sum off */
+        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one),
+                                _mm256_set1_epi32(4 * ab->sum));
     if (xf == X16_Q5)
         return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), one),
                                                  _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), one)),
@@ -75,13 +78,14 @@ CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const ci
                             _mm256_set1_epi32(32 * ab->sum));
 }
 
-/* 0x10 in the bytes of 8 rows' dwords whose bit is set: byte i of each dword
-   takes bit 4 * odd + i of the dword's byte `byte` (q5's bit 4, hq: chunk 0) */
-CISM__INLINE __m256i q5_bit4(__m256i hq, const int byte, const int odd) {
+/* v in the bytes of 8 rows' dwords whose bit is set: byte i of each dword
+   takes bit 4 * odd + i of the dword's byte `byte` (hq: chunk 0; q5's bit 4:
+   v 0x10, q3's bit 2: v 4) */
+CISM__INLINE __m256i q5_bit4(__m256i hq, const int byte, const int odd, const char v) {
     const __m256i sel = _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c),
                                         _mm256_set1_epi8((char)byte));
     const __m256i bit = _mm256_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(hq, sel), bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(hq, sel), bit), bit), _mm256_set1_epi8(v));
 }
 
 /* q4ax16, q6x16, q5x16: the codes of rows 8h..8h+7 of a block (cb: its chunk
@@ -91,6 +95,18 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
     const __m256i m = _mm256_set1_epi8(0x0f);
     const uint8_t *nc = cb + (xf == X16_Q5 ? 64 : 0);
     int c;
+    if (xf == X16_Q3) { /* no nibbles: chunk c's elements 4c + i take plane byte 4 (c & 1) + i (chunk 1 + (c & 1)), bits
+                           2 (c / 2); 16 + 4c + i bits 4 + 2 (c / 2); bit 2 from chunk 0's dword as q5's bit 4 */
+        const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb), m3 = _mm256_set1_epi8(3);
+        const __m256i p1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
+        const __m256i p2 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 128));
+        for (c = 0; c < 4; c++) {
+            const __m256i pl = c & 1 ? p2 : p1;
+            lo[c] = _mm256_or_si256(_mm256_and_si256(c < 2 ? pl : _mm256_srli_epi16(pl, 2), m3), q5_bit4(hq, c >> 1, c & 1, 4));
+            hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(pl, c < 2 ? 4 : 6), m3), q5_bit4(hq, 2 + (c >> 1), c & 1, 4));
+        }
+        return;
+    }
     for (c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(nc + c * 64));
         lo[c] = _mm256_and_si256(v, m);
@@ -107,8 +123,8 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
     } else if (xf == X16_Q5) { /* element e takes bit e of chunk 0's dword */
         const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb);
         for (c = 0; c < 4; c++) {
-            lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1));
-            hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1));
+            lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1, 0x10));
+            hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1, 0x10));
         }
     }
 }
@@ -130,10 +146,11 @@ static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int x
     const int64_t byte = q8 ? j : (j < half ? j : j - half);
     const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
     ocol p;
-    p.code = cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
+    p.code = xf == X16_Q3 ? cb + (1 + (j % 8) / 4) * 64 : cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
     p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
-    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
-    /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5: bit j of chunk 0 */
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : xf == X16_Q3 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5, q3: bit j of chunk 0 (q3's code: its
+       low 2 bits, plane byte j % 8 in chunk 1 + (j % 8) / 4, bits 2 (j / 8)) */
     p.hcode = cb + (xf == X16_Q6 ? (4 + (j % 8) / 4) * 64 : 0);
     p.hshift = xf == X16_Q6 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : (int)j;
     return p;
@@ -145,11 +162,12 @@ CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, cons
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h)),
                                                          _mm_cvtsi32_si128(p->shift)),
-                                        _mm256_set1_epi32(15));
+                                        _mm256_set1_epi32(xf == X16_Q3 ? 3 : 15));
     const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
                                                          _mm_cvtsi32_si128(p->hshift)),
                                         _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
-    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(xf == X16_Q6 ? 32 : 16));
+    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, xf == X16_Q3 ? 2 : 4)),
+                                        _mm256_set1_epi32(xf == X16_Q6 ? 32 : xf == X16_Q5 ? 16 : 4));
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(lv));
 }
 
@@ -173,7 +191,7 @@ CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale
 CISM__INLINE __m256 x16h_col8(const uint8_t *grp, const ocol *p, int h, const int xf, const float *lv, __m256 smul) {
     __m256i q;
     if (xf == X16_Q4A) return x16_q4a_col8(grp, p->code, p->scale, p->shift, h);
-    if (xf == X16_Q6 || xf == X16_Q5) return x16_qint_col8(grp, p, h, xf);
+    if (X16_QINT(xf)) return x16_qint_col8(grp, p, h, xf);
     q = _mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h));
     if (xf == X16_Q8) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
