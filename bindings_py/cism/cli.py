@@ -464,9 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(same values, faster kernels); rows keeps them row by row")
     cal = c.add_mutually_exclusive_group()
     cal.add_argument("--calibrate", metavar="auto|TEXT",
-                     help="with --quant: round the 4-, 5- and 6-bit matrices with the statistics of their inputs on "
+                     help="with --quant: round the 3- to 6-bit matrices with the statistics of their inputs on "
                           "calibration tokens (auto: text the model samples itself from BOS; or a UTF-8 text file). "
-                          "Default: auto for the 4bit, 4bit-q6, 5bit, q5 and q6 recipes, none for the others. "
+                          "Default: auto for the recipes "
+                          + ", ".join(r.name for r in RECIPES.values() if r.calibrate_by_default)
+                          + ", none for the others. "
                           "Every calibrated file also "
                           "stores each attention layer's mean key and queries' main direction, which a q8/q4a "
                           "KV cache uses (docs/KV_CACHE.md); without --quant that is all it does")

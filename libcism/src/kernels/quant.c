@@ -921,13 +921,11 @@ static void gptq_row(const gjob *j, const float *x, float *w, uint8_t *out) {
         for (a = 0; a < n; a++) {
             int64_t c = perm[a];
             const float *ua = u + a * g;
-            const float *imp;
             float e, lv;
-            int nb;
             fb = c / B;
-            imp = j->imp + c0 + fb * B;
-            nb = (int)(n - fb * B < B ? n - fb * B : B);
             if (isnan(d[fb])) {
+                const float *imp = j->imp + c0 + fb * B;
+                const int nb = (int)(n - fb * B < B ? n - fb * B : B);
                 if (f) {
                     d[fb] = block_scale4(f, s, wb + fb * B, imp, nb, ob + fb * bytes);
                 } else {

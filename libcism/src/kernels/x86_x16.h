@@ -65,10 +65,10 @@ CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const ci
     for (c = 0; c < 4; c++)
         p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(ab->q + 4 * c)),
                                 _mm256_maddubs_epi16(hi[c], bcast4y(ab->q + 16 + 4 * c)));
-    if (xf == X16_Q4A) return _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one);
-    if (xf == X16_Q3) /* codes <= 7: q4a's tree, then 4 x the activation sum off */
-        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one),
-                                _mm256_set1_epi32(4 * ab->sum));
+    if (xf == X16_Q4A || xf == X16_Q3) { /* codes <= 15: one int16 tree; q3 (codes <= 7): 4 x the activation sum off */
+        const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one);
+        return xf == X16_Q3 ? _mm256_sub_epi32(s, _mm256_set1_epi32(4 * ab->sum)) : s;
+    }
     if (xf == X16_Q5)
         return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), one),
                                                  _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), one)),
