@@ -75,9 +75,9 @@ class Calibration:
     def rounding(self) -> str:
         """What the quantizer does with these statistics (the file's general.quantization.rounding)."""
         if self.method == "imatrix":
-            return ("imatrix (4-, 5- and 6-bit matrices): scale search per block weighted by the mean square of each input "
+            return ("imatrix (2- to 6-bit matrices): scale search per block weighted by the mean square of each input "
                     "column")
-        return (f"gptq (4-, 5- and 6-bit matrices): errors compensated within blocks of {self.gram_block} columns from the "
+        return (f"gptq (2- to 6-bit matrices): errors compensated within blocks of {self.gram_block} columns from the "
                 f"inputs' second moments, act order, damping 0.01")
 
 

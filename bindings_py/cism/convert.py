@@ -929,11 +929,11 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
     format for every weight matrix; `dtype` then applies to nothing but is checked.
     `layout` ("auto" or "rows") picks whether q8/q4s matrices are stored row-interleaved
     where their shape allows (the same values; faster kernels).
-    `calibrate`: "auto" or a text file (needs `quant`) rounds the 4-, 5- and 6-bit
+    `calibrate`: "auto" or a text file (needs `quant`) rounds the 2- to 6-bit
     matrices with the statistics of their inputs on calibration tokens; False (or "")
     rounds without data; None (the default) is the recipe's default: "auto" for
     the recipes whose cism.quant.Recipe.calibrate_by_default is set (4bit, 4bit-q6,
-    5bit, q5, q6, 3bit, q3), none for the others.
+    5bit, q5, q6, 3bit, q3, 2bit, q2), none for the others.
     Calibration first writes a copy of the model next to `out` (deleted
     afterwards): `calib_model` "q8" (default; sampling and statistics both on a
     q8 copy) or "f32" (the unquantized model), and gathers the statistics on it

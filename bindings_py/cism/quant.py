@@ -24,16 +24,21 @@ DTYPE_Q5 = 12  # 5-bit levels -16..15, fp16 scale per 32 (5.5 bits/weight; GGUF 
 DTYPE_Q4AX16, DTYPE_Q6X16, DTYPE_Q5X16 = 13, 14, 15  # the values of q4a / q6 / q5, 16 rows interleaved
 DTYPE_Q3 = 16  # 3-bit levels -4..3, fp16 scale per 32 (3.5 bits/weight)
 DTYPE_Q3X16 = 17  # the values of q3, 16 rows interleaved
+DTYPE_Q2 = 18  # 2-bit levels -2..1, fp16 scale per 32 (2.5 bits/weight)
+DTYPE_Q2X16 = 19  # the values of q2, 16 rows interleaved
 QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S,
                 "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16, "q4a": DTYPE_Q4A, "q6": DTYPE_Q6, "q5": DTYPE_Q5,
                 "q4ax16": DTYPE_Q4AX16, "q6x16": DTYPE_Q6X16, "q5x16": DTYPE_Q5X16, "q3": DTYPE_Q3,
-                "q3x16": DTYPE_Q3X16}
+                "q3x16": DTYPE_Q3X16, "q2": DTYPE_Q2,
+                "q2x16": DTYPE_Q2X16}
 # the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
 # that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
-INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16", "q4a": "q4ax16", "q6": "q6x16", "q5": "q5x16", "q3": "q3x16"}
+INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16", "q4a": "q4ax16", "q6": "q6x16", "q5": "q5x16", "q3": "q3x16",
+               "q2": "q2x16"}
 # the formats calibrated rounding applies to (GPTQ or imatrix); q8 and q4a are rounded as without calibration
 CALIBRATED_DTYPES = (DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S, DTYPE_Q4SX16, DTYPE_Q6, DTYPE_Q5, DTYPE_Q6X16,
-                     DTYPE_Q5X16, DTYPE_Q3, DTYPE_Q3X16)
+                     DTYPE_Q5X16, DTYPE_Q3, DTYPE_Q3X16, DTYPE_Q2,
+                     DTYPE_Q2X16)
 GROUP_ROWS = 16
 LAYOUTS = ("auto", "rows")
 for _n, _v in QUANT_DTYPES.items():
@@ -43,7 +48,8 @@ for _n, _v in QUANT_DTYPES.items():
 # the interleaved layouts' geometry: elements per block, code and scale bytes per block and row,
 # blocks per superblock (docs/QUANTIZATION.md)
 X16_GEOMETRY = {DTYPE_Q8X16: (32, 32, 2, 2), DTYPE_Q4SX16: (16, 8, 1, 4), DTYPE_Q4AX16: (32, 16, 4, 1),
-                DTYPE_Q6X16: (32, 24, 2, 2), DTYPE_Q5X16: (32, 20, 2, 2), DTYPE_Q3X16: (32, 12, 2, 2)}
+                DTYPE_Q6X16: (32, 24, 2, 2), DTYPE_Q5X16: (32, 20, 2, 2), DTYPE_Q3X16: (32, 12, 2, 2),
+                DTYPE_Q2X16: (32, 8, 2, 2)}
 
 
 def x16_group_offsets(dtype: int, cols: int) -> Tuple[list, list]:
@@ -212,6 +218,10 @@ RECIPES: Dict[str, Recipe] = {r.name: r for r in [
            lambda n: "q3", calibrate_by_default=True),
     Recipe("3bit", "embeddings/output head q6, every other matrix q3, calibrated by default",
            lambda n: "q6" if _kind(n) == "embed" else "q3", calibrate_by_default=True),
+    Recipe("q2", "every matrix q2 (int2, blocks of 32, fp16 scale; 2.5 bits/weight), calibrated by default",
+           lambda n: "q2", calibrate_by_default=True),
+    Recipe("2bit", "embeddings/output head q6, attention q3, MLP q2, calibrated by default",
+           lambda n: {"embed": "q6", "attn": "q3"}.get(_kind(n), "q2"), calibrate_by_default=True),
     Recipe("4bit", f"the default 4-bit recipe, calibrated by default (GPTQ on text the model samples itself): "
                    f"every matrix {BEST4}, the embeddings/output head q8 only when they hold at most "
                    f"{100 * EMBED_Q8_MAX_SHARE:g}% of the weights; --no-calibrate: data-free rounding, "

@@ -228,7 +228,12 @@ enum {
        (3.5 bits/weight; the high bits' plane, then the low 2 bits' plane) */
     CISM_DTYPE_Q3     = 16,
     /* The values of q3 with 16 rows interleaved, like q6x16 / q5x16 */
-    CISM_DTYPE_Q3X16  = 17
+    CISM_DTYPE_Q3X16  = 17,
+    /* blocks of 32: fp16 scale + 32 2-bit codes, weight = scale * (code - 2)
+       (2.5 bits/weight; one 2-bit plane, as q3's) */
+    CISM_DTYPE_Q2     = 18,
+    /* The values of q2 with 16 rows interleaved, like q3x16 */
+    CISM_DTYPE_Q2X16  = 19
 };
 /* Static name ("f32", "q8", ...) or NULL for an unknown type. */
 CISM_API const char *cism_dtype_name(cism_dtype dtype);

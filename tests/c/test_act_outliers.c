@@ -29,7 +29,8 @@ static float frand(void) {
 enum { ROWS = 48, COLS = 200, TMP = 4 * ((COLS + 31) / 32) };
 static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
-                             CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3, CISM_DTYPE_Q3X16};
+                             CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3, CISM_DTYPE_Q3X16,
+                             CISM_DTYPE_Q2, CISM_DTYPE_Q2X16};
 
 /* Whether the tier has a fused entry for nt tokens of dt (kernels.h
    matmul_a8_outliers, gemv_a8_outliers) */

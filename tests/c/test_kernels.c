@@ -729,7 +729,7 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
     }
 }
 
-static const int32_t QINT[3] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3}; /* one SIMD decoder: qint_codes32, nq_qint_codes */
+static const int32_t QINT[4] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3, CISM_DTYPE_Q2}; /* one SIMD decoder: qint_codes32, nq_qint_codes */
 
 static void vs_scalar(const cism__kernels *k) {
     const cism__kernels *ref = cism__kernels_scalar();
@@ -739,15 +739,15 @@ static void vs_scalar(const cism__kernels *k) {
     size_t s;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
-    for (dt = 0; dt < 3; dt++)
+    for (dt = 0; dt < 4; dt++)
         CHECK_MSG(k->matmul[QINT[dt]] && k->matmul_a8[QINT[dt]] && k->row_to_f32[QINT[dt]], "%s: no kernel for %s", k->name,
                   cism_dtype_name(QINT[dt]));
     if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has its own int8-activation kernel of every packed dtype: */
         for (dt = CISM_DTYPE_Q8; dt < CISM__DTYPE_COUNT; dt++) /* none is silently the scalar tier's (q6, q5 included) */
             CHECK_MSG(k->matmul_a8[dt] && k->matmul_a8[dt] != ref->matmul_a8[dt], "%s: matmul_a8 %s is the scalar tier's",
                       k->name, cism_dtype_name(dt));
-    if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has the float-activation path of q6, q5 and q3 */
-        for (dt = 0; dt < 3; dt++)
+    if (k->tier != CISM_TIER_SCALAR) /* every SIMD tier has the float-activation path of q6, q5, q3 and q2 */
+        for (dt = 0; dt < 4; dt++)
             CHECK_MSG(k->matmul[QINT[dt]] != ref->matmul[QINT[dt]], "%s: matmul %s is the scalar tier's", k->name,
                       cism_dtype_name(QINT[dt]));
     if (strncmp(k->name, "neon", 4) == 0) /* the ARM64 tiers also have the float-activation path of every packed dtype */
@@ -760,13 +760,13 @@ static void vs_scalar(const cism__kernels *k) {
     { /* packed weights: odd row counts, rows % 4 and tokens % 4 of every class, padded
          last blocks, odd counts of blocks of 16, nt from 1 to beyond every tile */
         const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S, CISM_DTYPE_Q4A,
-                                CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3};
+                                CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3, CISM_DTYPE_Q2};
         int64_t qs[][3] = {{1, 1, 1}, {3, 16, 2}, {5, 20, 5}, {7, 32, 1}, {8, 48, 4}, {9, 172, 9}, {17, 300, 13},
                            {4, 576, 3}, {6, 1000, 6}, {33, 64, 8}, {2, 100, 2}, {11, 33, 7}, {10, 96, 11}};
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)
             for (s = 0; s < sizeof(qs) / sizeof(qs[0]); s++) packed_vs_scalar(k, ref, qdt[d], qs[s][0], qs[s][1], qs[s][2], 0);
-        { /* q6, q5 and q3 (their SIMD decoders): every token count class of the
+        { /* q6, q5, q3 and q2 (their SIMD decoders): every token count class of the
              decode, batched-decode and GEMM paths (1, 2, 3, 5, 9, 17, 33),
              row counts off every tile (4, 8, 16 rows), cols off 256 (a
              prefill panel) and off 32 (a padded last block) */
@@ -774,7 +774,7 @@ static void vs_scalar(const cism__kernels *k) {
             const int64_t rc[][2] = {{13, 300}, {21, 33}, {7, 520}, {37, 100}, {19, 1000}, {9, 64}, {25, 289}};
             size_t n;
             int32_t qd;
-            for (qd = 0; qd < 3; qd++)
+            for (qd = 0; qd < 4; qd++)
                 for (n = 0; n < sizeof(nts) / sizeof(nts[0]); n++) {
                     packed_vs_scalar(k, ref, QINT[qd], rc[n][0], rc[n][1], nts[n], 0);
                     packed_vs_scalar(k, ref, QINT[qd], rc[n][1] % 17 + 2, rc[n][1], nts[n], 2); /* extreme levels */
@@ -782,7 +782,7 @@ static void vs_scalar(const cism__kernels *k) {
         }
         /* the interleaved dtypes: whole groups of 16 rows, any row range (the splits) */
         const int32_t xdt[] = {CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16,
-                               CISM_DTYPE_Q5X16, CISM_DTYPE_Q3X16};
+                               CISM_DTYPE_Q5X16, CISM_DTYPE_Q3X16, CISM_DTYPE_Q2X16};
         int64_t xs[][3] = {{16, 16, 1}, {16, 32, 3}, {32, 48, 2}, {16, 172, 9}, {48, 300, 13}, {16, 576, 1},
                            {32, 1000, 6}, {64, 64, 8}, {16, 33, 17}, {80, 96, 5}};
         for (d = 0; d < sizeof(xdt) / sizeof(xdt[0]); d++)
@@ -900,7 +900,7 @@ static void test_tier(const cism__kernels *k) {
         const int32_t qdt[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                                CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
                                CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3,
-                               CISM_DTYPE_Q3X16};
+                               CISM_DTYPE_Q3X16, CISM_DTYPE_Q2, CISM_DTYPE_Q2X16};
         int64_t qs[][3] = {{1, 1, 1}, {7, 9, 1}, {33, 64, 3}, {16, 172, 5}, {64, 576, 1}, {5, 1000, 9}};
         size_t d;
         for (d = 0; d < sizeof(qdt) / sizeof(qdt[0]); d++)

@@ -69,7 +69,7 @@ static double output_error(int32_t dt, const uint8_t *packed, const float *w, co
 
 int main(void) {
     static const int32_t dts[] = {CISM_DTYPE_Q4S, CISM_DTYPE_Q4, CISM_DTYPE_NL4, CISM_DTYPE_FP4, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
-                                  CISM_DTYPE_Q3};
+                                  CISM_DTYPE_Q3, CISM_DTYPE_Q2};
     static double x[NS * COLS], gram[4 * G * G], diag_gram[4 * G * G];
     static float w[ROWS * COLS], imp[COLS];
     static uint8_t a[ROWS * 256], b[ROWS * 256];
@@ -108,8 +108,8 @@ int main(void) {
         static float fa[16 * COLS], fb[16 * COLS];
         static const int32_t x16[][2] = {{CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4S}, {CISM_DTYPE_Q8X16, CISM_DTYPE_Q8},
                                          {CISM_DTYPE_Q6X16, CISM_DTYPE_Q6}, {CISM_DTYPE_Q5X16, CISM_DTYPE_Q5},
-                                         {CISM_DTYPE_Q3X16, CISM_DTYPE_Q3}};
-        for (d = 0; d < 5; d++) {
+                                         {CISM_DTYPE_Q3X16, CISM_DTYPE_Q3}, {CISM_DTYPE_Q2X16, CISM_DTYPE_Q2}};
+        for (d = 0; d < 6; d++) {
             CHECK_OK(cism_quantize_gram(x16[d][0], w, 16, COLS, gram, G, a, cap, &size, 2));
             CHECK(size == 16 * cism_dtype_row_bytes(x16[d][0], COLS));
             CHECK_OK(cism_dequantize(x16[d][0], a, 16, COLS, fa));

@@ -20,11 +20,11 @@ static float frand(void) { /* uniform in [-1, 1) */
 static float grand(void) { return (frand() + frand() + frand() + frand()) * 0.05f; }
 static uint32_t urand(void) { rng = rng * 1664525u + 1013904223u; return rng >> 8; }
 
-static const int32_t DT[] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3};
-#define N_DT 3
+static const int32_t DT[] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3, CISM_DTYPE_Q2};
+#define N_DT 4
 
-static int half_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 32 : dt == CISM_DTYPE_Q5 ? 16 : 4; }
-static int64_t bytes_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 26 : dt == CISM_DTYPE_Q5 ? 22 : 14; }
+static int half_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 32 : dt == CISM_DTYPE_Q5 ? 16 : dt == CISM_DTYPE_Q3 ? 4 : 2; }
+static int64_t bytes_of(int32_t dt) { return dt == CISM_DTYPE_Q6 ? 26 : dt == CISM_DTYPE_Q5 ? 22 : dt == CISM_DTYPE_Q3 ? 14 : 10; }
 
 /* The 32 values of a block, from the layout as documented (not quant.h's helpers). */
 static void ref_decode(int32_t dt, const uint8_t *b, float *out) {
@@ -48,6 +48,10 @@ static void ref_decode(int32_t dt, const uint8_t *b, float *out) {
         }
         return;
     }
+    if (dt == CISM_DTYPE_Q2) { /* code j: plane byte 2 + j % 8, bits 2 (j / 8) */
+        for (j = 0; j < 32; j++) out[j] = d * (float)(((b[2 + j % 8] >> (2 * (j / 8))) & 3) - 2);
+        return;
+    }
     for (j = 0; j < 32; j++) { /* q6: nibble bytes 2..17, 2-bit plane bytes 18..25 */
         int lo = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
         int hi = (b[18 + j % 8] >> (2 * (j / 8))) & 3;
@@ -60,7 +64,12 @@ static void test_sizes_and_decode(void) {
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q6), "q6") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q5), "q5") == 0);
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q4AX16), "q4ax16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q6X16), "q6x16") == 0);
     CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q5X16), "q5x16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q3), "q3") == 0);
-    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q3X16), "q3x16") == 0 && cism_dtype_name(CISM_DTYPE_Q3X16 + 1) == NULL);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q3X16), "q3x16") == 0 && strcmp(cism_dtype_name(CISM_DTYPE_Q2), "q2") == 0);
+    CHECK(strcmp(cism_dtype_name(CISM_DTYPE_Q2X16), "q2x16") == 0 && cism_dtype_name(CISM_DTYPE_Q2X16 + 1) == NULL);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q2X16, 576) == cism_dtype_row_bytes(CISM_DTYPE_Q2, 576));
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q2, 32) == 10 && cism_dtype_row_bytes(CISM_DTYPE_Q2, 33) == 20);
+    CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q2, 4096) * 8 == 4096 * 5 / 2); /* 2.5 bits per weight */
+    CHECK(cism_dtype_block_size(CISM_DTYPE_Q2) == 32);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3X16, 576) == cism_dtype_row_bytes(CISM_DTYPE_Q3, 576));
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 32) == 14 && cism_dtype_row_bytes(CISM_DTYPE_Q3, 33) == 28);
     CHECK(cism_dtype_row_bytes(CISM_DTYPE_Q3, 4096) * 8 == 4096 * 7 / 2); /* 3.5 bits per weight */

@@ -25,8 +25,9 @@ def test_quantize_roundtrip_all_formats():
         assert np.array_equal(packed, q.quantize(w[:rows], dt, n_threads=1)), name
         back = q.dequantize(packed, dt, 172)
         rel = np.sqrt(((back - w[:rows]) ** 2).mean()) / np.sqrt((w[:rows] ** 2).mean())
-        # relative RMS error of Gaussian rows: 8 bits 1%, 4-6 bits 15%, 3 bits (q3: 0.161) 20%
-        assert rel < (0.01 if name.startswith("q8") else 0.20 if name.startswith("q3") else 0.15), (name, rel)
+        # relative RMS error of Gaussian rows: 8 bits 1%, 4-6 bits 15%, 3 bits (q3: 0.161) 20%, 2 bits (q2: 0.332) 40%
+        bound = 0.01 if name.startswith("q8") else 0.20 if name.startswith("q3") else 0.40 if name.startswith("q2") else 0.15
+        assert rel < bound, (name, rel)
 
 
 def test_q4a_layout_and_roundtrip():
@@ -70,8 +71,8 @@ def test_quantize_accepts_dtype_names():
         assert np.array_equal(by_name, by_id), name
         assert np.array_equal(q.dequantize(by_name, name, 70), q.dequantize(by_id, dt, 70)), name
     assert q.dtype_id("q8") == q.DTYPE_Q8 and q.dtype_id(np.int32(3)) == 3
-    with pytest.raises(ValueError, match=r"unknown dtype 'q2' \(one of: f32, f16, bf16, q8, .*q4a"):
-        q.quantize(w, "q2")
+    with pytest.raises(ValueError, match=r"unknown dtype 'q1' \(one of: f32, f16, bf16, q8, .*q4a"):
+        q.quantize(w, "q1")
     with pytest.raises(ValueError, match="unknown dtype 'Q8'"):
         q.dequantize(np.zeros((1, 34), np.uint8), "Q8", 32)
     with pytest.raises(TypeError, match="dtype must be a name"):
@@ -125,7 +126,7 @@ def test_quantize_refuses_bad_input():
     with pytest.raises(CismError, match="not finite"):
         q.quantize(w, q.DTYPE_Q4S)
     with pytest.raises(ValueError, match="unknown quantization recipe"):
-        q.recipe("q2")
+        q.recipe("q1")
 
 
 def test_convert_recipes_file_roundtrip(tmp_path, shared_models):
@@ -248,7 +249,7 @@ def test_cli_convert_quant_ppl_generate(tmp_path, shared_models, run_cli):
     assert float(p.stdout.strip().split("PPL ")[-1]) == a
     p = run_cli("generate", "-m", out, "-p", "Once upon a time", "-n", "16", "--seed", "1")
     assert p.stdout.startswith("Once upon a time") and len(p.stdout.split()) > 6
-    p = run_cli("convert", src, "-o", str(tmp_path / "x.cism"), "--quant", "q2", check=False)
+    p = run_cli("convert", src, "-o", str(tmp_path / "x.cism"), "--quant", "q1", check=False)
     assert p.returncode != 0
 
 

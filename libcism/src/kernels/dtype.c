@@ -3,7 +3,7 @@
 
 static const char *const g_names[CISM__DTYPE_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "fp4", "nl4", "q4s",
                                                             "q8x16", "q4sx16", "q4a", "q6", "q5", "q4ax16", "q6x16",
-                                                            "q5x16", "q3", "q3x16"};
+                                                            "q5x16", "q3", "q3x16", "q2", "q2x16"};
 
 int cism__dtype_is_known(int32_t dtype) { return dtype >= 0 && dtype < CISM__DTYPE_COUNT; }
 
@@ -23,6 +23,7 @@ uint64_t cism__row_bytes(int32_t dtype, int64_t cols) {
     case CISM_DTYPE_Q6: return (uint64_t)((cols + 31) / 32) * 26u;
     case CISM_DTYPE_Q5: return (uint64_t)((cols + 31) / 32) * 22u;
     case CISM_DTYPE_Q3: return (uint64_t)((cols + 31) / 32) * 14u;
+    case CISM_DTYPE_Q2: return (uint64_t)((cols + 31) / 32) * 10u;
     default: return 0;
     }
 }

@@ -6,13 +6,14 @@
 #include <string.h>
 #include "cism.h"
 
-#define CISM__DTYPE_COUNT 18  /* one past the highest known dtype */
+#define CISM__DTYPE_COUNT 20  /* one past the highest known dtype */
 
 /* Row-interleaved dtypes: groups of CISM__X16 rows stored together. */
 #define CISM__X16 16
 static inline int cism__dtype_is_x16(int32_t dtype) {
     return dtype == CISM_DTYPE_Q8X16 || dtype == CISM_DTYPE_Q4SX16 || dtype == CISM_DTYPE_Q4AX16 ||
-           dtype == CISM_DTYPE_Q6X16 || dtype == CISM_DTYPE_Q5X16 || dtype == CISM_DTYPE_Q3X16;
+           dtype == CISM_DTYPE_Q6X16 || dtype == CISM_DTYPE_Q5X16 || dtype == CISM_DTYPE_Q3X16 ||
+           dtype == CISM_DTYPE_Q2X16;
 }
 /* The dtype whose values (blocks, scales, levels) a dtype stores: itself, or
    the row-layout dtype of an interleaved one. */
@@ -23,6 +24,7 @@ static inline int32_t cism__dtype_base(int32_t dtype) {
            : dtype == CISM_DTYPE_Q6X16  ? CISM_DTYPE_Q6
            : dtype == CISM_DTYPE_Q5X16  ? CISM_DTYPE_Q5
            : dtype == CISM_DTYPE_Q3X16  ? CISM_DTYPE_Q3
+           : dtype == CISM_DTYPE_Q2X16  ? CISM_DTYPE_Q2
                                         : dtype;
 }
 

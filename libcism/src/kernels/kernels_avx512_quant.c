@@ -298,7 +298,7 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
 }
 
 /* ---- interleaved dtypes: 16 rows per 512-bit register */
-/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5, X16_Q3: f16;
+/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5, X16_Q3, X16_Q2: f16;
    X16_Q4S: E4M3; X16_Q4A: the scale line's d, and its minimums m into *mn) */
 CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int xf, __m512 *mn) {
     __m256i h, nan;
@@ -362,18 +362,19 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int
    x16_qint_col8 on 16 rows at once. */
 CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
     const __m512i v = _mm512_loadu_si512((const void *)(grp + p->code));
-    __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(xf == X16_Q3 ? 3 : 15));
+    __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(X16_PLANE(xf) ? 3 : 15));
     if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
         const __m512i dm = _mm512_loadu_si512((const void *)(grp + p->scale));
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
         return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
     } else {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->scale)));
-        const __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(grp + p->hcode)), _mm_cvtsi32_si128(p->hshift)),
-                                            _mm512_set1_epi32(xf == X16_Q6 ? 3 : 1));
-        q = _mm512_sub_epi32(_mm512_or_si512(q, _mm512_slli_epi32(hb, xf == X16_Q3 ? 2 : 4)),
-                             _mm512_set1_epi32(xf == X16_Q6 ? 32 : xf == X16_Q5 ? 16 : 4));
-        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+        if (xf != X16_Q2) { /* q2x16: no high bits */
+            const __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(grp + p->hcode)), _mm_cvtsi32_si128(p->hshift)),
+                                                _mm512_set1_epi32(xf == X16_Q6 ? 3 : 1));
+            q = _mm512_or_si512(q, _mm512_slli_epi32(hb, xf == X16_Q3 ? 2 : 4));
+        }
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(X16_HALF(xf)))));
     }
 }
 
@@ -405,8 +406,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
         __m512 sc = x16_scales(cism__x16_scales(g, grp, b), xf, &mn);
         for (t = 0; t < T; t++) {
             iacc[t][0] = _mm512_set1_epi32(xf == X16_Q8 ? -128 * a[t][b].sum : xf == X16_Q4S ? -8 * hs[t][b]
-                                           : xf == X16_Q6 ? -32 * a[t][b].sum : xf == X16_Q5 ? -16 * a[t][b].sum
-                                           : xf == X16_Q3 ? -4 * a[t][b].sum : 0);
+                                           : X16_QINT(xf) ? -X16_HALF(xf) * a[t][b].sum : 0);
             for (k = 1; k < NA; k++) iacc[t][k] = _mm512_setzero_si512();
         }
         if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: fetch ahead (the hardware prefetcher alone falls behind), not past */
@@ -443,16 +443,20 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
                     iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));
                 }
             }
-        } else if (xf == X16_Q3) { /* no nibbles: elements 4c + i take plane byte 4 (c & 1) + i (chunk 1 + (c & 1)), bits
-                                      2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); bit 2 from chunk 0 as q5's bit 4 */
-            const __m512i hq = _mm512_loadu_si512((const void *)cb), m3 = _mm512_set1_epi8(3);
-            const __m512i p1 = _mm512_loadu_si512((const void *)(cb + 64)), p2 = _mm512_loadu_si512((const void *)(cb + 128));
+        } else if (X16_PLANE(xf)) { /* no nibbles: elements 4c + i take plane byte 4 (c & 1) + i (q3: chunk 1 + (c & 1),
+                                       q2: c & 1), bits 2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); q3's bit 2 from chunk 0
+                                       as q5's bit 4 */
+            const uint8_t *pc = cb + (xf == X16_Q3 ? 64 : 0);
+            const __m512i m3 = _mm512_set1_epi8(3), hq = xf == X16_Q3 ? _mm512_loadu_si512((const void *)cb) : m3;
+            const __m512i p1 = _mm512_loadu_si512((const void *)pc), p2 = _mm512_loadu_si512((const void *)(pc + 64));
             for (c = 0; c < 4; c++) {
                 const __m512i pl = c & 1 ? p2 : p1;
-                const __m512i lo = _mm512_or_si512(_mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3),
-                                                   q5_bit4_16(hq, c >> 1, c & 1, 4));
-                const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(pl, c < 2 ? 4 : 6), m3),
-                                                   q5_bit4_16(hq, 2 + (c >> 1), c & 1, 4));
+                __m512i lo = _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(pl, c < 2 ? 4 : 6), m3);
+                if (xf == X16_Q3) {
+                    lo = _mm512_or_si512(lo, q5_bit4_16(hq, c >> 1, c & 1, 4));
+                    hi = _mm512_or_si512(hi, q5_bit4_16(hq, 2 + (c >> 1), c & 1, 4));
+                }
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
                     iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));

@@ -389,9 +389,11 @@ NQ_ENTRIES(q4a, CISM_DTYPE_Q4A, 0)
 NQ_ENTRIES(q6, CISM_DTYPE_Q6, 0)
 NQ_ENTRIES(q5, CISM_DTYPE_Q5, 0)
 NQ_ENTRIES(q3, CISM_DTYPE_Q3, 0)
+NQ_ENTRIES(q2, CISM_DTYPE_Q2, 0)
 NQ_ENTRIES(q6x16, CISM_DTYPE_Q6, CISM_DTYPE_Q6X16)
 NQ_ENTRIES(q5x16, CISM_DTYPE_Q5, CISM_DTYPE_Q5X16)
 NQ_ENTRIES(q3x16, CISM_DTYPE_Q3, CISM_DTYPE_Q3X16)
+NQ_ENTRIES(q2x16, CISM_DTYPE_Q2, CISM_DTYPE_Q2X16)
 
 /* the interleaved dtypes: float activations above, int8 ones in neon_x16.h */
 #define NX_FLOAT_ENTRY(nm, FM)                                                                                   \
@@ -440,12 +442,14 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q6] = matmul_q6;
     k->matmul[CISM_DTYPE_Q5] = matmul_q5;
     k->matmul[CISM_DTYPE_Q3] = matmul_q3;
+    k->matmul[CISM_DTYPE_Q2] = matmul_q2;
     k->matmul[CISM_DTYPE_Q8X16] = matmul_q8x16;
     k->matmul[CISM_DTYPE_Q4SX16] = matmul_q4sx16;
     k->matmul[CISM_DTYPE_Q4AX16] = matmul_q4ax16;
     k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
     k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
     k->matmul[CISM_DTYPE_Q3X16] = matmul_q3x16;
+    k->matmul[CISM_DTYPE_Q2X16] = matmul_q2x16;
     nq_fill_entries(k);
     k->quantize_act = quantize_act;
 }

@@ -222,10 +222,10 @@ static const cism__kernels g_scalar = {
      cism__scalar_matmul_nl4, cism__scalar_matmul_q4s, cism__scalar_matmul_q8x16, cism__scalar_matmul_q4sx16,
      cism__scalar_matmul_q4a, cism__scalar_matmul_q6, cism__scalar_matmul_q5, cism__scalar_matmul_q4ax16,
      cism__scalar_matmul_q6x16, cism__scalar_matmul_q5x16, cism__scalar_matmul_q3,
-     cism__scalar_matmul_q3x16},
+     cism__scalar_matmul_q3x16, cism__scalar_matmul_q2, cism__scalar_matmul_q2x16},
     {row_f32, row_f16, row_bf16, cism__scalar_row_q8, cism__scalar_row_q4, cism__scalar_row_fp4, cism__scalar_row_nl4,
      cism__scalar_row_q4s, NULL, NULL, cism__scalar_row_q4a, cism__scalar_row_q6, cism__scalar_row_q5, NULL, NULL, NULL,
-     cism__scalar_row_q3, NULL},  /* interleaved rows: cism__matrix_row_f32 */
+     cism__scalar_row_q3, NULL, cism__scalar_row_q2, NULL},  /* interleaved rows: cism__matrix_row_f32 */
     rmsnorm,
     silu_mul,
     rope,
@@ -234,7 +234,8 @@ static const cism__kernels g_scalar = {
      cism__scalar_matmul_a8_nl4, cism__scalar_matmul_a8_q4s, cism__scalar_matmul_a8_q8x16, cism__scalar_matmul_a8_q4sx16,
      cism__scalar_matmul_a8_q4a, cism__scalar_matmul_a8_q6, cism__scalar_matmul_a8_q5,
      cism__scalar_matmul_a8_q4ax16, cism__scalar_matmul_a8_q6x16, cism__scalar_matmul_a8_q5x16,
-     cism__scalar_matmul_a8_q3, cism__scalar_matmul_a8_q3x16},
+     cism__scalar_matmul_a8_q3, cism__scalar_matmul_a8_q3x16, cism__scalar_matmul_a8_q2,
+     cism__scalar_matmul_a8_q2x16},
     cism__quantize_act_scalar,
     gelu_tanh_mul,
     int8_mac_loop,

@@ -30,6 +30,7 @@ NQ_A8_ENTRY(q4a, NQ_A8(CISM_DTYPE_Q4A))
 NQ_A8_ENTRY(q6, NQ_A8(CISM_DTYPE_Q6))
 NQ_A8_ENTRY(q5, NQ_A8(CISM_DTYPE_Q5))
 NQ_A8_ENTRY(q3, NQ_A8(CISM_DTYPE_Q3))
+NQ_A8_ENTRY(q2, NQ_A8(CISM_DTYPE_Q2))
 #ifdef NQ_X16_MODE
 NQ_A8_ENTRY(q8x16, nx_matmul_a8(NX_Q8, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q4sx16, nx_matmul_a8(NX_Q4S, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
@@ -37,6 +38,7 @@ NQ_A8_ENTRY(q4ax16, nx_matmul_a8(NX_Q4A, NQ_X16_MODE, w, rb, cols, xq, ldq, y, l
 NQ_A8_ENTRY(q6x16, nx_matmul_a8(NX_Q6, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q5x16, nx_matmul_a8(NX_Q5, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 NQ_A8_ENTRY(q3x16, nx_matmul_a8(NX_Q3, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
+NQ_A8_ENTRY(q2x16, nx_matmul_a8(NX_Q2, NQ_X16_MODE, w, rb, cols, xq, ldq, y, ldy, nt, r0, r1))
 #endif
 #undef NQ_A8_ENTRY
 
@@ -66,6 +68,7 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
     k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
     k->matmul_a8[CISM_DTYPE_Q3] = matmul_a8_q3;
+    k->matmul_a8[CISM_DTYPE_Q2] = matmul_a8_q2;
 #ifdef NQ_X16_MODE
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
@@ -73,6 +76,7 @@ CISM__INLINE void nq_fill_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
     k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
     k->matmul_a8[CISM_DTYPE_Q3X16] = matmul_a8_q3x16;
+    k->matmul_a8[CISM_DTYPE_Q2X16] = matmul_a8_q2x16;
 #endif
 #ifdef NQ_MAC_OP
     k->int8_mac_loop = int8_mac_loop;

@@ -49,12 +49,12 @@ CISM__INLINE int8x16_t nq_levels(const int dt) {
     return dt == CISM_DTYPE_Q8 || cism__dtype_is_qint(dt) ? vdupq_n_s8(0) : vld1q_s8(cism__fmt4_of(dt)->levels);
 }
 
-/* q6 / q5 / q3 (quant.h): the codes (level + H) of columns 16h..16h+15 of a block,
+/* q6 / q5 / q3 / q2 (quant.h): the codes (level + H) of columns 16h..16h+15 of a block,
    the nibbles as for q4 with the plane's high bits ORed in. q6: column i
    takes bits 2(i/8)..2(i/8)+1 of plane byte i%8 (the 8 bytes twice, shifted
    right by 4h and 4h + 2); q5: bit i of the uint32 (its byte i/8 moved to
    lane i by TBL, tested against bit i%8); q3: q6's plane for bits 0-1 and
-   q5's bit for bit 2, no nibbles. The one decoder of these formats on
+   q5's bit for bit 2, no nibbles; q2: q6's plane alone. The one decoder of these formats on
    the ARM64 tiers (int8 and float activations). */
 static const int8_t nq_q6_shift[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, -2, -2, -2, -2, -2, -2, -2, -2},
                                           {-4, -4, -4, -4, -4, -4, -4, -4, -6, -6, -6, -6, -6, -6, -6, -6}};
@@ -76,6 +76,7 @@ CISM__INLINE uint8x16_t nq_bits16(const uint8_t *p, const int h, const uint8_t v
 }
 CISM__INLINE uint8x16_t nq_qint_codes(const int dt, const uint8_t *p, const int h) {
     uint8x16_t c;
+    if (dt == CISM_DTYPE_Q2) return nq_plane2(p + 2, h);
     if (dt == CISM_DTYPE_Q3) return vorrq_u8(nq_plane2(p + 6, h), nq_bits16(p + 2, h, 0x04));
     c = vld1q_u8(p + (dt == CISM_DTYPE_Q6 ? 2 : 6));
     c = h ? vshrq_n_u8(c, 4) : vandq_u8(c, vdupq_n_u8(15));

@@ -43,10 +43,11 @@
 
 /* The interleaved format (a constant in every caller; also the
    float-activation path's, kernels_neon_quant.c). */
-enum { NX_Q8 = 0, NX_Q4S = 1, NX_Q4A = 2, NX_Q6 = 3, NX_Q5 = 4, NX_Q3 = 5 };
+enum { NX_Q8 = 0, NX_Q4S = 1, NX_Q4A = 2, NX_Q6 = 3, NX_Q5 = 4, NX_Q3 = 5, NX_Q2 = 6 };
 CISM__INLINE int32_t nx_dtype(const int fm) {
     return fm == NX_Q8 ? CISM_DTYPE_Q8X16 : fm == NX_Q4S ? CISM_DTYPE_Q4SX16 : fm == NX_Q4A ? CISM_DTYPE_Q4AX16
-           : fm == NX_Q6 ? CISM_DTYPE_Q6X16 : fm == NX_Q5 ? CISM_DTYPE_Q5X16 : CISM_DTYPE_Q3X16;
+           : fm == NX_Q6 ? CISM_DTYPE_Q6X16 : fm == NX_Q5 ? CISM_DTYPE_Q5X16 : fm == NX_Q3 ? CISM_DTYPE_Q3X16
+                                                                          : CISM_DTYPE_Q2X16;
 }
 
 /* The 16 rows' scales of block b: d[k] lane i = row 4k + i; q4a: m[k] the
@@ -65,7 +66,7 @@ CISM__INLINE void nx_scales(const int fm, const uint8_t *sc, float32x4_t *d, flo
         m[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0.val[1]));
         m[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1.val[1])));
         m[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1.val[1]));
-    } else if (fm != NX_Q4S) { /* q8, q6, q5, q3: fp16 d */
+    } else if (fm != NX_Q4S) { /* q8, q6, q5, q3, q2: fp16 d */
         uint16x8_t h0 = vreinterpretq_u16_u8(vld1q_u8(sc));
         uint16x8_t h1 = vreinterpretq_u16_u8(vld1q_u8(sc + 16));
         d[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
@@ -151,13 +152,18 @@ CISM__INLINE uint8x16_t nx_q5_bit4(uint8x16_t q, const int byte, const int odd, 
    + i (chunk 4 + (c & 1)) bits 2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); q5's
    element e, bit e of chunk 0's dword, and the nibbles from chunk 1; q3 has
    no nibbles: its elements' bits 0-1 as q6's plane bits from chunk 1 + (c & 1),
-   bit 2 as q5's bit 4. */
+   bit 2 as q5's bit 4; q2 only the plane bits, from chunk c & 1. */
 CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const int k, int8x16_t *lo, int8x16_t *hi) {
     uint8x16_t l, h;
-    if (fm == NX_Q3) {
-        const uint8x16_t p = vld1q_u8(cb + (1 + (c & 1)) * 64 + k * 16), q = vld1q_u8(cb + k * 16), m3 = vdupq_n_u8(3);
-        l = vorrq_u8(vandq_u8(c < 2 ? p : vshrq_n_u8(p, 2), m3), nx_q5_bit4(q, c >> 1, c & 1, 4));
-        h = vorrq_u8(vandq_u8(c < 2 ? vshrq_n_u8(p, 4) : vshrq_n_u8(p, 6), m3), nx_q5_bit4(q, 2 + (c >> 1), c & 1, 4));
+    if (fm == NX_Q3 || fm == NX_Q2) {
+        const uint8x16_t p = vld1q_u8(cb + ((fm == NX_Q3) + (c & 1)) * 64 + k * 16), m3 = vdupq_n_u8(3);
+        l = vandq_u8(c < 2 ? p : vshrq_n_u8(p, 2), m3);
+        h = vandq_u8(c < 2 ? vshrq_n_u8(p, 4) : vshrq_n_u8(p, 6), m3);
+        if (fm == NX_Q3) {
+            const uint8x16_t q = vld1q_u8(cb + k * 16);
+            l = vorrq_u8(l, nx_q5_bit4(q, c >> 1, c & 1, 4));
+            h = vorrq_u8(h, nx_q5_bit4(q, 2 + (c >> 1), c & 1, 4));
+        }
     } else {
         const uint8x16_t raw = vld1q_u8(cb + (fm == NX_Q5 ? 64 : 0) + c * 64 + k * 16);
         l = vandq_u8(raw, vdupq_n_u8(15));
@@ -172,8 +178,8 @@ CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const i
         l = vorrq_u8(l, nx_q5_bit4(q, c >> 1, c & 1, 0x10));
         h = vorrq_u8(h, nx_q5_bit4(q, 2 + (c >> 1), c & 1, 0x10));
     }
-    if (fm == NX_Q6 || fm == NX_Q5 || fm == NX_Q3) {
-        const uint8x16_t H = vdupq_n_u8(fm == NX_Q6 ? 32 : fm == NX_Q5 ? 16 : 4);
+    if (fm >= NX_Q6) { /* q6, q5, q3, q2 */
+        const uint8x16_t H = vdupq_n_u8(fm == NX_Q6 ? 32 : fm == NX_Q5 ? 16 : fm == NX_Q3 ? 4 : 2);
         l = vsubq_u8(l, H);
         h = vsubq_u8(h, H);
     }

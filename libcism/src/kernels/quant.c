@@ -17,7 +17,7 @@
  *           refitted by least squares on its codes; the encoded pair with the
  *           lowest weighted squared error wins; codes are the nearest of
  *           d * c + m with the encoded d, m.
- *   q6, q5, q3 symmetric uniform levels -H..H-1 (H = 32, 16, 4), fp16 scale: a scale
+ *   q6, q5, q3, q2 symmetric uniform levels -H..H-1 (H = 32, 16, 4, 2), fp16 scale: a scale
  *           search per block like the 4-bit one, finer (the largest-magnitude
  *           element onto 0.80, 0.825, ..., 1.10 times either end, then
  *           +-0.0125 around the best; each candidate's assignment refitted by
@@ -425,7 +425,7 @@ static void quantize_block4a(const float *x, const float *w, int n, uint8_t *out
     for (i = 0; i < 16; i++) out[4 + i] = (uint8_t)(bc[i] | (bc[i + 16] << 4));
 }
 
-/* ---- q6, q5, q3: uniform integer levels ---------------------------------------------------- */
+/* ---- q6, q5, q3, q2: uniform integer levels ------------------------------------------------ */
 /* The level of y (x / d) nearest among -H..H-1: round half away from zero, clamped. */
 static inline float qint_round(float y, float H) {
     float a = fabsf(y), r = (float)(int)(a < 2.0f * H ? a : 2.0f * H);
@@ -490,7 +490,7 @@ static float qint_assign(const float *x, const float *w, int n, float d, int Hi,
 
 #define QI_FRACS 13 /* coarse candidates per end: 0.80 .. 1.10 in steps of 0.025 */
 
-/* The fp16 scale of one q6 / q5 / q3 block of n <= 32 real weights x (importance
+/* The fp16 scale of one q6 / q5 / q3 / q2 block of n <= 32 real weights x (importance
    w, or NULL; the rest padding: level 0), and its codes (level + H) with it. */
 static uint16_t qint_block_scale(int32_t dtype, const float *x, const float *w, int n, int *code) {
     const int Hi = cism__qint_half(dtype);
@@ -543,12 +543,15 @@ static uint16_t qint_block_scale(int32_t dtype, const float *x, const float *w, 
     return h;
 }
 
-/* A q6 / q5 / q3 block's bytes: its fp16 scale h and 32 codes (level + H). */
+/* A q6 / q5 / q3 / q2 block's bytes: its fp16 scale h and 32 codes (level + H). */
 static void qint_pack(int32_t dtype, uint16_t h, const int *code, uint8_t *out) {
     int i;
     out[0] = (uint8_t)(h & 0xff);
     out[1] = (uint8_t)(h >> 8);
-    if (dtype == CISM_DTYPE_Q3) {
+    if (dtype == CISM_DTYPE_Q2) {
+        for (i = 0; i < 8; i++)
+            out[2 + i] = (uint8_t)(code[i] | (code[i + 8] << 2) | (code[i + 16] << 4) | (code[i + 24] << 6));
+    } else if (dtype == CISM_DTYPE_Q3) {
         uint32_t qh = 0;
         for (i = 0; i < CISM__QI_BLOCK; i++) qh |= (uint32_t)(code[i] >> 2) << i;
         for (i = 0; i < 4; i++) out[2 + i] = (uint8_t)(qh >> (8 * i));
@@ -567,7 +570,7 @@ static void qint_pack(int32_t dtype, uint16_t h, const int *code, uint8_t *out) 
     }
 }
 
-/* One q6 / q5 / q3 block: n <= 32 real weights (the rest padding: level 0). */
+/* One q6 / q5 / q3 / q2 block: n <= 32 real weights (the rest padding: level 0). */
 static void quantize_block_qint(int32_t dtype, const float *x, const float *w, int n, uint8_t *out) {
     int code[CISM__QI_BLOCK];
     uint16_t h = qint_block_scale(dtype, x, w, n, code);
@@ -763,7 +766,7 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
     if (cism__dtype_is_qint(cism__dtype_base(dtype))) { /* fp16 scales, with room for the search's larger candidates */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
-        if (amax / (float)(cism__qint_half(dtype) - 1) > 48000.0f)
+        if (amax / (float)(cism__qint_half(cism__dtype_base(dtype)) - 1) > 48000.0f)
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }
@@ -834,7 +837,7 @@ cism_status cism_quantize(cism_dtype dtype, const float *src, int64_t n_rows, in
    the remaining weights (Frantar et al., GPTQ). A format block's scale is
    searched, as cism_quantize does, on the updated weights when the first of
    its columns is visited, with H's diagonal as column importance (the 4-bit
-   formats with levels, and q6 / q5 / q3 with their uniform levels). Act order
+   formats with levels, and q6 / q5 / q3 / q2 with their uniform levels). Act order
    measured against natural order (stories260K / BabyLlama, 80 windows):
    +3.96% / +1.22% instead of +4.43% / +1.37% (docs/QUANTIZATION.md). */
 #define GPTQ_DAMP 0.01 /* times the mean of H's diagonal, added to the diagonal */
@@ -888,7 +891,7 @@ static int gptq_factor(double *h, int64_t n, double *t, float *u) {
 }
 
 typedef struct gjob {
-    const cism__fmt4 *f; /* the 4-bit formats' levels; NULL: q6 / q5 / q3 (dtype) */
+    const cism__fmt4 *f; /* the 4-bit formats' levels; NULL: q6 / q5 / q3 / q2 (dtype) */
     int32_t dtype;
     sorted4 s4;
     const float *src;

@@ -23,8 +23,9 @@
 static inline float cism__q4a_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
 static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[2] | (blk[3] << 8))); }
 
-/* q6, q5 and q3: symmetric uniform integer levels in blocks of 32 with an fp16
- * scale d: weight = d * (code - H), codes 0..2H-1 (q6: H = 32, q5: H = 16, q3: H = 4);
+/* q6, q5, q3 and q2: symmetric uniform integer levels in blocks of 32 with an fp16
+ * scale d: weight = d * (code - H), codes 0..2H-1 (q6: H = 32, q5: H = 16, q3: H = 4,
+ * q2: H = 2);
  * d * level is exact in f32 (one rounding nowhere). Both keep each code's low
  * 4 bits as nibbles, byte j of the 16 nibble bytes holding code j (low nibble)
  * and code j + 16 (high nibble), as q4/q4a do, and the high bits in a
@@ -38,22 +39,31 @@ static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((u
  * decoders serve it:
  *   q3: fp16 d, a little-endian uint32 whose bit i is bit 2 of code i (as q5's),
  *       then 8 plane bytes: byte j holds bits 0-1 of code j + 8k at bits
- *       2k..2k+1 (as q6's). 14 bytes: 3.5 bits/weight. */
+ *       2k..2k+1 (as q6's). 14 bytes: 3.5 bits/weight.
+ *   q2: fp16 d, then 8 plane bytes holding the whole codes as q3's hold their
+ *       low 2 bits. 10 bytes: 2.5 bits/weight. */
 #define CISM__QI_BLOCK 32
 #define CISM__Q6_BYTES 26
 #define CISM__Q5_BYTES 22
 #define CISM__Q3_BYTES 14
+#define CISM__Q2_BYTES 10
 static inline int cism__dtype_is_qint(int32_t dtype) {
-    return dtype == CISM_DTYPE_Q6 || dtype == CISM_DTYPE_Q5 || dtype == CISM_DTYPE_Q3;
+    return dtype == CISM_DTYPE_Q6 || dtype == CISM_DTYPE_Q5 || dtype == CISM_DTYPE_Q3 || dtype == CISM_DTYPE_Q2;
 }
 /* H: the offset of the codes (levels -H..H-1) */
-static inline int cism__qint_half(int32_t dtype) { return dtype == CISM_DTYPE_Q6 ? 32 : dtype == CISM_DTYPE_Q5 ? 16 : 4; }
+static inline int cism__qint_half(int32_t dtype) {
+    return dtype == CISM_DTYPE_Q6 ? 32 : dtype == CISM_DTYPE_Q5 ? 16 : dtype == CISM_DTYPE_Q3 ? 4 : 2;
+}
 static inline int cism__qint_bytes(int32_t dtype) {
-    return dtype == CISM_DTYPE_Q6 ? CISM__Q6_BYTES : dtype == CISM_DTYPE_Q5 ? CISM__Q5_BYTES : CISM__Q3_BYTES;
+    return dtype == CISM_DTYPE_Q6   ? CISM__Q6_BYTES
+           : dtype == CISM_DTYPE_Q5 ? CISM__Q5_BYTES
+           : dtype == CISM_DTYPE_Q3 ? CISM__Q3_BYTES
+                                    : CISM__Q2_BYTES;
 }
 static inline float cism__qint_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
-/* The level (code - H) of element i (0..31) of a q6, q5 or q3 block. */
+/* The level (code - H) of element i (0..31) of a q6, q5, q3 or q2 block. */
 static inline int cism__qint_level(int32_t dtype, const uint8_t *blk, int i) {
+    if (dtype == CISM_DTYPE_Q2) return ((blk[2 + (i & 7)] >> (2 * (i >> 3))) & 3) - 2;
     if (dtype == CISM_DTYPE_Q3) {
         int lo = (blk[6 + (i & 7)] >> (2 * (i >> 3))) & 3;
         int hi = (blk[2 + (i >> 3)] >> (i & 7)) & 1;
@@ -72,16 +82,19 @@ static inline int cism__qint_level(int32_t dtype, const uint8_t *blk, int i) {
 /* All 32 levels of a block (the same values as cism__qint_level, plane by plane). */
 static inline void cism__qint_levels(int32_t dtype, const uint8_t *blk, int32_t *lv) {
     int j;
-    if (dtype == CISM_DTYPE_Q3) {
-        const uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+    if (dtype == CISM_DTYPE_Q2 || dtype == CISM_DTYPE_Q3) { /* the 2-bit plane (q3: bits 0-1, and its bit-2 uint32) */
+        const int H = dtype == CISM_DTYPE_Q2 ? 2 : 4;
+        const uint8_t *pl = blk + (dtype == CISM_DTYPE_Q2 ? 2 : 6);
         for (j = 0; j < 8; j++) {
-            const int p = blk[6 + j];
-            lv[j] = (p & 3) - 4;
-            lv[j + 8] = ((p >> 2) & 3) - 4;
-            lv[j + 16] = ((p >> 4) & 3) - 4;
-            lv[j + 24] = (p >> 6) - 4;
+            lv[j] = (pl[j] & 3) - H;
+            lv[j + 8] = ((pl[j] >> 2) & 3) - H;
+            lv[j + 16] = ((pl[j] >> 4) & 3) - H;
+            lv[j + 24] = (pl[j] >> 6) - H;
         }
-        for (j = 0; j < 32; j++) lv[j] += (int)(((qh >> j) & 1u) << 2);
+        if (dtype == CISM_DTYPE_Q3) {
+            const uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+            for (j = 0; j < 32; j++) lv[j] += (int)(((qh >> j) & 1u) << 2);
+        }
     } else if (dtype == CISM_DTYPE_Q6) {
         for (j = 0; j < 16; j++) {
             lv[j] = (blk[2 + j] & 15) - 32;
@@ -177,17 +190,18 @@ void cism__dequantize_row(int32_t dtype, const uint8_t *row, float *out, int64_t
 /* Row r of a matrix of any dtype (interleaved ones included) as f32. */
 void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int64_t cols, int64_t r, float *out);
 
-/* ---- row-interleaved layouts (q8x16, q4sx16, q4ax16, q6x16, q5x16, q3x16) ----------
- * The values of the base dtype (q8, q4s, q4a, q6, q5, q3), in groups of 16 rows (a
+/* ---- row-interleaved layouts (q8x16, q4sx16, q4ax16, q6x16, q5x16, q3x16, q2x16) ---
+ * The values of the base dtype (q8, q4s, q4a, q6, q5, q3, q2), in groups of 16 rows (a
  * matrix's rows are whole groups). A group of nb blocks per row takes 16 *
- * row_bytes bytes, a run of superblocks of S consecutive blocks (q8, q6, q5, q3:
+ * row_bytes bytes, a run of superblocks of S consecutive blocks (q8, q6, q5, q3, q2:
  * S = 2, q4s: S = 4, q4a: S = 1; the last one may hold fewer): first the codes
  * of its blocks, then their scales, which fill exactly one 64-byte line in a
  * whole superblock.
- *   codes of block b: its code bytes (q8: 32, q4s: 8, q4a: 16, q6: 24, q5: 20, q3: 12)
+ *   codes of block b: its code bytes (q8: 32, q4s: 8, q4a: 16, q6: 24, q5: 20, q3: 12,
+ *     q2: 8)
  *     in 4-byte chunks; chunk c of the 16 rows is 64 bytes: row 0's bytes
  *     4c..4c+3, row 1's, ...
- *   scales of block b: the 16 rows' scales (q8, q6, q5, q3: fp16, 2 bytes; q4s:
+ *   scales of block b: the 16 rows' scales (q8, q6, q5, q3, q2: fp16, 2 bytes; q4s:
  *     E4M3, 1; q4a: fp16 scale then fp16 minimum, 4 bytes per row as in the
  *     q4a block)
  * Code bytes mean what they mean in the base format (q8: int8; q4s: byte j
@@ -196,7 +210,7 @@ void cism__matrix_row_f32(int32_t dtype, const void *w, uint64_t row_bytes, int6
  * 2-bit plane, plane byte j (chunk 4 + j / 4) holding elements j + 8k; q5:
  * chunk 0 the uint32 of bit 4, chunks 1-4 the nibble bytes; q3: chunk 0 the
  * uint32 of bit 2, chunks 1-2 the 2-bit plane, plane byte j in chunk 1 + j / 4,
- * holding elements j + 8k). One 64-byte
+ * holding elements j + 8k; q2: chunks 0-1 the 2-bit plane, as q3's chunks 1-2). One 64-byte
  * load thus feeds 16 rows with 4 bytes each (a 512-bit vpdpbusd, two 256-bit
  * registers of 8 rows, four 128-bit sdot registers of 4 rows). Scales inside
  * the superblocks make a group one sequential stream, which the hardware
@@ -218,6 +232,7 @@ static inline cism__x16 cism__x16_geom(int32_t dtype, uint64_t row_bytes) {
     case CISM_DTYPE_Q6X16: g.code_bytes = 24; g.scale_bytes = 2; g.sb_shift = 1; break;
     case CISM_DTYPE_Q5X16: g.code_bytes = 20; g.scale_bytes = 2; g.sb_shift = 1; break;
     case CISM_DTYPE_Q3X16: g.code_bytes = 12; g.scale_bytes = 2; g.sb_shift = 1; break;
+    case CISM_DTYPE_Q2X16: g.code_bytes = 8; g.scale_bytes = 2; g.sb_shift = 1; break;
     default: g.code_bytes = 8; g.scale_bytes = 1; g.sb_shift = 2; break; /* q4sx16 */
     }
     g.nb = (int64_t)(row_bytes / (uint64_t)(g.code_bytes + g.scale_bytes));
@@ -286,6 +301,7 @@ CISM__SCALAR_QUANT_DECL(q4a)
 CISM__SCALAR_QUANT_DECL(q6)
 CISM__SCALAR_QUANT_DECL(q5)
 CISM__SCALAR_QUANT_DECL(q3)
+CISM__SCALAR_QUANT_DECL(q2)
 /* interleaved dtypes: no row_to_f32 (a row is not contiguous; cism__matrix_row_f32) */
 #define CISM__SCALAR_X16_DECL(nm) \
     void cism__scalar_matmul_##nm(const void *w, uint64_t row_bytes, int64_t cols, const float *x, int64_t ldx, \
@@ -298,6 +314,7 @@ CISM__SCALAR_X16_DECL(q4ax16)
 CISM__SCALAR_X16_DECL(q6x16)
 CISM__SCALAR_X16_DECL(q5x16)
 CISM__SCALAR_X16_DECL(q3x16)
+CISM__SCALAR_X16_DECL(q2x16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2);
 

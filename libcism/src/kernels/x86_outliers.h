@@ -81,7 +81,8 @@ typedef struct oplace {
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
     pl->xf = base == CISM_DTYPE_Q8 ? X16_Q8 : base == CISM_DTYPE_Q4A ? X16_Q4A : base == CISM_DTYPE_Q6 ? X16_Q6
-             : base == CISM_DTYPE_Q5 ? X16_Q5 : base == CISM_DTYPE_Q3 ? X16_Q3 : X16_Q4S;
+             : base == CISM_DTYPE_Q5 ? X16_Q5 : base == CISM_DTYPE_Q3 ? X16_Q3
+             : base == CISM_DTYPE_Q2 ? X16_Q2 : X16_Q4S;
     pl->g = g;
     pl->B = pl->xf == X16_Q4S ? cism__fmt4_of(base)->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
@@ -398,6 +399,7 @@ X16_OUTL_ENTRY(q4ax16, X16_Q4A)
 X16_OUTL_ENTRY(q6x16, X16_Q6)
 X16_OUTL_ENTRY(q5x16, X16_Q5)
 X16_OUTL_ENTRY(q3x16, X16_Q3)
+X16_OUTL_ENTRY(q2x16, X16_Q2)
 #undef X16_OUTL_ENTRY
 
 /* The tier's fused entries */
@@ -412,6 +414,7 @@ CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->matmul_a8_outliers[CISM_DTYPE_Q6X16] = matmul_outliers_q6x16;
     k->matmul_a8_outliers[CISM_DTYPE_Q5X16] = matmul_outliers_q5x16;
     k->matmul_a8_outliers[CISM_DTYPE_Q3X16] = matmul_outliers_q3x16;
+    k->matmul_a8_outliers[CISM_DTYPE_Q2X16] = matmul_outliers_q2x16;
 }
 
 #endif

@@ -12,19 +12,20 @@
 #include <string.h>
 
 /* ---- formats ------------------------------------------------------------------------- */
-enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5, F_Q3 };
-#define F_QINT(f) ((f) >= F_Q6) /* q6, q5, q3: codes = level + H, one decoder (qint_codes32) */
+enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5, F_Q3, F_Q2 };
+#define F_QINT(f) ((f) >= F_Q6) /* q6, q5, q3, q2: codes = level + H, one decoder (qint_codes32) */
 
 typedef struct fmt {
     int block, bytes;   /* weights and bytes per block */
     int scale_e4m3;     /* 1: one E4M3 byte (x 2^-8), 0: fp16 */
     int corr;           /* AVX-512 (vpdpbusd, unsigned x signed): weights enter as level + corr; q4, q6,
-                           q5, q3 enter as their codes (level + corr) on AVX2 too, corr * (activation sum) taken off */
+                           q5, q3, q2 enter as their codes (level + corr) on AVX2 too, corr * (activation sum) taken off */
 } fmt;
 
-static const fmt g_fmt[9] = {
+static const fmt g_fmt[10] = {
     {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
     {32, CISM__Q6_BYTES, 0, 32}, {32, CISM__Q5_BYTES, 0, 16}, {32, CISM__Q3_BYTES, 0, 4},
+    {32, CISM__Q2_BYTES, 0, 2},
 };
 
 /* levels (signed) of the 4-bit codes, for the panel repack and the AVX2 sign trick */
@@ -119,11 +120,14 @@ CISM__INLINE __m256i bcast4y(const int8_t *q) {
 }
 
 /* The interleaved formats (xf): the 256-bit kernels of x86_x16.h, the drivers, the outlier columns */
-enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5, X16_Q3 };
-#define X16_QINT(xf) ((xf) >= X16_Q6) /* q6x16, q5x16, q3x16: fp16 scales, codes = level + H */
+enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5, X16_Q3, X16_Q2 };
+#define X16_QINT(xf) ((xf) >= X16_Q6) /* q6x16, q5x16, q3x16, q2x16: fp16 scales, codes = level + H */
+#define X16_PLANE(xf) ((xf) >= X16_Q3) /* q3x16, q2x16: codes from the 2-bit plane, no nibbles */
+#define X16_HALF(xf) ((xf) == X16_Q6 ? 32 : (xf) == X16_Q5 ? 16 : (xf) == X16_Q3 ? 4 : 2) /* H: level = code - H */
 CISM__INLINE int32_t x16_dtype(const int xf) {
     return xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : xf == X16_Q4A ? CISM_DTYPE_Q4AX16
-           : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : xf == X16_Q5 ? CISM_DTYPE_Q5X16 : CISM_DTYPE_Q3X16;
+           : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : xf == X16_Q5 ? CISM_DTYPE_Q5X16 : xf == X16_Q3 ? CISM_DTYPE_Q3X16
+                                                                                : CISM_DTYPE_Q2X16;
 }
 
 /* ---- block decode (256-bit) ------------------------------------------------------------- */
@@ -134,7 +138,7 @@ CISM__INLINE __m256i nibbles32(const uint8_t *p) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
-/* The bit planes of q6 / q5 / q3 (quant.h). plane2: 8 bytes at p whose byte
+/* The bit planes of q6 / q5 / q3 / q2 (quant.h). plane2: 8 bytes at p whose byte
    j holds element j + 8k's 2 bits at bits 2k..2k+1: element i's 2 bits in
    lane i (the bytes in each 64-bit lane k, shifted right by 2k, masked).
    bits32: the uint32 at p, bit i for element i: v in lane i where it is set,
@@ -162,11 +166,13 @@ CISM__INLINE __m256i qint_bits32(const uint8_t *p, const char v) {
 #endif
 }
 
-/* q6 / q5 / q3: a block's 32 codes (level + H: q6 0..63, q5 0..31, q3 0..7)
-   in order: q6 the nibbles as for q4 with plane2's bits 4-5 ORed in, q5 the
-   nibbles with bits32's bit 4, q3 plane2's bits 0-1 with bits32's bit 2. The
+/* q6 / q5 / q3 / q2: a block's 32 codes (level + H: q6 0..63, q5 0..31, q3 0..7,
+   q2 0..3) in order: q6 the nibbles as for q4 with plane2's bits 4-5 ORed in, q5
+   the nibbles with bits32's bit 4, q3 plane2's bits 0-1 with bits32's bit 2, q2
+   plane2 alone. The
    one decoder of these formats on both x86 tiers (decode and panel repack). */
 CISM__INLINE __m256i qint_codes32(const uint8_t *blk, const int f) {
+    if (f == F_Q2) return qint_plane2(blk + 2);
     if (f == F_Q3) return _mm256_or_si256(qint_plane2(blk + 6), qint_bits32(blk + 2, 4));
     if (f == F_Q6) return _mm256_or_si256(nibbles32(blk + 2), _mm256_slli_epi16(qint_plane2(blk + 18), 4));
     return _mm256_or_si256(nibbles32(blk + 6), qint_bits32(blk + 2, 0x10));
@@ -259,7 +265,7 @@ typedef struct panel {
     uint8_t *data;
 } panel;
 
-/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15; q6, q5, q3: code - H) */
+/* the levels of block b of a row as int8, B of them (q4a: its codes 0..15; q6, q5, q3, q2: code - H) */
 CISM__INLINE void levels_of(const uint8_t *blk, int8_t *out, const int f) {
     if (f == F_Q8) {
         memcpy(out, blk + 2, 32);
@@ -307,6 +313,7 @@ CISM__INLINE void panel_levels(const uint8_t *w, uint64_t rb, int64_t r, int nr,
                 case F_Q6: levels_of(row + j * bb, li + j * B, F_Q6); break;
                 case F_Q5: levels_of(row + j * bb, li + j * B, F_Q5); break;
                 case F_Q3: levels_of(row + j * bb, li + j * B, F_Q3); break;
+                case F_Q2: levels_of(row + j * bb, li + j * B, F_Q2); break;
                 default: levels_of(row + j * bb, li + j * B, F_FP4); break;
                 }
                 sc[(j * jb) / 4 + i] = scale_of(row + j * bb, f);

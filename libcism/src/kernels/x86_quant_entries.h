@@ -81,6 +81,7 @@ A8_KERNEL(q4a, F_Q4A)
 A8_KERNEL(q6, F_Q6)
 A8_KERNEL(q5, F_Q5)
 A8_KERNEL(q3, F_Q3)
+A8_KERNEL(q2, F_Q2)
 #undef A8_KERNEL
 
 /* Interleaved dtypes (q8x16, q4sx16, q4ax16, q6x16, q5x16: xf): rows [r0, r1) of a matrix of whole
@@ -123,6 +124,7 @@ X86_X16_ENTRY(q4ax16, X16_Q4A)
 X86_X16_ENTRY(q6x16, X16_Q6)
 X86_X16_ENTRY(q5x16, X16_Q5)
 X86_X16_ENTRY(q3x16, X16_Q3)
+X86_X16_ENTRY(q2x16, X16_Q2)
 
 /* The table entries every x86 int8 tier fills */
 CISM__INLINE void fill_a8_entries(cism__kernels *k) {
@@ -135,12 +137,14 @@ CISM__INLINE void fill_a8_entries(cism__kernels *k) {
     k->matmul_a8[CISM_DTYPE_Q6] = matmul_a8_q6;
     k->matmul_a8[CISM_DTYPE_Q5] = matmul_a8_q5;
     k->matmul_a8[CISM_DTYPE_Q3] = matmul_a8_q3;
+    k->matmul_a8[CISM_DTYPE_Q2] = matmul_a8_q2;
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4SX16] = matmul_a8_q4sx16;
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
     k->matmul_a8[CISM_DTYPE_Q6X16] = matmul_a8_q6x16;
     k->matmul_a8[CISM_DTYPE_Q5X16] = matmul_a8_q5x16;
     k->matmul_a8[CISM_DTYPE_Q3X16] = matmul_a8_q3x16;
+    k->matmul_a8[CISM_DTYPE_Q2X16] = matmul_a8_q2x16;
 }
 
 #endif

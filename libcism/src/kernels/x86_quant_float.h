@@ -1,4 +1,4 @@
-/* x86_quant_float.h - the float-activation matmul of q6, q5 and q3 on the x86
+/* x86_quant_float.h - the float-activation matmul of q6, q5, q3 and q2 on the x86
  * tiers (kernels_avx2_quant.c, kernels_avx512_quant.c), one body for both:
  * 256-bit instructions, which the AVX-512 tier has too. Included after
  * x86_quant.h (qint_codes32, f16_f, g_fmt). The other packed formats keep the
@@ -20,7 +20,7 @@
 
 #define QF_TOK 4 /* tokens sharing one decoded block */
 
-/* block of a q6/q5/q3 row as 32 floats d * level, columns 8q..8q+7 in w[q] */
+/* block of a q6/q5/q3/q2 row as 32 floats d * level, columns 8q..8q+7 in w[q] */
 CISM__INLINE void qf_decode(const uint8_t *blk, const int f, __m256 w[4]) {
     const __m256i lv = _mm256_sub_epi8(qint_codes32(blk, f), _mm256_set1_epi8((char)g_fmt[f].corr));
     const __m128i lo = _mm256_castsi256_si128(lv), hi = _mm256_extracti128_si256(lv, 1);
@@ -95,18 +95,22 @@ CISM__INLINE void qf_matmul(const int f, const int32_t xd, const void *w, uint64
 QF_ENTRY(q6, F_Q6, 0)
 QF_ENTRY(q5, F_Q5, 0)
 QF_ENTRY(q3, F_Q3, 0)
+QF_ENTRY(q2, F_Q2, 0)
 QF_ENTRY(q6x16, F_Q6, CISM_DTYPE_Q6X16)
 QF_ENTRY(q5x16, F_Q5, CISM_DTYPE_Q5X16)
 QF_ENTRY(q3x16, F_Q3, CISM_DTYPE_Q3X16)
+QF_ENTRY(q2x16, F_Q2, CISM_DTYPE_Q2X16)
 #undef QF_ENTRY
 
 CISM__INLINE void fill_qint_float_entries(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q6] = matmul_q6;
     k->matmul[CISM_DTYPE_Q5] = matmul_q5;
     k->matmul[CISM_DTYPE_Q3] = matmul_q3;
+    k->matmul[CISM_DTYPE_Q2] = matmul_q2;
     k->matmul[CISM_DTYPE_Q6X16] = matmul_q6x16;
     k->matmul[CISM_DTYPE_Q5X16] = matmul_q5x16;
     k->matmul[CISM_DTYPE_Q3X16] = matmul_q3x16;
+    k->matmul[CISM_DTYPE_Q2X16] = matmul_q2x16;
 }
 
 #endif

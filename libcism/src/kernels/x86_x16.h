@@ -65,9 +65,9 @@ CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const ci
     for (c = 0; c < 4; c++)
         p[c] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], bcast4y(ab->q + 4 * c)),
                                 _mm256_maddubs_epi16(hi[c], bcast4y(ab->q + 16 + 4 * c)));
-    if (xf == X16_Q4A || xf == X16_Q3) { /* codes <= 15: one int16 tree; q3 (codes <= 7): 4 x the activation sum off */
+    if (xf == X16_Q4A || X16_PLANE(xf)) { /* codes <= 15: one int16 tree; q3, q2 (codes <= 7): H x the activation sum off */
         const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])), one);
-        return xf == X16_Q3 ? _mm256_sub_epi32(s, _mm256_set1_epi32(4 * ab->sum)) : s;
+        return xf == X16_Q4A ? s : _mm256_sub_epi32(s, _mm256_set1_epi32(X16_HALF(xf) * ab->sum));
     }
     if (xf == X16_Q5)
         return _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), one),
@@ -95,15 +95,23 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
     const __m256i m = _mm256_set1_epi8(0x0f);
     const uint8_t *nc = cb + (xf == X16_Q5 ? 64 : 0);
     int c;
-    if (xf == X16_Q3) { /* no nibbles: chunk c's elements 4c + i take plane byte 4 (c & 1) + i (chunk 1 + (c & 1)), bits
-                           2 (c / 2); 16 + 4c + i bits 4 + 2 (c / 2); bit 2 from chunk 0's dword as q5's bit 4 */
-        const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb), m3 = _mm256_set1_epi8(3);
-        const __m256i p1 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 64));
-        const __m256i p2 = _mm256_loadu_si256((const __m256i *)(const void *)(cb + 128));
+    if (X16_PLANE(xf)) { /* no nibbles: chunk c's elements 4c + i take plane byte 4 (c & 1) + i (q3: chunk 1 + (c & 1),
+                            q2: c & 1), bits 2 (c / 2); 16 + 4c + i bits 4 + 2 (c / 2); q3's bit 2 from chunk 0's dword as
+                            q5's bit 4 */
+        const uint8_t *pc = cb + (xf == X16_Q3 ? 64 : 0);
+        const __m256i p1 = _mm256_loadu_si256((const __m256i *)(const void *)pc), m3 = _mm256_set1_epi8(3);
+        const __m256i p2 = _mm256_loadu_si256((const __m256i *)(const void *)(pc + 64));
         for (c = 0; c < 4; c++) {
             const __m256i pl = c & 1 ? p2 : p1;
-            lo[c] = _mm256_or_si256(_mm256_and_si256(c < 2 ? pl : _mm256_srli_epi16(pl, 2), m3), q5_bit4(hq, c >> 1, c & 1, 4));
-            hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(pl, c < 2 ? 4 : 6), m3), q5_bit4(hq, 2 + (c >> 1), c & 1, 4));
+            lo[c] = _mm256_and_si256(c < 2 ? pl : _mm256_srli_epi16(pl, 2), m3);
+            hi[c] = _mm256_and_si256(_mm256_srli_epi16(pl, c < 2 ? 4 : 6), m3);
+        }
+        if (xf == X16_Q3) {
+            const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb);
+            for (c = 0; c < 4; c++) {
+                lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1, 4));
+                hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1, 4));
+            }
         }
         return;
     }
@@ -146,11 +154,12 @@ static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int x
     const int64_t byte = q8 ? j : (j < half ? j : j - half);
     const int64_t cb = (int64_t)(cism__x16_codes(g, grp, b) - grp);
     ocol p;
-    p.code = xf == X16_Q3 ? cb + (1 + (j % 8) / 4) * 64 : cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
+    p.code = X16_PLANE(xf) ? cb + ((xf == X16_Q3) + (j % 8) / 4) * 64 : cb + (xf == X16_Q5 ? 64 : 0) + (byte / 4) * 64;
     p.scale = (int64_t)(cism__x16_scales(g, grp, b) - grp);
-    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : xf == X16_Q3 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
+    p.shift = q8 ? 24 - 8 * (int)(byte % 4) : X16_PLANE(xf) ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : 8 * (int)(byte % 4) + (j < half ? 0 : 4);
     /* q6: plane byte j % 8 (chunk 4 + (j % 8) / 4), bits 2 (j / 8); q5, q3: bit j of chunk 0 (q3's code: its
-       low 2 bits, plane byte j % 8 in chunk 1 + (j % 8) / 4, bits 2 (j / 8)) */
+       low 2 bits, plane byte j % 8 in chunk 1 + (j % 8) / 4, bits 2 (j / 8); q2's: all of it, from chunk
+       (j % 8) / 4; no high bits) */
     p.hcode = cb + (xf == X16_Q6 ? (4 + (j % 8) / 4) * 64 : 0);
     p.hshift = xf == X16_Q6 ? 8 * (int)(j % 4) + 2 * (int)(j / 8) : (int)j;
     return p;
@@ -162,13 +171,15 @@ CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, cons
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(grp + p->scale + 16 * h)));
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->code + 32 * h)),
                                                          _mm_cvtsi32_si128(p->shift)),
-                                        _mm256_set1_epi32(xf == X16_Q3 ? 3 : 15));
-    const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
-                                                         _mm_cvtsi32_si128(p->hshift)),
-                                        _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
-    const __m256i lv = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, xf == X16_Q3 ? 2 : 4)),
-                                        _mm256_set1_epi32(xf == X16_Q6 ? 32 : xf == X16_Q5 ? 16 : 4));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(lv));
+                                        _mm256_set1_epi32(X16_PLANE(xf) ? 3 : 15));
+    __m256i lv = lo;
+    if (xf != X16_Q2) {
+        const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->hcode + 32 * h)),
+                                                             _mm_cvtsi32_si128(p->hshift)),
+                                            _mm256_set1_epi32(xf == X16_Q6 ? 3 : 1));
+        lv = _mm256_or_si256(lo, _mm256_slli_epi32(hb, xf == X16_Q3 ? 2 : 4));
+    }
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(lv, _mm256_set1_epi32(X16_HALF(xf)))));
 }
 
 /* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column
