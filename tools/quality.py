@@ -49,7 +49,7 @@ from cism.llamacpp import gguf_info, make_imatrix, quantize_gguf, write_gguf_hf 
 from cism.safetensors import open_checkpoint  # noqa: E402
 
 # (label, recipe, int8 activations, calibration): calibration None is the recipe's
-# default (4bit, 4bit-q6, 5bit, q5, q6: "auto", GPTQ on a q8 copy; the others none), False none, or the
+# default (4bit, 4bit-q6, 5bit, q5, q6, 3bit, q3, 2bit, q2: "auto", GPTQ on a q8 copy; the others none), False none, or the
 # keyword arguments of convert (calibrate "auto" is text the model samples itself,
 # cism.calibrate: never the evaluation text)
 NOCAL = False
@@ -70,7 +70,9 @@ OURS = [("f32", None, False, None), ("q8", "q8", False, None), ("q8 + int8 act",
         ("4bit-q6 --no-calibrate", "4bit-q6", False, NOCAL),
         ("4bit-q6 (default: gptq on a q8 copy)", "4bit-q6", False, None),
         ("3bit --no-calibrate", "3bit", False, NOCAL), ("3bit (default: gptq on a q8 copy)", "3bit", False, None),
-        ("3bit + int8 act", "3bit", True, None), ("q3 (default: gptq on a q8 copy)", "q3", False, None)]
+        ("3bit + int8 act", "3bit", True, None), ("q3 (default: gptq on a q8 copy)", "q3", False, None),
+        ("2bit --no-calibrate", "2bit", False, NOCAL), ("2bit (default: gptq on a q8 copy)", "2bit", False, None),
+        ("2bit + int8 act", "2bit", True, None), ("q2 (default: gptq on a q8 copy)", "q2", False, None)]
 LLAMA = ["Q8_0", "Q4_0", "Q4_K_M", "IQ4_NL"]
 # --llama all: the curve from 2 to 8.5 bits. TYPE:pure is llama-quantize --pure, TYPE:imatrix its importance-matrix
 # rounding on text the model samples itself (make_imatrix; needs tools/build_llama_tools.sh)
@@ -167,8 +169,12 @@ def self_sampled_text(cism_f32: str, folder: str, out: str, n_seq: int = 16, len
             s.reset()
             ids = s.generate_ids([m.bos_id], length - 1, Sampler(temperature=1.0, seed=i), ignore_eos=True)
             parts.append(tok.decode(ids, skip_special_tokens=True))
+    # sequences apart by a blank line, or by a space where the vocabulary has no newline
+    # (BabyLlama's 105 tokens: llama.cpp's tokenizer aborts on a character it cannot encode)
+    unk = tok.token_to_id("<unk>")
+    sep = " " if unk is not None and unk in tok.encode("\n", add_special_tokens=False).ids else "\n\n"
     with open(out + ".partial", "w", encoding="utf-8") as f:
-        f.write("\n\n".join(parts))
+        f.write(sep.join(parts))
     os.replace(out + ".partial", out)
 
 
@@ -194,8 +200,19 @@ def _log_softmax(lg: np.ndarray) -> np.ndarray:
 def logp_llama(path: str, toks, ctx: int, bos: int, max_windows: int = 0):
     """(PPL, scored positions, log-probabilities [scored, vocab] float32) of a GGUF through llama.cpp."""
     import llama_cpp
-    m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
-                        n_threads=1, n_threads_batch=1)  # one thread: no spinning barriers on a shared machine
+    import llama_cpp.llama as llama_mod
+    defaults = llama_mod.llama_cpp.llama_model_default_params
+
+    def plain_buffers():  # the GGUF's own tensor layout: no AMX or repacked CPU buffers (use_extra_bufts off).
+        p = defaults()    # Its AMX path crashed on the checkpoints' 64-wide rows (AMX Xeon, 2026-12-05);
+        p.use_extra_bufts = False  # repacking changes speed and summation order, not the types
+        return p
+    llama_mod.llama_cpp.llama_model_default_params = plain_buffers
+    try:
+        m = llama_cpp.Llama(path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True, verbose=False,
+                            n_threads=1, n_threads_batch=1)  # one thread: no spinning barriers on a shared machine
+    finally:
+        llama_mod.llama_cpp.llama_model_default_params = defaults
     first = ctx // 2
     nll, parts = 0.0, []
     for win in _windows(toks, ctx, bos, max_windows):
