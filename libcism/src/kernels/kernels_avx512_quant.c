@@ -324,7 +324,7 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
 /* q5x16's bit 4 (v 0x10) / q3x16's bit 2 (v 4) of 16 rows: v in the bytes of
    each row's dword whose bit is set, byte i taking bit 4 * odd + i of the
    dword's byte `byte` (hq: the block's chunk 0, bit e of a row's dword element e's) */
-CISM__INLINE __m512i q5_bit4_16(__m512i hq, const int byte, const int odd, const char v) {
+CISM__INLINE __m512i qh_bits16(__m512i hq, const int byte, const int odd, const char v) {
     const __m512i sel = _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0), _mm512_set1_epi8((char)byte));
     const __m512i bit = _mm512_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
     return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(_mm512_shuffle_epi8(hq, sel), bit), _mm512_set1_epi8(v));
@@ -435,8 +435,8 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
                     lo = _mm512_or_si512(lo, _mm512_and_si512(c < 2 ? _mm512_slli_epi16(pl, 4) : _mm512_slli_epi16(pl, 2), m3));
                     hi = _mm512_or_si512(hi, _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3));
                 } else { /* p4: chunk 0, the bits 4 */
-                    lo = _mm512_or_si512(lo, q5_bit4_16(p4, c >> 1, c & 1, 0x10));
-                    hi = _mm512_or_si512(hi, q5_bit4_16(p4, 2 + (c >> 1), c & 1, 0x10));
+                    lo = _mm512_or_si512(lo, qh_bits16(p4, c >> 1, c & 1, 0x10));
+                    hi = _mm512_or_si512(hi, qh_bits16(p4, 2 + (c >> 1), c & 1, 0x10));
                 }
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
@@ -454,8 +454,8 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
                 __m512i lo = _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(pl, c < 2 ? 4 : 6), m3);
                 if (xf == X16_Q3) {
-                    lo = _mm512_or_si512(lo, q5_bit4_16(hq, c >> 1, c & 1, 4));
-                    hi = _mm512_or_si512(hi, q5_bit4_16(hq, 2 + (c >> 1), c & 1, 4));
+                    lo = _mm512_or_si512(lo, qh_bits16(hq, c >> 1, c & 1, 4));
+                    hi = _mm512_or_si512(hi, qh_bits16(hq, 2 + (c >> 1), c & 1, 4));
                 }
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));

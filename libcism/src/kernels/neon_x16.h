@@ -136,9 +136,10 @@ CISM__INLINE void nx_q8_sdot(const int k0, const int K, const int T, const int8_
 
 #endif
 
-/* q5: 0x10 in byte i of each row's dword whose bit 4 * odd + i of the
-   dword's byte `byte` is set (q: the row register of chunk 0) */
-CISM__INLINE uint8x16_t nx_q5_bit4(uint8x16_t q, const int byte, const int odd, const uint8_t val) {
+/* The uint32 plane of q5 / q3 (bit 4 / bit 2: val 0x10 / 4): val in byte i of
+   each row's dword whose bit 4 * odd + i of the dword's byte `byte` is set
+   (q: the row register of chunk 0) */
+CISM__INLINE uint8x16_t nx_qh_bits(uint8x16_t q, const int byte, const int odd, const uint8_t val) {
     static const uint8_t dw4[16] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12};
     const uint8x16_t bit = vreinterpretq_u8_u32(vdupq_n_u32(odd ? 0x80402010u : 0x08040201u));
     const uint8x16_t v = vqtbl1q_u8(q, vaddq_u8(vld1q_u8(dw4), vdupq_n_u8((uint8_t)byte)));
@@ -161,8 +162,8 @@ CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const i
         h = vandq_u8(c < 2 ? vshrq_n_u8(p, 4) : vshrq_n_u8(p, 6), m3);
         if (fm == NX_Q3) {
             const uint8x16_t q = vld1q_u8(cb + k * 16);
-            l = vorrq_u8(l, nx_q5_bit4(q, c >> 1, c & 1, 4));
-            h = vorrq_u8(h, nx_q5_bit4(q, 2 + (c >> 1), c & 1, 4));
+            l = vorrq_u8(l, nx_qh_bits(q, c >> 1, c & 1, 4));
+            h = vorrq_u8(h, nx_qh_bits(q, 2 + (c >> 1), c & 1, 4));
         }
     } else {
         const uint8x16_t raw = vld1q_u8(cb + (fm == NX_Q5 ? 64 : 0) + c * 64 + k * 16);
@@ -175,8 +176,8 @@ CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const i
         h = vorrq_u8(h, vandq_u8(c < 2 ? p : vshrq_n_u8(p, 2), m3));
     } else if (fm == NX_Q5) {
         const uint8x16_t q = vld1q_u8(cb + k * 16);
-        l = vorrq_u8(l, nx_q5_bit4(q, c >> 1, c & 1, 0x10));
-        h = vorrq_u8(h, nx_q5_bit4(q, 2 + (c >> 1), c & 1, 0x10));
+        l = vorrq_u8(l, nx_qh_bits(q, c >> 1, c & 1, 0x10));
+        h = vorrq_u8(h, nx_qh_bits(q, 2 + (c >> 1), c & 1, 0x10));
     }
     if (fm >= NX_Q6) { /* q6, q5, q3, q2 */
         const uint8x16_t H = vdupq_n_u8(fm == NX_Q6 ? 32 : fm == NX_Q5 ? 16 : fm == NX_Q3 ? 4 : 2);

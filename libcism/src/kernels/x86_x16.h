@@ -81,7 +81,7 @@ CISM__INLINE __m256i x16_dot8(const __m256i lo[4], const __m256i hi[4], const ci
 /* v in the bytes of 8 rows' dwords whose bit is set: byte i of each dword
    takes bit 4 * odd + i of the dword's byte `byte` (hq: chunk 0; q5's bit 4:
    v 0x10, q3's bit 2: v 4) */
-CISM__INLINE __m256i q5_bit4(__m256i hq, const int byte, const int odd, const char v) {
+CISM__INLINE __m256i qh_bits8(__m256i hq, const int byte, const int odd, const char v) {
     const __m256i sel = _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c),
                                         _mm256_set1_epi8((char)byte));
     const __m256i bit = _mm256_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
@@ -109,8 +109,8 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
         if (xf == X16_Q3) {
             const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb);
             for (c = 0; c < 4; c++) {
-                lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1, 4));
-                hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1, 4));
+                lo[c] = _mm256_or_si256(lo[c], qh_bits8(hq, c >> 1, c & 1, 4));
+                hi[c] = _mm256_or_si256(hi[c], qh_bits8(hq, 2 + (c >> 1), c & 1, 4));
             }
         }
         return;
@@ -131,8 +131,8 @@ CISM__INLINE void x16_codes8(const uint8_t *cb, __m256i lo[4], __m256i hi[4], co
     } else if (xf == X16_Q5) { /* element e takes bit e of chunk 0's dword */
         const __m256i hq = _mm256_loadu_si256((const __m256i *)(const void *)cb);
         for (c = 0; c < 4; c++) {
-            lo[c] = _mm256_or_si256(lo[c], q5_bit4(hq, c >> 1, c & 1, 0x10));
-            hi[c] = _mm256_or_si256(hi[c], q5_bit4(hq, 2 + (c >> 1), c & 1, 0x10));
+            lo[c] = _mm256_or_si256(lo[c], qh_bits8(hq, c >> 1, c & 1, 0x10));
+            hi[c] = _mm256_or_si256(hi[c], qh_bits8(hq, 2 + (c >> 1), c & 1, 0x10));
         }
     }
 }
