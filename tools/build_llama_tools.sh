@@ -13,7 +13,9 @@ DIR="$CACHE/llama.cpp-tools-$VERSION"
 SDIST="$CACHE/llama_cpp_python-$VERSION.tar.gz"
 mkdir -p "$CACHE"
 if [ ! -f "$SDIST" ]; then
-    python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$CACHE"
+    # the sdist of this one package (--no-binary :all: would also make pip build the sdist's
+    # build requirements from source to read its metadata: cmake itself, most of an hour)
+    python3 -m pip download --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$CACHE"
 fi
 if [ ! -d "$DIR/src" ]; then
     rm -rf "$DIR.partial" && mkdir -p "$DIR.partial"
