@@ -11,9 +11,15 @@ libcism reads the default import of the pinned GGUF (--model, made from it if mi
 q8x16 tied embedding/head, q4ax16 layers, the same weight bytes as the Q4_1 file);
 llama-bench reads the GGUF itself.
 
+--depth D1,D2,... measures decode at long context instead (issue 18): N single-token evals
+after a context of D tokens, llama-bench `-p 0 -n N -d D -fa on` (flash attention on, its
+f16 KV cache) against a libcism session (f16 KV, its default) that evaluated the text's
+first D tokens untimed and then decodes the next N, alternated the same way.
+
     tools/build_llama_tools.sh        # once: llama-bench from the pinned llama-cpp-python sdist
     PYTHONPATH=bindings_py CISM_LIB=build/release/libcism/libcism.so build/venv/bin/python \\
         tools/bench_real_vs_llamacpp.py --threads 1,2 --rounds 5
+    ... tools/bench_real_vs_llamacpp.py --threads 2 --gen 32 --depth 512,2048,8000 --rounds 3
 """
 import argparse
 import json
@@ -45,6 +51,29 @@ def llama_bench(exe, gguf, p, n, threads):
     return pp["avg_ts"], tg["avg_ts"], info
 
 
+def llama_bench_depth(exe, gguf, n, depth, threads):
+    """llama-bench's decode tokens/s after a context of depth tokens, flash attention on."""
+    out = subprocess.run([exe, "-m", gguf, "-p", "0", "-n", str(n), "-d", str(depth), "-fa", "on", "-t", str(threads),
+                          "-r", "1", "-o", "json"], check=True, capture_output=True, text=True).stdout
+    row = next(r for r in json.loads(out) if r["n_gen"] == n and r.get("n_depth") == depth)
+    info = {k: row.get(k) for k in ("build_commit", "build_number", "cpu_info", "model_type", "n_batch", "n_ubatch",
+                                    "flash_attn", "type_k", "type_v")}
+    return row["avg_ts"], info
+
+
+def ours_depth(m, toks, n, depth, threads):
+    """libcism's decode tokens/s after evaluating toks[:depth] (untimed), in a fresh session."""
+    s = m.session(n_ctx=depth + n + 8, n_threads=threads)
+    try:
+        s.eval(toks[:depth])
+        t0 = time.perf_counter()
+        for t in toks[depth:depth + n]:
+            s.eval([t])
+        return n / (time.perf_counter() - t0)
+    finally:
+        s.close()
+
+
 def ours(m, toks, p, n, threads):
     """libcism's prefill and decode tokens/s (fresh sessions)."""
     s = m.session(n_ctx=max(p, n) + 8, n_threads=threads)
@@ -73,6 +102,7 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--depth", default="", help="decode at these context lengths instead (comma-separated)")
     ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "models", "eval", "war_and_peace_excerpt.txt"))
     a = ap.parse_args()
     if a.prompt < 1 or a.gen < 1 or a.rounds < 1:
@@ -85,12 +115,16 @@ def main():
     if not os.path.exists(a.model):
         convert_gguf(gguf, a.model)
     threads = [int(x) for x in a.threads.split(",")]
+    depths = [int(x) for x in a.depth.split(",")] if a.depth else []
+    need = max(a.prompt, a.gen) if not depths else max(depths) + a.gen
     with cism.Model(a.model) as m:
         with open(a.text, encoding="utf-8") as f:
-            toks = [m.bos_id] + list(m.tokenizer.encode(f.read(), add_bos=False))[:max(a.prompt, a.gen) - 1]
-        if len(toks) < max(a.prompt, a.gen):
+            toks = [m.bos_id] + list(m.tokenizer.encode(f.read(), add_bos=False))[:need - 1]
+        if len(toks) < need:
             ap.error(f"the text has only {len(toks)} tokens")
         info = {}
+        if depths:
+            return depth_table(a, m, toks, exe, gguf, threads, depths)
 
         def measure(th, eng):
             if eng == "cism":
@@ -111,6 +145,31 @@ def main():
             for i, test in enumerate(("prefill", "decode")):
                 c, l = med[th]["cism"][i], med[th]["llama"][i]
                 print(f"{th:>7} {test:>8} {c:>9.1f} {l:>10.1f} {c / l:>6.2f}")
+
+
+def depth_table(a, m, toks, exe, gguf, threads, depths):
+    info = {}
+
+    def measure(th, d, eng):
+        if eng == "cism":
+            return 0.0, ours_depth(m, toks, a.gen, d, th)  # (no prefill, decode): bench_pair's pairs
+        tg, info_ = llama_bench_depth(exe, gguf, a.gen, d, th)
+        info.update(info_)
+        return 0.0, tg
+
+    med = {(th, d): alternated_medians(a.rounds, "cism", "llama", lambda eng: measure(th, d, eng))
+           for th in threads for d in depths}
+    print(f"model: SmolLM2-135M-Instruct; libcism {cism.library_version()} ({a.model}, tier "
+          f"{cism.kernel_tiers()[-1]}, KV f16); llama.cpp llama-bench as vendored in llama-cpp-python "
+          f"{LLAMA_CPP_PYTHON} (build {info['build_commit']}), {info['model_type']}, flash_attn {info['flash_attn']}, "
+          f"KV {info['type_k']}/{info['type_v']}; cpu {info['cpu_info']}")
+    print(f"decode {a.gen} tokens after a context of D tokens; {a.rounds} alternated rounds, medians")
+    print(f"{'threads':>7} {'depth':>6} {'libcism':>9} {'llama.cpp':>10} {'ratio':>6}")
+    for th in threads:
+        for d in depths:
+            c, l = med[(th, d)]["cism"][1], med[(th, d)]["llama"][1]
+            print(f"{th:>7} {d:>6} {c:>9.1f} {l:>10.1f} {c / l:>6.2f}")
+    return 0
 
 
 if __name__ == "__main__":
