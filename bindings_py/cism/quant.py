@@ -29,16 +29,14 @@ DTYPE_Q2X16 = 19  # the values of q2, 16 rows interleaved
 QUANT_DTYPES = {"q8": DTYPE_Q8, "q4": DTYPE_Q4, "fp4": DTYPE_FP4, "nl4": DTYPE_NL4, "q4s": DTYPE_Q4S,
                 "q8x16": DTYPE_Q8X16, "q4sx16": DTYPE_Q4SX16, "q4a": DTYPE_Q4A, "q6": DTYPE_Q6, "q5": DTYPE_Q5,
                 "q4ax16": DTYPE_Q4AX16, "q6x16": DTYPE_Q6X16, "q5x16": DTYPE_Q5X16, "q3": DTYPE_Q3,
-                "q3x16": DTYPE_Q3X16, "q2": DTYPE_Q2,
-                "q2x16": DTYPE_Q2X16}
+                "q3x16": DTYPE_Q3X16, "q2": DTYPE_Q2, "q2x16": DTYPE_Q2X16}
 # the row-interleaved variant of a format (docs/QUANTIZATION.md): same values and bytes, a layout
 # that one 512-bit load feeds 16 rows from; for matrices of whole groups of 16 rows
 INTERLEAVED = {"q8": "q8x16", "q4s": "q4sx16", "q4a": "q4ax16", "q6": "q6x16", "q5": "q5x16", "q3": "q3x16",
                "q2": "q2x16"}
 # the formats calibrated rounding applies to (GPTQ or imatrix); q8 and q4a are rounded as without calibration
 CALIBRATED_DTYPES = (DTYPE_Q4, DTYPE_FP4, DTYPE_NL4, DTYPE_Q4S, DTYPE_Q4SX16, DTYPE_Q6, DTYPE_Q5, DTYPE_Q6X16,
-                     DTYPE_Q5X16, DTYPE_Q3, DTYPE_Q3X16, DTYPE_Q2,
-                     DTYPE_Q2X16)
+                     DTYPE_Q5X16, DTYPE_Q3, DTYPE_Q3X16, DTYPE_Q2, DTYPE_Q2X16)
 GROUP_ROWS = 16
 LAYOUTS = ("auto", "rows")
 for _n, _v in QUANT_DTYPES.items():
