@@ -57,6 +57,34 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
     memcpy(gain + 2 * b, &g, sizeof(g));
 }
 
+/* The first block whose gain is the largest, if that exceeds thr (-1: none);
+   its gain at *best. The largest first, in four independent chains (the scan
+   of one chain waited on each comparison), then its first block: the block a
+   scan keeping the first strictly larger gain picks. */
+static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
+    double mx[4], g;
+    int64_t b;
+    int i;
+    for (i = 0; i < 4; i++) mx[i] = thr;
+    for (b = 0; b + 4 <= nb; b += 4)
+        for (i = 0; i < 4; i++) {
+            memcpy(&g, gain + 2 * (b + i), sizeof(g));
+            mx[i] = g > mx[i] ? g : mx[i];
+        }
+    for (; b < nb; b++) {
+        memcpy(&g, gain + 2 * b, sizeof(g));
+        mx[0] = g > mx[0] ? g : mx[0];
+    }
+    mx[0] = mx[1] > mx[0] ? mx[1] : mx[0];
+    mx[2] = mx[3] > mx[2] ? mx[3] : mx[2];
+    *best = mx[2] > mx[0] ? mx[2] : mx[0];
+    if (!(*best > thr)) return -1;
+    for (b = 0;; b++) {
+        memcpy(&g, gain + 2 * b, sizeof(g));
+        if (g == *best) return b;
+    }
+}
+
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
                               float *tmp) {
     const cism__kernels *sc = cism__kernels_scalar();
@@ -83,16 +111,8 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
-        double best = CISM__A8_OUT_GAIN * N / (double)nb;
-        int64_t pick = -1, m;
-        for (b = 0; b < nb; b++) {
-            double g;
-            memcpy(&g, gain + 2 * b, sizeof(g));
-            if (g > best) {
-                best = g;
-                pick = b;
-            }
-        }
+        double best;
+        int64_t pick = best_gain(gain, nb, CISM__A8_OUT_GAIN * N / (double)nb, &best), m;
         if (pick < 0) break;
         m = block_len(n, pick);
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
