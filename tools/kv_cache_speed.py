@@ -46,7 +46,7 @@ def main():
     with cism.Model(a.model) as m:
         try:
             tok = m.tokenizer
-        except Exception:  # no tokenizer in the file: random ids
+        except cism.TokenizerError:  # no tokenizer in the file: random ids
             tok = None
         if tok is not None:
             with open(a.text, encoding="utf-8") as f:
