@@ -179,8 +179,8 @@ CISM__INLINE void nx_split(const int fm, const uint8_t *cb, const int c, const i
         l = vorrq_u8(l, nx_qh_bits(q, c >> 1, c & 1, 0x10));
         h = vorrq_u8(h, nx_qh_bits(q, 2 + (c >> 1), c & 1, 0x10));
     }
-    if (fm >= NX_Q6) { /* q6, q5, q3, q2 */
-        const uint8x16_t H = vdupq_n_u8(fm == NX_Q6 ? 32 : fm == NX_Q5 ? 16 : fm == NX_Q3 ? 4 : 2);
+    if (fm == NX_Q6 || fm == NX_Q5 || fm == NX_Q3 || fm == NX_Q2) {
+        const uint8x16_t H = vdupq_n_u8((uint8_t)cism__qint_half(nx_dtype(fm)));
         l = vsubq_u8(l, H);
         h = vsubq_u8(h, H);
     }

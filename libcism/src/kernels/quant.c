@@ -766,7 +766,7 @@ static cism_status check_quantize_args(const char *fn, cism_dtype dtype, const f
     if (cism__dtype_is_qint(cism__dtype_base(dtype))) { /* fp16 scales, with room for the search's larger candidates */
         float amax = 0;
         for (i = 0; i < n_rows * cols; i++) if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
-        if (amax / (float)(cism__qint_half(cism__dtype_base(dtype)) - 1) > 48000.0f)
+        if (amax / (float)(cism__qint_half(dtype) - 1) > 48000.0f)
             return cism__fail(CISM_ERR_INVALID_ARG, "%s: |value| up to %g is too large for %s's fp16 scales", fn,
                               (double)amax, cism_dtype_name(dtype));
     }

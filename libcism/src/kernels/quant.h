@@ -47,12 +47,19 @@ static inline float cism__q4a_m(const uint8_t *blk) { return cism__f16_to_f32((u
 #define CISM__Q5_BYTES 22
 #define CISM__Q3_BYTES 14
 #define CISM__Q2_BYTES 10
+/* H, the offset of the codes (levels -H..H-1), of each format: the one place
+   it is written (the tiers' tables and decoders take it from here) */
+#define CISM__Q6_HALF 32
+#define CISM__Q5_HALF 16
+#define CISM__Q3_HALF 4
+#define CISM__Q2_HALF 2
 static inline int cism__dtype_is_qint(int32_t dtype) {
     return dtype == CISM_DTYPE_Q6 || dtype == CISM_DTYPE_Q5 || dtype == CISM_DTYPE_Q3 || dtype == CISM_DTYPE_Q2;
 }
-/* H: the offset of the codes (levels -H..H-1) */
+/* H of a q6, q5, q3 or q2 dtype, or of its interleaved form */
 static inline int cism__qint_half(int32_t dtype) {
-    return dtype == CISM_DTYPE_Q6 ? 32 : dtype == CISM_DTYPE_Q5 ? 16 : dtype == CISM_DTYPE_Q3 ? 4 : 2;
+    const int32_t b = cism__dtype_base(dtype);
+    return b == CISM_DTYPE_Q6 ? CISM__Q6_HALF : b == CISM_DTYPE_Q5 ? CISM__Q5_HALF : b == CISM_DTYPE_Q3 ? CISM__Q3_HALF : CISM__Q2_HALF;
 }
 static inline int cism__qint_bytes(int32_t dtype) {
     return dtype == CISM_DTYPE_Q6   ? CISM__Q6_BYTES
@@ -63,27 +70,21 @@ static inline int cism__qint_bytes(int32_t dtype) {
 static inline float cism__qint_d(const uint8_t *blk) { return cism__f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8))); }
 /* The level (code - H) of element i (0..31) of a q6, q5, q3 or q2 block. */
 static inline int cism__qint_level(int32_t dtype, const uint8_t *blk, int i) {
-    if (dtype == CISM_DTYPE_Q2) return ((blk[2 + (i & 7)] >> (2 * (i >> 3))) & 3) - 2;
-    if (dtype == CISM_DTYPE_Q3) {
-        int lo = (blk[6 + (i & 7)] >> (2 * (i >> 3))) & 3;
-        int hi = (blk[2 + (i >> 3)] >> (i & 7)) & 1;
-        return (lo | (hi << 2)) - 4;
-    }
-    if (dtype == CISM_DTYPE_Q6) {
-        int lo = i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4);
-        int hi = (blk[18 + (i & 7)] >> (2 * (i >> 3))) & 3;
-        return (lo | (hi << 4)) - 32;
-    } else {
-        int lo = i < 16 ? (blk[6 + i] & 15) : (blk[6 + i - 16] >> 4);
-        int hi = (blk[2 + (i >> 3)] >> (i & 7)) & 1;
-        return (lo | (hi << 4)) - 16;
-    }
+    int code;
+    if (dtype == CISM_DTYPE_Q2) code = (blk[2 + (i & 7)] >> (2 * (i >> 3))) & 3;
+    else if (dtype == CISM_DTYPE_Q3)
+        code = ((blk[6 + (i & 7)] >> (2 * (i >> 3))) & 3) | (((blk[2 + (i >> 3)] >> (i & 7)) & 1) << 2);
+    else if (dtype == CISM_DTYPE_Q6)
+        code = (i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4)) | (((blk[18 + (i & 7)] >> (2 * (i >> 3))) & 3) << 4);
+    else
+        code = (i < 16 ? (blk[6 + i] & 15) : (blk[6 + i - 16] >> 4)) | (((blk[2 + (i >> 3)] >> (i & 7)) & 1) << 4);
+    return code - cism__qint_half(dtype);
 }
 /* All 32 levels of a block (the same values as cism__qint_level, plane by plane). */
 static inline void cism__qint_levels(int32_t dtype, const uint8_t *blk, int32_t *lv) {
+    const int H = cism__qint_half(dtype);
     int j;
     if (dtype == CISM_DTYPE_Q2 || dtype == CISM_DTYPE_Q3) { /* the 2-bit plane (q3: bits 0-1, and its bit-2 uint32) */
-        const int H = dtype == CISM_DTYPE_Q2 ? 2 : 4;
         const uint8_t *pl = blk + (dtype == CISM_DTYPE_Q2 ? 2 : 6);
         for (j = 0; j < 8; j++) {
             lv[j] = (pl[j] & 3) - H;
@@ -97,8 +98,8 @@ static inline void cism__qint_levels(int32_t dtype, const uint8_t *blk, int32_t 
         }
     } else if (dtype == CISM_DTYPE_Q6) {
         for (j = 0; j < 16; j++) {
-            lv[j] = (blk[2 + j] & 15) - 32;
-            lv[j + 16] = (blk[2 + j] >> 4) - 32;
+            lv[j] = (blk[2 + j] & 15) - H;
+            lv[j + 16] = (blk[2 + j] >> 4) - H;
         }
         for (j = 0; j < 8; j++) {
             const int h = blk[18 + j];
@@ -110,8 +111,8 @@ static inline void cism__qint_levels(int32_t dtype, const uint8_t *blk, int32_t 
     } else {
         const uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
         for (j = 0; j < 16; j++) {
-            lv[j] = ((blk[6 + j] & 15) | (int)(((qh >> j) & 1u) << 4)) - 16;
-            lv[j + 16] = ((blk[6 + j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
+            lv[j] = ((blk[6 + j] & 15) | (int)(((qh >> j) & 1u) << 4)) - H;
+            lv[j + 16] = ((blk[6 + j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - H;
         }
     }
 }

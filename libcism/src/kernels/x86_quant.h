@@ -13,7 +13,7 @@
 
 /* ---- formats ------------------------------------------------------------------------- */
 enum { F_Q8, F_Q4, F_NL4, F_Q4S, F_FP4, F_Q4A, F_Q6, F_Q5, F_Q3, F_Q2 };
-#define F_QINT(f) ((f) >= F_Q6) /* q6, q5, q3, q2: codes = level + H, one decoder (qint_codes32) */
+#define F_QINT(f) ((f) == F_Q6 || (f) == F_Q5 || (f) == F_Q3 || (f) == F_Q2) /* q6, q5, q3, q2: codes = level + H, one decoder (qint_codes32) */
 
 typedef struct fmt {
     int block, bytes;   /* weights and bytes per block */
@@ -24,8 +24,8 @@ typedef struct fmt {
 
 static const fmt g_fmt[10] = {
     {32, 34, 0, 128}, {32, 18, 0, 8}, {32, 18, 0, 128}, {16, 9, 1, 8}, {16, 9, 1, 128}, {32, 20, 0, 0},
-    {32, CISM__Q6_BYTES, 0, 32}, {32, CISM__Q5_BYTES, 0, 16}, {32, CISM__Q3_BYTES, 0, 4},
-    {32, CISM__Q2_BYTES, 0, 2},
+    {32, CISM__Q6_BYTES, 0, CISM__Q6_HALF}, {32, CISM__Q5_BYTES, 0, CISM__Q5_HALF},
+    {32, CISM__Q3_BYTES, 0, CISM__Q3_HALF}, {32, CISM__Q2_BYTES, 0, CISM__Q2_HALF},
 };
 
 /* levels (signed) of the 4-bit codes, for the panel repack and the AVX2 sign trick */
@@ -121,9 +121,9 @@ CISM__INLINE __m256i bcast4y(const int8_t *q) {
 
 /* The interleaved formats (xf): the 256-bit kernels of x86_x16.h, the drivers, the outlier columns */
 enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5, X16_Q3, X16_Q2 };
-#define X16_QINT(xf) ((xf) >= X16_Q6) /* q6x16, q5x16, q3x16, q2x16: fp16 scales, codes = level + H */
-#define X16_PLANE(xf) ((xf) >= X16_Q3) /* q3x16, q2x16: codes from the 2-bit plane, no nibbles */
-#define X16_HALF(xf) ((xf) == X16_Q6 ? 32 : (xf) == X16_Q5 ? 16 : (xf) == X16_Q3 ? 4 : 2) /* H: level = code - H */
+#define X16_PLANE(xf) ((xf) == X16_Q3 || (xf) == X16_Q2) /* q3x16, q2x16: codes from the 2-bit plane, no nibbles */
+#define X16_QINT(xf) ((xf) == X16_Q6 || (xf) == X16_Q5 || X16_PLANE(xf)) /* q6x16, q5x16, q3x16, q2x16: fp16 scales, codes = level + H */
+#define X16_HALF(xf) cism__qint_half(x16_dtype(xf)) /* H: level = code - H */
 CISM__INLINE int32_t x16_dtype(const int xf) {
     return xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : xf == X16_Q4A ? CISM_DTYPE_Q4AX16
            : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : xf == X16_Q5 ? CISM_DTYPE_Q5X16 : xf == X16_Q3 ? CISM_DTYPE_Q3X16
