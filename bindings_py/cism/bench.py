@@ -204,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
     from .model import Model
     if args.reps < 1:
         raise ValueError("--reps must be at least 1")
+    if args.prompt_tokens < 0 or args.gen_tokens < 0:
+        raise ValueError(f"-p {args.prompt_tokens} / -n {args.gen_tokens}: token counts must be 0 or more")
+    if args.prompt_tokens == 0 and args.gen_tokens == 0:
+        raise ValueError("nothing to measure: -p and -n are both 0 (give a prefill or a decode length)")
     if args.plot and not args.parallel:
         raise ValueError("--plot draws the --parallel results: add --parallel N,M,...")
     if args.vs:

@@ -86,6 +86,11 @@ def test_bench_cli(tmp_path, run_cli):
     p = run_cli("bench", "--model", model, "-p", "8", "-n", "2", "-r", "1", "--tier", "scalar", env=env)
     assert "kernel tier: scalar" in p.stdout
     assert rep["results"][0]["tokens_per_second"] > 0 and len(rep["results"][1]["seconds"]) == 1
+    # lengths that measure nothing: an error in the options' terms, not an empty table
+    for args, msg in ((("-p", "-3"), "token counts must be 0 or more"), (("-n", "-1"), "token counts must be 0 or more"),
+                      (("-p", "0", "-n", "0"), "nothing to measure")):
+        p = run_cli("bench", "--model", model, *args, check=False, env=env)
+        assert p.returncode != 0 and msg in p.stderr and "Traceback" not in p.stderr and "prefill" not in p.stdout
 
 
 def test_info_cli(tmp_path, run_cli):
