@@ -19,8 +19,11 @@ def read_text(path: str, *, strict: bool = False) -> str:
     if path == "-":
         data = sys.stdin.buffer.read()
     else:
-        with open(path, "rb") as f:
-            data = f.read()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:  # the file's name and the reason, as the model loader words it
+            raise OSError(f"cannot read '{path}': {e.strerror}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -962,6 +962,11 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
         raise ConversionError(f"unknown calibration model {cmodel!r} (one of: {', '.join(CALIB_MODELS)})")
     if not os.path.isdir(src) and not os.path.isfile(src):
         raise FileNotFoundError(f"{src}: no such file or folder")
+    if os.path.isfile(src):
+        with open(src, "rb") as f:
+            if f.read(len(fmt.MAGIC)) == fmt.MAGIC:
+                raise ConversionError(f"{src} is already a .cism file: nothing to convert (`cism upgrade` rewrites "
+                                      "one of an older format version, `cism verify` checks one)")
     fmt.clean_stale_temps(out)
     from .convert_gguf import convert_gguf, is_gguf
     gguf = os.path.isfile(src) and is_gguf(src)

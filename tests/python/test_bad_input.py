@@ -123,6 +123,12 @@ def test_missing_config_and_folder(tmp_path):
         convert(str(tmp_path / "empty"), str(tmp_path / "o.cism"), progress=None)
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         convert(str(tmp_path / "nothing"), str(tmp_path / "o.cism"), progress=None)
+    # a .cism file given as the source: said so, nothing written (it read as a bad llama2.c header)
+    done = str(tmp_path / "done.cism")
+    convert(hf_folder(tmp_path / "src"), done, progress=None)
+    with pytest.raises(ConversionError, match="already a .cism file: nothing to convert"):
+        convert(done, str(tmp_path / "again.cism"), progress=None)
+    assert not os.path.exists(tmp_path / "again.cism")
 
 
 # ---- corrupt checkpoints ------------------------------------------------------------

@@ -181,6 +181,9 @@ def test_prompt_from_stdin(tiny, tmp_path):
     assert rc == 0 and "PPL" in out, err
     rc, out, err = _cli("ppl", "-m", tiny, "-f", "-", "--ctx", "16", input=b"bad \xff byte")
     assert rc == 1 and "standard input is not UTF-8 text (invalid byte 0xff at offset 4)" in err, err
+    for missing in (tmp_path / "none.txt", tmp_path):  # the file named, the reason in words, no errno tuple
+        rc, out, err = _cli("ppl", "-m", tiny, "-f", str(missing))
+        assert rc == 1 and f"cannot read '{missing}': " in err and "Errno" not in err and "Traceback" not in err, err
     f = tmp_path / "p.txt"
     f.write_bytes(b"caf\xe9 ok")  # Latin-1: replaced, with a warning, and generation goes on
     rc, out, err = _cli("generate", "-m", tiny, "-f", str(f), "-n", "2", "--ignore-eos")
