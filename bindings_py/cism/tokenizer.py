@@ -28,6 +28,13 @@ class TokenizerError(ValueError):
     """The model carries no usable tokenizer."""
 
 
+def _text(text) -> str:
+    """text itself if it is a str (TypeError otherwise: None or bytes would encode as nothing or fail deep inside)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text to encode must be a str (got {type(text).__name__})")
+    return text
+
+
 class Tokenizer:
     """The interface every tokenizer implementation provides."""
 
@@ -141,7 +148,7 @@ class HFTokenizer(Tokenizer):
         return self.hf.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_bos: Optional[bool] = None) -> List[int]:
-        ids = self.hf.encode(text, add_special_tokens=False).ids if text else []
+        ids = self.hf.encode(text, add_special_tokens=False).ids if _text(text) else []
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id >= 0:
             ids = [self.bos_id] + ids
         return ids
@@ -209,7 +216,7 @@ class CTokenizer(Tokenizer):
         return self._n_ids
 
     def encode(self, text: str, add_bos: Optional[bool] = None, parse_special: bool = True) -> List[int]:
-        ids = self._encode(text, _lib.TOKENIZE_PARSE_SPECIAL if parse_special else 0) if text else []
+        ids = self._encode(text, _lib.TOKENIZE_PARSE_SPECIAL if parse_special else 0) if _text(text) else []
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id >= 0:
             ids = [self.bos_id] + ids
         return ids

@@ -73,6 +73,11 @@ def test_c_tokenizer_matches_hf(tmp_path, shared_models, name):
         for i in ids[:3]:
             assert c.token_text(i) == h.token_text(i)
     assert bad == 0
+    for tok in (c, h):  # not text: a TypeError, not an empty list or an error from deep inside
+        assert tok.encode("") == ([tok.bos_id] if tok.add_bos else [])
+        for not_text in (None, b"bytes", 3):
+            with pytest.raises(TypeError, match="text to encode must be a str"):
+                tok.encode(not_text)
 
 
 def test_chat_format_matches_the_jinja_template(tmp_path, shared_models):
