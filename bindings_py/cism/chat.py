@@ -51,7 +51,9 @@ class ChatTemplateError(ValueError):
 
 def _content(msg: Dict[str, Any], i: int) -> str:
     c = msg.get("content")
-    if c is None:
+    if c is None:  # only an assistant turn (one that called tools) may have none, as in the OpenAI API
+        if msg.get("role") != "assistant":
+            raise ValueError(f"messages[{i}] ({msg.get('role')}) has no 'content': give a string or a list of text parts")
         return ""
     if isinstance(c, str):
         return c

@@ -231,6 +231,10 @@ def test_template_errors_are_raised(tmp_path, shared_models, run_cli):
             m.chat(MSGS, chat_format="nope")
         with pytest.raises(ValueError, match="string 'role'"):
             m.chat([{"content": "x"}], chat_format="llama2")
+        with pytest.raises(ValueError, match=r"messages\[0\] \(user\) has no 'content'"):
+            m.chat([{"role": "user"}], chat_format="llama2")
+        assert chat.render(m, [{"role": "user", "content": "x"}, {"role": "assistant", "content": None}],
+                           add_generation_prompt=False, chat_format_name="llama2").count("x") == 1
         with pytest.raises(TypeError):
             m.chat("hello", chat_format="llama2")
 

@@ -212,6 +212,8 @@ def _error(status, body):
     ({"messages": "hello"}, "messages"),
     ({"messages": [{"content": "no role"}]}, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages"),
+    ({"messages": [{"role": "user"}]}, "messages"),
+    ({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "hi"}]}, "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
     ({}, "messages"),
 ])

@@ -222,6 +222,9 @@ def messages_of(body: Dict[str, Any]) -> List[Dict[str, Any]]:
         if not isinstance(m.get("role"), str) or not m["role"]:
             raise bad(f"messages[{i}].role must be a non-empty string", "messages")
         c = m.get("content")
+        if c is None and m["role"] != "assistant":  # only an assistant turn (one that called tools) may have none
+            raise bad(f"messages[{i}].content is missing: a {m['role']} message needs a string or a list of text parts",
+                      "messages")
         if c is not None and not isinstance(c, (str, list)):
             raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
     return msgs
