@@ -371,6 +371,36 @@ def test_non_stream_disconnect_frees_the_slot(one_slot):
     assert after["cism_decode_tokens_total"] - before["cism_decode_tokens_total"] < 1000
 
 
+def test_tokenize_detokenize(server, offline):
+    """llama.cpp server's /tokenize and /detokenize: the offline tokenizer's ids and text, pieces that
+    join to the text, and 400s naming the field."""
+    tok = offline.tokenizer
+    text = "Hello, world! <|im_start|>user\nÉtoile 1234"
+    def post(path, body):
+        status, _, raw = server.request("POST", path, body)
+        return status, json.loads(raw)
+    status, r = post("/tokenize", {"content": text})
+    assert status == 200 and r["tokens"] == tok.encode(text, add_bos=False) and len(r["tokens"]) > 5
+    special = tok.encode("<|im_start|>", add_bos=False)
+    assert len(special) == 1 and special[0] in r["tokens"]   # special-token text is that token
+    status, r2 = post("/tokenize", {"content": text, "add_special": True, "with_pieces": True})
+    want = tok.encode(text, add_bos=True)
+    assert status == 200 and [p["id"] for p in r2["tokens"]] == want
+    if tok.add_bos or tok.bos_id < 0:
+        assert want[-len(r["tokens"]):] == r["tokens"]
+    assert "".join(p["piece"] for p in r2["tokens"][len(want) - len(r["tokens"]):]) == text
+    status, r3 = post("/detokenize", {"tokens": r["tokens"]})
+    assert status == 200 and r3 == {"content": text}
+    assert post("/detokenize", {"tokens": []}) == (200, {"content": ""})
+    assert post("/tokenize", {"content": ""}) == (200, {"tokens": []})
+    for path, body, param in [("/tokenize", {"content": 5}, "content"), ("/tokenize", {}, "content"),
+                              ("/tokenize", {"content": "x", "with_pieces": "yes"}, "with_pieces"),
+                              ("/detokenize", {"tokens": "12"}, "tokens"), ("/detokenize", {"tokens": [1, -2]}, "tokens"),
+                              ("/detokenize", {"tokens": [tok.n_ids]}, "tokens"), ("/detokenize", [1], None)]:
+        status, _, raw = server.request("POST", path, body)
+        assert status == 400 and _error(status, raw)["param"] == param, (path, body, raw)
+
+
 def test_metrics_text(one_slot):
     status, headers, raw = one_slot.request("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")

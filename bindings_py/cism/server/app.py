@@ -81,6 +81,20 @@ class ServerState:
         self._room(req, "messages")
         return req
 
+    def tokenize(self, body: Any) -> Dict[str, Any]:
+        """{"tokens": ids} of "content" (BOS only with "add_special": true, special-token text as those
+        tokens); with "with_pieces": true each id with its bytes' text ({"id", "piece"})."""
+        content, add_special, with_pieces = protocol.tokenize_of(body)
+        ids = list(self.tokenizer.encode(content, add_bos=add_special))
+        if not with_pieces:
+            return {"tokens": ids}
+        return {"tokens": [{"id": i, "piece": self.tokenizer.decode([i], skip_special=False)} for i in ids]}
+
+    def detokenize(self, body: Any) -> Dict[str, Any]:
+        """{"content": the text of "tokens"} (special tokens included, as llama.cpp's server does)."""
+        ids = protocol.detokenize_of(body, self.tokenizer.n_ids)
+        return {"content": self.tokenizer.decode(ids, skip_special=False) if ids else ""}
+
     def completion_request(self, body: Any) -> GenRequest:
         req = protocol.parse_common(body, "completion", self.limits, 16)   # OpenAI's default max_tokens
         prompt = protocol.prompt_of(body, self.tokenizer.n_ids)
@@ -216,6 +230,20 @@ def create_app(state: ServerState) -> FastAPI:
         body = await _read_json(request, state.limits.max_body_bytes)
         req = await _build(state, state.completion_request, body, "completion")
         return await _run(request, state, req, "completion")
+
+    @v1.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await _read_json(request, state.limits.max_body_bytes)
+        out = await _build(state, state.tokenize, body, "tokenize")
+        state.metrics.request("tokenize", "ok")
+        return out
+
+    @v1.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await _read_json(request, state.limits.max_body_bytes)
+        out = await _build(state, state.detokenize, body, "detokenize")
+        state.metrics.request("detokenize", "ok")
+        return out
 
     app.include_router(v1)
     return app

@@ -247,6 +247,29 @@ def prompt_of(body: Dict[str, Any], n_ids: int):
     raise bad("'prompt' must be a string or a list of token ids", "prompt")
 
 
+def tokenize_of(body: Any):
+    """POST /tokenize (llama.cpp server's shape): (content, add_special, with_pieces)."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise bad(f"'content' must be a string (got {_show(content)})", "content")
+    return content, boolean(body, "add_special", False), boolean(body, "with_pieces", False)
+
+
+def detokenize_of(body: Any, n_ids: int) -> List[int]:
+    """POST /detokenize: the token ids of "tokens", each in the vocabulary."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    ids = body.get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise bad("'tokens' must be a list of token ids", "tokens")
+    out = [t for t in ids if not 0 <= t < n_ids]
+    if out:
+        raise bad(f"'tokens' token id {out[0]} is outside the vocabulary (0 .. {n_ids - 1})", "tokens")
+    return ids
+
+
 # ---- responses ----------------------------------------------------------------
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
