@@ -182,6 +182,13 @@ def test_failed_save_leaves_existing_file(models, tmp_path):
     before = path.read_bytes()
     with pytest.raises(errors.CismIOError):
         a.save(tmp_path / "no-such-dir" / "x.state")
+    # a directory as the path: said before anything is written (no temporary file left beside it)
+    os.makedirs(tmp_path / "a-dir")
+    with pytest.raises(errors.CismIOError, match="is a directory: give a file name"):
+        a.save(tmp_path / "a-dir")
+    assert os.listdir(tmp_path / "a-dir") == [] and sorted(os.listdir(tmp_path)) == ["a-dir", "keep.state"]
+    with pytest.raises(errors.CismIOError, match="is a directory, not a regular file"):
+        m.session().load(tmp_path / "a-dir")
     if sys.platform == "win32":
         return
     # a real write failure: a file size limit below the state's size (EFBIG)

@@ -116,7 +116,7 @@ static void not_regular(char *errbuf, size_t errlen, const char *path, const str
     const char *kind = S_ISDIR(st->st_mode) ? "a directory" : S_ISFIFO(st->st_mode) ? "a FIFO (named pipe)"
                      : S_ISCHR(st->st_mode) ? "a character device" : S_ISBLK(st->st_mode) ? "a block device"
                      : S_ISSOCK(st->st_mode) ? "a socket" : "not a regular file";
-    snprintf(errbuf, errlen, "'%s' is %s: a model must be a regular file (a .cism file on disk)", path, kind);
+    snprintf(errbuf, errlen, "'%s' is %s, not a regular file (give the path of a file on disk)", path, kind);
 }
 
 int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, char *errbuf, size_t errlen) {
@@ -326,6 +326,11 @@ int cism__file_write_atomic(const char *path, const void *data, uint64_t size, c
     const uint8_t *p = (const uint8_t *)data;
     uint64_t done = 0;
     int fd, dfd;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* the rename would fail only after the whole write */
+        snprintf(errbuf, errlen, "'%s' is a directory: give a file name", path);
+        return -1;
+    }
     while (dlen > 0 && path[dlen - 1] != '/') dlen--;
     tmp = (char *)malloc(plen + 16);
     dir = (char *)malloc(dlen + 2);

@@ -46,7 +46,7 @@ int cism__file_view_open(cism__file_view *view, const char *path, int use_mmap, 
     attrs = GetFileAttributesW(wpath);
     if (attrs != INVALID_FILE_ATTRIBUTES && (attrs & FILE_ATTRIBUTE_DIRECTORY)) {
         free(wpath);
-        snprintf(errbuf, errlen, "'%s' is not a regular file", path);
+        snprintf(errbuf, errlen, "'%s' is a directory, not a regular file (give the path of a file on disk)", path);
         return -1;
     }
     /* FILE_SHARE_READ only: nobody may write to or truncate a file whose pages we map */
@@ -133,6 +133,14 @@ int cism__file_write_atomic(const char *path, const void *data, uint64_t size, c
     if (!tmp) { snprintf(errbuf, errlen, "out of memory"); return -1; }
     wpath = utf8_to_wide(path);
     if (!wpath) { snprintf(errbuf, errlen, "invalid path '%s' (not UTF-8)", path); free(tmp); return -1; }
+    {
+        const DWORD a = GetFileAttributesW(wpath); /* the rename would fail only after the whole write */
+        if (a != INVALID_FILE_ATTRIBUTES && (a & FILE_ATTRIBUTE_DIRECTORY)) {
+            snprintf(errbuf, errlen, "'%s' is a directory: give a file name", path);
+            free(wpath); free(tmp);
+            return -1;
+        }
+    }
     for (attempt = 0; attempt < 100 && file == INVALID_HANDLE_VALUE; attempt++) {
         snprintf(tmp, plen + 48, "%s.tmp-%lu-%ld", path, (unsigned long)GetCurrentProcessId(),
                  (long)InterlockedIncrement(&counter));
