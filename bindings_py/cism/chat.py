@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 
 from . import chat_format
 from .errors import ContextFullError
+from .generate import stop_strings
 
 if TYPE_CHECKING:
     from .model import Model
@@ -167,9 +168,7 @@ class _Run:
         self.ids = prompt_tokens(model, messages, True, chat_format_name)
         if not self.ids:
             raise ValueError("the chat template rendered an empty prompt")
-        if isinstance(stop, str):
-            stop = [stop]
-        self.stop = [s for s in (stop or []) if s]
+        self.stop = stop_strings(stop)
         self.stop_ids = end_of_turn_ids(model, chat_format_name)
         self.seed = int.from_bytes(os.urandom(8), "little") >> 1 if seed is None else int(seed)
         self.sampling = sampling

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+def stop_strings(stop) -> List[str]:
+    """The non-empty stop strings of `stop`: None, one string, or a list or tuple of strings."""
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (not isinstance(stop, (list, tuple)) or not all(isinstance(x, str) for x in stop)):
+        raise TypeError(f"stop must be a string or a list of strings (got {stop!r:.60})")
+    return [s for s in (stop or []) if s]
+
+
 class Generation:
     """An iterator over generated text pieces (or token ids with text=False).
 
@@ -28,7 +37,7 @@ class Generation:
                    (temperature, top_k, top_p, min_p, repeat_penalty,
                    frequency_penalty, presence_penalty, penalty_last_n, seed)
       ignore_eos   keep going past end-of-generation tokens
-      stop         strings that end generation (not included in the output)
+      stop         a string or a list of strings that end generation (not included in the output)
       stop_tokens  more ids that end generation like an end-of-generation id
                    (e.g. a chat template's end-of-turn token), even with ignore_eos
       add_bos      prepend BOS to a text prompt (default: the tokenizer's rule,
@@ -63,7 +72,7 @@ class Generation:
         self.session = session
         self.max_tokens = int(max_tokens)
         self.ignore_eos = ignore_eos
-        self.stop = [s for s in (stop or []) if s]
+        self.stop = stop_strings(stop)
         self.text_mode = text
         self.tokens: List[int] = []
         self.text = ""

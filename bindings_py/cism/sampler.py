@@ -3,6 +3,7 @@ temperature, seeded draw; greedy when temperature is 0)."""
 from __future__ import annotations
 
 import ctypes
+import numbers
 import weakref
 from typing import Dict, Optional
 
@@ -68,8 +69,12 @@ class Sampler:
         the history; setting `seed` reseeds the generator."""
         for name, value in values.items():
             if name in FLOAT_PARAMS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                    raise TypeError(f"{name} must be a number (got {value!r:.40})")
                 check(_lib.lib.cism_sampler_set_float(self._h(), FLOAT_PARAMS[name], float(value)))
             elif name in INT_PARAMS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise TypeError(f"{name} must be an integer (got {value!r:.40})")
                 v = int(value)
                 if name == "seed":  # any Python int: keep the low 64 bits, as int64
                     v &= (1 << 64) - 1

@@ -353,6 +353,18 @@ def test_stop_strings(ascii_model):
             g = s.generate("x", 30, ignore_eos=True, stop=["never there", probe])
             out = "".join(g)
         assert g.stop_reason == "stop" and out == text[:text.index(probe)]
+    # one string is one stop string (it was split into its characters), not a list of them
+    probe = next(text[i:i + 3] for i in range(len(text) - 3)
+                 if min(text.index(c) for c in text[i:i + 3]) < text.index(text[i:i + 3]))  # a character comes earlier
+    with ascii_model.session() as s:
+        g = s.generate("x", 30, ignore_eos=True, stop=probe)
+        assert "".join(g) == text[:text.index(probe)] and g.stop_reason == "stop"
+    with ascii_model.session() as s:
+        for bad, msg in ((dict(stop=5), "stop must be a string or a list of strings"),
+                         (dict(stop=[b"x"]), "stop must be"), (dict(seed="a", temperature=0.5), "seed must be an integer"),
+                         (dict(temperature="hot"), "temperature must be a number")):
+            with pytest.raises(TypeError, match=msg):
+                s.generate("x", 3, **bad)
 
 
 def test_model_generate_closes_its_session(model):

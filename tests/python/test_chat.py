@@ -95,6 +95,8 @@ def test_stream_chunks_join_to_the_reply(stories):
 
 def test_stop_strings(stories):
     content = stories.chat(MSGS, max_tokens=48, **GREEDY)["choices"][0]["message"]["content"]
+    with pytest.raises(TypeError, match="stop must be a string or a list of strings"):
+        stories.chat(MSGS, max_tokens=4, stop=5)
     for stop in (content[12:19], content[30:31], [content[40:44], "never appears"]):
         want = content[:content.index(stop if isinstance(stop, str) else stop[0])]
         r = stories.chat(MSGS, max_tokens=48, stop=stop, **GREEDY)
