@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -125,6 +126,20 @@ def gguf_path(name: str = DEFAULT_MODEL, cache: Optional[str] = None,
 IMPORT_REV = 2
 
 
+def _damage(path: str) -> Optional[str]:
+    """Why a cached conversion cannot be what convert wrote (cut short, overwritten), or None:
+    its header and directories parse and its data section ends inside the file (the weights'
+    checksums are `cism verify`'s, too slow for every start)."""
+    from .format import CismFile
+    try:
+        h = CismFile(path).header
+        size = os.path.getsize(path)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError) as e:
+        return str(e) or type(e).__name__
+    end = h["data_offset"] + h["data_size"]
+    return None if end <= size else f"{size} bytes where its data section ends at {end}"
+
+
 def _stale_conversions(cache: str, name: str, tag: str) -> list:
     """Conversions of `name` with `tag` that older versions cached (no or another revision)."""
     keep = f"{name}.{tag}.r{IMPORT_REV}.cism"
@@ -148,7 +163,11 @@ def model_path(name: str = DEFAULT_MODEL, cache: Optional[str] = None, quant: Op
     tag = quant or "native"
     out = os.path.join(cache, f"{name}.{tag}.r{IMPORT_REV}.cism")
     if os.path.isfile(out):
-        return out
+        damage = _damage(out)
+        if damage is None:
+            return out
+        _say(log, f"the cached conversion {out} is damaged ({damage}): converting it again")
+        os.unlink(out)  # our own derived file, made again from the checked GGUF below
     from .convert import convert
     _say(log, f"converting {os.path.basename(gguf)} -> {out} ...")
     convert(gguf, out, quant=quant, progress=None)
