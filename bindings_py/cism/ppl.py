@@ -72,6 +72,14 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return z[np.arange(len(targets)), targets] - lse
 
 
+def _fits(ctx: int, m) -> None:
+    """Windows no longer than the positions the model was made for (its logits past them mean
+    nothing, and the scored rows' logits alone would take ctx x vocabulary floats)."""
+    if ctx > m.context_length:
+        raise ValueError(f"ctx {ctx} is longer than {m.path}'s context length ({m.context_length} tokens): "
+                         "give a shorter one (0: the model's own)")
+
+
 def _windows(toks: np.ndarray, bos: int, ctx: int, method: str, max_windows: int):
     """[(input tokens, first scored row, targets)] of `method` over the token stream."""
     if bos < 0:
@@ -117,6 +125,7 @@ def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Seque
     with Model(model) as m:
         if ctx <= 0:
             ctx = m.context_length
+        _fits(ctx, m)
         windows = _windows(toks, m.bos_id, ctx, method, max_windows)
         nll_sum, n_scored = 0.0, 0
         with Session(m, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=kv_type or ("f16" if kv_f16 else "f32"),
@@ -247,6 +256,8 @@ def kl_divergence(model, base, *, text: Optional[str] = None, tokens: Optional[S
         toks = np.asarray(tokens, dtype=np.int32)
         if ctx <= 0:
             ctx = min(mm.context_length, bm.context_length)
+        _fits(ctx, mm)
+        _fits(ctx, bm)
         windows = _windows(toks, mm.bos_id, ctx, method, max_windows)
         vocab = mm.vocab_size
         chunk = max(1, (1 << 21) // vocab)   # rows per float64 step: a few MB per array

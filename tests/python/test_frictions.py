@@ -181,6 +181,10 @@ def test_prompt_from_stdin(tiny, tmp_path):
     assert rc == 0 and "PPL" in out, err
     rc, out, err = _cli("ppl", "-m", tiny, "-f", "-", "--ctx", "16", input=b"bad \xff byte")
     assert rc == 1 and "standard input is not UTF-8 text (invalid byte 0xff at offset 4)" in err, err
+    with cism.Model(tiny) as m:
+        n = m.context_length
+    rc, out, err = _cli("ppl", "-m", tiny, "-f", "-", "--ctx", str(n + 1), input=b"some text " * 8)
+    assert rc == 1 and f"ctx {n + 1} is longer than" in err and f"context length ({n} tokens)" in err, err
     for missing in (tmp_path / "none.txt", tmp_path):  # the file named, the reason in words, no errno tuple
         rc, out, err = _cli("ppl", "-m", tiny, "-f", str(missing))
         assert rc == 1 and f"cannot read '{missing}': " in err and "Errno" not in err and "Traceback" not in err, err
