@@ -425,6 +425,21 @@ def test_cli_missing_extra_and_bad_input(run_cli, tmp_path):
     assert p.returncode == 1 and p.stderr.startswith("cism: error:") and "Traceback" not in p.stderr, p.stderr
     p = run_cli("serve", "--slots", "-1", check=False)
     assert p.returncode == 2 and "negative" in p.stderr
+    p = run_cli("serve", "-m", str(tmp_path / "missing.cism"), "--port", "99999", check=False)
+    assert p.returncode == 1 and "--port 99999: give 0 to 65535" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_slots_beyond_memory_refused(offline):
+    """--slots whose KV caches would not fit in the machine's memory: refused after the first slot
+    (it allocated them one by one until the machine ran out)."""
+    from cism.server import scheduler
+    if not scheduler._physical_memory():
+        pytest.skip("the platform does not report its memory")
+    with pytest.raises(ValueError, match=r"--slots 10000000: .* more than this machine's .* of memory"):
+        scheduler.Scheduler(offline, n_slots=10_000_000, n_ctx=1024)
+    s = scheduler.Scheduler(offline, n_slots=2, n_ctx=256)
+    assert len(s.slots) == 2
+    s.close()
 
 
 def test_stream_reports_prefill_progress(server, offline):

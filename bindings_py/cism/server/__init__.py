@@ -66,6 +66,8 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
     from .metrics import Metrics
     from .protocol import Limits
     from .scheduler import Scheduler
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port}: give 0 to 65535 (0: a free port)")
     if max_tokens < 1:
         raise ValueError(f"--max-tokens {max_tokens}: give 1 or more")
     if max_body_bytes < 1024:

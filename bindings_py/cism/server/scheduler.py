@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import threading
 import time
 from typing import Deque, List, Optional, Sequence, Tuple
@@ -102,6 +103,24 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def _physical_memory() -> int:
+    """Bytes of RAM of this machine, or 0 where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _slots_fit(n_slots: int, first) -> None:
+    """Refuses a --slots whose sessions (each as large as the first: its KV cache is allocated
+    up front) would take more than the machine's memory, before they are made one by one."""
+    need, have = n_slots * first.memory_bytes(), _physical_memory()
+    if have and need > have:
+        raise ValueError(f"--slots {n_slots}: {n_slots} sessions of {first.n_ctx} tokens need "
+                         f"{need / 2**30:.1f} GiB, more than this machine's {have / 2**30:.1f} GiB of memory: "
+                         "fewer slots or a shorter context (-c)")
+
+
 class Scheduler:
     def __init__(self, model, *, n_slots: int, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Optional[Metrics] = None,
@@ -126,6 +145,8 @@ class Scheduler:
                 s = model.session(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type)
                 s.trim()   # the batch evaluates every slot: a slot needs no scratch or threads of its own
                 self.slots.append(Slot(i, s))
+                if i == 0:
+                    _slots_fit(n_slots, s)
         except BaseException:
             for s in self.slots:
                 s.session.close()
