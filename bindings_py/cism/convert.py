@@ -919,6 +919,24 @@ def convert_llama2c(path: str, out: str, tokenizer: Optional[str] = None, dtype:
                        calibration=calibration)
 
 
+def _not_an_input(out: str, src: str, tokenizer: Optional[str], calibrate) -> None:
+    """Refuses, even with --force, an output that is one of the conversion's inputs (the
+    checkpoint file, the tokenizer, the calibration text) or a file of the checkpoint's folder
+    other than an earlier .cism: the rename at the end would replace what the user converts."""
+    if not os.path.isfile(out):
+        return
+    for what, path in (("the checkpoint being converted", src), ("this conversion's tokenizer", tokenizer),
+                       ("this conversion's calibration text", calibrate if isinstance(calibrate, str) else None)):
+        if path and os.path.isfile(path) and os.path.samefile(out, path):
+            raise ConversionError(f"{out} is {what}: write the .cism to another path "
+                                  "(--force never replaces an input)")
+    if os.path.isdir(src) and os.path.samefile(os.path.dirname(os.path.abspath(out)), src):
+        with open(out, "rb") as f:
+            if f.read(len(fmt.MAGIC)) != fmt.MAGIC:
+                raise ConversionError(f"{out} is a file of the checkpoint folder being converted ({src}), not "
+                                      "a .cism: write the .cism to another path (--force never replaces it)")
+
+
 def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str] = None,
             overwrite: bool = False, progress: Optional[ProgressFn] = _progress_stderr,
             quant: Optional[str] = None, layout: str = "auto", calibrate: Union[str, bool, None] = None,
@@ -941,6 +959,7 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
     "imatrix" (default cism.calibrate.DEFAULT_METHOD)."""
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
+    _not_an_input(out, src, tokenizer, calibrate)
     if quant:
         from . import quant as q
         q.recipe(quant)  # unknown recipe: refused before anything is read

@@ -123,11 +123,29 @@ def test_missing_config_and_folder(tmp_path):
         convert(str(tmp_path / "empty"), str(tmp_path / "o.cism"), progress=None)
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         convert(str(tmp_path / "nothing"), str(tmp_path / "o.cism"), progress=None)
+    # an output that is one of the inputs is refused even with --force (the checkpoint's own
+    # safetensors was replaced by the .cism)
+    src = hf_folder(tmp_path / "own")
+    for victim in ("model.safetensors", "config.json"):
+        before = open(os.path.join(src, victim), "rb").read()
+        with pytest.raises(ConversionError, match="write the .cism to another path"):
+            convert(src, os.path.join(src, victim), overwrite=True, progress=None)
+        assert open(os.path.join(src, victim), "rb").read() == before
+    inside = os.path.join(src, "model.cism")   # a .cism beside the checkpoint is an output like any other
+    convert(src, inside, progress=None)
+    convert(src, inside, overwrite=True, progress=None)
     # a .cism file given as the source: said so, nothing written (it read as a bad llama2.c header)
     done = str(tmp_path / "done.cism")
     convert(hf_folder(tmp_path / "src"), done, progress=None)
     with pytest.raises(ConversionError, match="already a .cism file: nothing to convert"):
         convert(done, str(tmp_path / "again.cism"), progress=None)
+    with pytest.raises(ConversionError, match="is the checkpoint being converted"):
+        convert(done, done, overwrite=True, progress=None)
+    text = tmp_path / "calib.txt"
+    text.write_text("Once upon a time. " * 50)
+    with pytest.raises(ConversionError, match="is this conversion's calibration text"):
+        convert(src, str(text), overwrite=True, progress=None, quant="q6", calibrate=str(text))
+    assert text.read_text() == "Once upon a time. " * 50 and open(done, "rb").read(4) == b"CISM"
     assert not os.path.exists(tmp_path / "again.cism")
 
 
