@@ -241,9 +241,6 @@ def _generate_speculative(args: argparse.Namespace, model, s, prompt: str, load_
                                    "it, use a longer context (-c) or --truncate-prompt")
         ids, truncated = truncate_left(ids, s.n_ctx, args.n_tokens, tok)
     out = sys.stdout
-    if not args.no_echo:
-        out.write(tok.decode(ids, skip_special=True) if truncated else prompt)
-        out.flush()
     dec = tok.incremental_decoder(ids)
 
     def on_token(t: int) -> None:
@@ -253,6 +250,9 @@ def _generate_speculative(args: argparse.Namespace, model, s, prompt: str, load_
     draft = "lookup" if args.lookup else args.draft
     with Speculator(draft, target=model, draft_max=args.draft_max, ngram_min=args.ngram_min,
                     ngram_max=args.ngram_max, n_threads=args.threads) as spec, Sampler(**_sampling(args)) as smp:
+        if not args.no_echo:  # after the drafter and the sampler accepted their settings: an error prints alone
+            out.write(tok.decode(ids, skip_special=True) if truncated else prompt)
+            out.flush()
         t1 = time.perf_counter()
         s.eval(ids)  # the prompt first, so the decode rate below is decode alone
         for t in ids:

@@ -160,14 +160,19 @@ def _tensor_blocks(seed: int, name: str, shape, dtype: int, rows_per_block: int 
             yield quantize(block, dtype)
 
 
+def _check_dtype(dtype: str) -> None:
+    from . import quant as q
+    if dtype not in DTYPES and dtype not in q.RECIPES:
+        raise ValueError(f"unknown dtype or recipe {dtype!r} (one of {', '.join(list(DTYPES) + list(q.RECIPES))})")
+
+
 def write_synthetic(preset: Preset, path: str, dtype: str = "f32", seed: int = 0,
                     progress: Optional[Callable[[int, int, str], None]] = None) -> str:
     """Writes the preset's model with random weights to `path`. `dtype` is a float
     dtype (f32, f16, bf16) or a quantization recipe (cism.quant.RECIPES: q8, 4bit,
     q4s, ...), applied as `cism convert --quant` would (row-interleaved layout)."""
     from . import quant as q
-    if dtype not in DTYPES and dtype not in q.RECIPES:
-        raise ValueError(f"unknown dtype or recipe {dtype!r} (one of {', '.join(list(DTYPES) + list(q.RECIPES))})")
+    _check_dtype(dtype)
     meta = preset.metadata()
     meta.update({"general.name": f"synthetic {preset.name}", "general.source": f"synthetic:{preset.source}",
                  "general.converter": f"cism.synthetic v{VERSION}", "synthetic.seed": int(seed)})
@@ -218,6 +223,7 @@ def get_synthetic(name: str, dtype: str = "f32", seed: int = 0, verbose: bool = 
     """Path of the preset's model file, generating it on first use."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r} (one of {', '.join(PRESETS)})")
+    _check_dtype(dtype)  # before the "generating" line
     path = synthetic_path(name, dtype, seed)
     if os.path.exists(path):
         return path

@@ -91,6 +91,8 @@ def test_bench_cli(tmp_path, run_cli):
                       (("-p", "0", "-n", "0"), "nothing to measure")):
         p = run_cli("bench", "--model", model, *args, check=False, env=env)
         assert p.returncode != 0 and msg in p.stderr and "Traceback" not in p.stderr and "prefill" not in p.stdout
+    p = run_cli("bench", "--preset", "tiny", "--dtype", "nope", "-p", "4", "-n", "2", check=False, env=env)
+    assert p.returncode != 0 and p.stderr.startswith("cism: error: unknown dtype or recipe 'nope'"), p.stderr
 
 
 def test_info_cli(tmp_path, run_cli):

@@ -276,3 +276,6 @@ def test_cli_lookup_and_draft(tiny, run_cli):
     assert lookup.stdout == plain.stdout == draft.stdout
     assert "speculative (lookup)" in lookup.stderr and "accepted" in lookup.stderr
     assert "speculative (draft)" in draft.stderr
+    # settings the drafter refuses: the error alone, not the prompt echoed before it
+    bad = run_cli(*base, "--lookup", "--draft-max", "0", check=False)
+    assert bad.returncode != 0 and bad.stdout == "" and "draft_max 0" in bad.stderr, (bad.stdout, bad.stderr)
