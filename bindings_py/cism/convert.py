@@ -957,6 +957,11 @@ def convert(src: str, out: str, *, dtype: str = "auto", tokenizer: Optional[str]
     q8 copy) or "f32" (the unquantized model), and gathers the statistics on it
     (cism.calibrate; calib_tokens 0 = its default). `calib_method` "gptq" or
     "imatrix" (default cism.calibrate.DEFAULT_METHOD)."""
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):  # said before any reading; the write would name its temporary file
+        raise FileNotFoundError(f"cannot write {out}: the folder {folder} does not exist")
+    if os.path.isdir(out):
+        raise IsADirectoryError(f"cannot write {out}: it is a folder (give the .cism file's name)")
     if os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists (use --force to overwrite it)")
     _not_an_input(out, src, tokenizer, calibrate)

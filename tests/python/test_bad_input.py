@@ -123,6 +123,12 @@ def test_missing_config_and_folder(tmp_path):
         convert(str(tmp_path / "empty"), str(tmp_path / "o.cism"), progress=None)
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         convert(str(tmp_path / "nothing"), str(tmp_path / "o.cism"), progress=None)
+    src0 = hf_folder(tmp_path / "src0")
+    with pytest.raises(FileNotFoundError, match="the folder .*no-dir does not exist"):
+        convert(src0, str(tmp_path / "no-dir" / "o.cism"), progress=None)
+    with pytest.raises(IsADirectoryError, match="it is a folder"):
+        convert(src0, str(tmp_path), progress=None)
+    assert not os.path.exists(tmp_path / "no-dir")
     # an output that is one of the inputs is refused even with --force (the checkpoint's own
     # safetensors was replaced by the .cism)
     src = hf_folder(tmp_path / "own")
