@@ -8,6 +8,7 @@
  * Reads one user message per line from stdin. Each turn re-renders the whole
  * conversation, keeps the tokens the session already evaluated that are still
  * a prefix of it (cism_session_rewind), and evaluates only the rest. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,18 @@ static int32_t on_token(void *user, int32_t token) {
     return emit(t, text, len) ? 1 : 0;
 }
 
+/* 1 if the whole of s is a number (an argument like "abc" or "3x" is refused, not read as 0 or 3) */
+static int whole_int(const char *s, long long lo, long long hi, long long *v) {
+    char *end;
+    *v = strtoll(s, &end, 10);
+    return end != s && *end == 0 && *v >= lo && *v <= hi;
+}
+static int whole_float(const char *s, double *v) {
+    char *end;
+    *v = strtod(s, &end);
+    return end != s && *end == 0;
+}
+
 static int fail(cism_status st) {
     fprintf(stderr, "error: %s: %s\n", cism_status_str(st), cism_last_error());
     return 1;
@@ -76,7 +89,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if ((st = cism_model_load(argv[1], NULL, &model))) return fail(st);
-    for (i = 2; i + 1 < argc; i += 2) {
+    for (i = 2; i < argc; i += 2) {
+        long long v;
+        if (i + 1 == argc) { fprintf(stderr, "%s needs a value\n", argv[i]); goto out; }
         if (strcmp(argv[i], "--format") == 0) {
             for (format = 1; cism_chat_format_name(format) && strcmp(cism_chat_format_name(format), argv[i + 1]); format++) {}
             if (!cism_chat_format_name(format)) { fprintf(stderr, "unknown format %s\n", argv[i + 1]); goto out; }
@@ -86,9 +101,17 @@ int main(int argc, char **argv) {
             role_lens[n_msgs] = 6;
             content_lens[n_msgs] = strlen(argv[i + 1]);
             n_msgs++;
-        } else if (strcmp(argv[i], "--max-tokens") == 0) max_tokens = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--temperature") == 0) temperature = atof(argv[i + 1]);
-        else if (strcmp(argv[i], "--seed") == 0) seed = atoll(argv[i + 1]);
+        } else if (strcmp(argv[i], "--max-tokens") == 0) {
+            if (!whole_int(argv[i + 1], 1, 1 << 30, &v)) { fprintf(stderr, "--max-tokens: give a count of 1 or more\n"); goto out; }
+            max_tokens = (int)v;
+        } else if (strcmp(argv[i], "--temperature") == 0) {
+            if (!whole_float(argv[i + 1], &temperature)) { fprintf(stderr, "--temperature: give a number\n"); goto out; }
+        } else if (strcmp(argv[i], "--seed") == 0) {
+            if (!whole_int(argv[i + 1], LLONG_MIN, LLONG_MAX, &seed)) { fprintf(stderr, "--seed: give an integer\n"); goto out; }
+        } else {
+            fprintf(stderr, "unknown option %s (--format, --system, --max-tokens, --temperature, --seed)\n", argv[i]);
+            goto out;
+        }
     }
     if (format == CISM_CHAT_MODEL && cism_model_chat_format(model, &format) != CISM_OK) {
         fprintf(stderr, "this model names no chat format; pass --format (chatml, llama3, llama2, mistral, zephyr)\n");

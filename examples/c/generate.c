@@ -4,10 +4,23 @@
  *   ./generate model.cism [n_tokens] [temperature] [seed]
  *
  * Tokens are printed as ids; a prompt of just the BOS token is used. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cism.h"
+
+/* 1 if the whole of s is a number (an argument like "abc" or "3x" is refused, not read as 0 or 3) */
+static int whole_int(const char *s, long long lo, long long hi, long long *v) {
+    char *end;
+    *v = strtoll(s, &end, 10);
+    return end != s && *end == 0 && *v >= lo && *v <= hi;
+}
+static int whole_float(const char *s, double *v) {
+    char *end;
+    *v = strtod(s, &end);
+    return end != s && *end == 0;
+}
 
 static int32_t on_token(void *user_data, int32_t token) {
     (void)user_data;
@@ -26,13 +39,15 @@ int main(int argc, char **argv) {
     cism_stop_reason why = CISM_STOP_ERROR;
     static const char *const reasons[] = {"error", "end of text", "n_tokens reached", "context full", "callback",
                                           "cancelled"};
-    int n = argc > 2 ? atoi(argv[2]) : 32;
-    double temperature = argc > 3 ? atof(argv[3]) : 0.0;
-    int64_t seed = argc > 4 ? atoll(argv[4]) : 42;
+    long long n = 32, seed = 42;
+    double temperature = 0.0;
     cism_status st;
 
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s model.cism [n_tokens] [temperature] [seed]\n", argv[0]);
+    if (argc < 2 || argc > 5 || (argc > 2 && !whole_int(argv[2], 0, 1 << 30, &n)) ||
+        (argc > 3 && !whole_float(argv[3], &temperature)) || (argc > 4 && !whole_int(argv[4], LLONG_MIN, LLONG_MAX, &seed))) {
+        fprintf(stderr, "usage: %s model.cism [n_tokens] [temperature] [seed]\n"
+                        "  n_tokens: 0 or more (default 32); temperature: a number, 0 = greedy (default); seed: an integer\n",
+                argv[0]);
         return 2;
     }
     if ((st = cism_params_create(&params)) ||
@@ -48,7 +63,7 @@ int main(int argc, char **argv) {
     }
     prompt[0] = bos >= 0 ? (int32_t)bos : 0;
     /* a full context is a normal end here (stop reason CISM_STOP_CONTEXT_FULL), not an error */
-    st = cism_generate_v2(session, sampler, prompt, 1, n, 0, on_token, NULL, &n_out, &why);
+    st = cism_generate_v2(session, sampler, prompt, 1, (int32_t)n, 0, on_token, NULL, &n_out, &why);
     printf("\n");
     if (st) fprintf(stderr, "error: %s: %s\n", cism_status_str(st), cism_last_error());
     else fprintf(stderr, "%d tokens (stop: %s)\n", (int)n_out, reasons[why >= 0 && why <= 5 ? why : 0]);
