@@ -376,6 +376,7 @@ def test_tokenize_detokenize(server, offline):
     join to the text, and 400s naming the field."""
     tok = offline.tokenizer
     text = "Hello, world! <|im_start|>user\nÉtoile 1234"
+    before = server.metrics()
     def post(path, body):
         status, _, raw = server.request("POST", path, body)
         return status, json.loads(raw)
@@ -399,6 +400,10 @@ def test_tokenize_detokenize(server, offline):
                               ("/detokenize", {"tokens": [tok.n_ids]}, "tokens"), ("/detokenize", [1], None)]:
         status, _, raw = server.request("POST", path, body)
         assert status == 400 and _error(status, raw)["param"] == param, (path, body, raw)
+    after = server.metrics()
+    for name, ok, rejected in (("tokenize", 3, 3), ("detokenize", 2, 4)):
+        assert requests_total(after, name, "ok") - requests_total(before, name, "ok") == ok, name
+        assert requests_total(after, name, "rejected") - requests_total(before, name, "rejected") == rejected, name
 
 
 def test_metrics_text(one_slot):

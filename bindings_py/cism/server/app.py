@@ -231,19 +231,16 @@ def create_app(state: ServerState) -> FastAPI:
         req = await _build(state, state.completion_request, body, "completion")
         return await _run(request, state, req, "completion")
 
-    @v1.post("/tokenize")
-    async def tokenize(request: Request):
-        body = await _read_json(request, state.limits.max_body_bytes)
-        out = await _build(state, state.tokenize, body, "tokenize")
-        state.metrics.request("tokenize", "ok")
-        return out
+    def tokens_route(name: str, fn) -> None:   # POST /tokenize, /detokenize: answered at once, no slot
+        async def route(request: Request):
+            body = await _read_json(request, state.limits.max_body_bytes)
+            out = await _build(state, fn, body, name)
+            state.metrics.request(name, "ok")
+            return out
+        v1.post("/" + name)(route)
 
-    @v1.post("/detokenize")
-    async def detokenize(request: Request):
-        body = await _read_json(request, state.limits.max_body_bytes)
-        out = await _build(state, state.detokenize, body, "detokenize")
-        state.metrics.request("detokenize", "ok")
-        return out
+    tokens_route("tokenize", state.tokenize)
+    tokens_route("detokenize", state.detokenize)
 
     app.include_router(v1)
     return app
