@@ -221,13 +221,22 @@ def messages_of(body: Dict[str, Any]) -> List[Dict[str, Any]]:
             raise bad(f"messages[{i}] must be an object", "messages")
         if not isinstance(m.get("role"), str) or not m["role"]:
             raise bad(f"messages[{i}].role must be a non-empty string", "messages")
-        c = m.get("content")
-        if c is None and m["role"] != "assistant":  # only an assistant turn (one that called tools) may have none
-            raise bad(f"messages[{i}].content is missing: a {m['role']} message needs a string or a list of text parts",
-                      "messages")
+        c = m.get("content")   # missing: cism.chat's rule (only an assistant turn may have none), a 400 there
         if c is not None and not isinstance(c, (str, list)):
             raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
     return msgs
+
+
+def _all_ints(xs: List[Any]) -> bool:
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in xs)
+
+
+def _in_vocabulary(ids: List[int], n_ids: int, key: str) -> List[int]:
+    """ids as they are, or a 400 naming the first one outside 0 .. n_ids - 1."""
+    out = [t for t in ids if not 0 <= t < n_ids]
+    if out:
+        raise bad(f"'{key}' token id {out[0]} is outside the vocabulary (0 .. {n_ids - 1})", key)
+    return list(ids)
 
 
 def prompt_of(body: Dict[str, Any], n_ids: int):
@@ -237,11 +246,8 @@ def prompt_of(body: Dict[str, Any], n_ids: int):
         p = p[0]   # a batch of one
     if isinstance(p, str):
         return p
-    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-        bad_ids = [t for t in p if not 0 <= t < n_ids]
-        if bad_ids:
-            raise bad(f"'prompt' token id {bad_ids[0]} is outside the vocabulary (0 .. {n_ids - 1})", "prompt")
-        return list(p)
+    if isinstance(p, list) and p and _all_ints(p):
+        return _in_vocabulary(p, n_ids, "prompt")
     if isinstance(p, list) and len(p) > 1 and all(isinstance(x, (str, list)) for x in p):
         raise bad("'prompt' holds several prompts: send one per request", "prompt")
     raise bad("'prompt' must be a string or a list of token ids", "prompt")
@@ -262,12 +268,9 @@ def detokenize_of(body: Any, n_ids: int) -> List[int]:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     ids = body.get("tokens")
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    if not isinstance(ids, list) or not _all_ints(ids):
         raise bad("'tokens' must be a list of token ids", "tokens")
-    out = [t for t in ids if not 0 <= t < n_ids]
-    if out:
-        raise bad(f"'tokens' token id {out[0]} is outside the vocabulary (0 .. {n_ids - 1})", "tokens")
-    return ids
+    return _in_vocabulary(ids, n_ids, "tokens")
 
 
 # ---- responses ----------------------------------------------------------------
