@@ -44,6 +44,11 @@ class Batch:
                  kv_type: str = "f16", kernel_tier: Union[str, int] = "auto", act_quant: Optional[bool] = None,
                  act_outliers: Optional[bool] = None, kv_rotate: Optional[bool] = None):
         self.model = model
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise TypeError(f"Batch: max_tokens must be an int, got {type(max_tokens).__name__}")
+        if not 1 <= max_tokens <= 65536:
+            raise ValueError(f"Batch: max_tokens must be between 1 and 65536 (the most tokens one eval() takes "
+                             f"in all), got {max_tokens}")
         h = _lib.cism_batch_p()
         with Params(n_threads=n_threads, n_batch=int(max_tokens), n_ctx=n_ctx, kv_type=kv_type,
                     kernel_tier=kernel_tier, act_quant=None if act_quant is None else int(act_quant),
@@ -76,13 +81,11 @@ class Batch:
         model or with other parameters, tokens out of range, more than
         max_tokens in all, an empty list) raises instead, evaluating nothing."""
         h = self._h()
-        members = [(s, as_token_array(t)) for s, t in pairs]
+        members = [_pair(p) for p in pairs]
         if not members:
             raise ValueError("Batch.eval: give at least one (session, tokens) pair")
         seen = set()
         for s, a in members:
-            if not isinstance(s, Session):
-                raise TypeError(f"Batch.eval: expected (Session, tokens) pairs, got a {type(s).__name__}")
             if id(s) in seen:
                 raise ValueError("Batch.eval: a session appears twice; give it all its tokens in one pair")
             seen.add(id(s))
@@ -112,6 +115,20 @@ class Batch:
         finally:
             for s in locked:
                 s._lock.release()
+
+
+def _pair(p) -> Tuple[Session, "object"]:
+    """One (session, tokens) pair of Batch.eval, its tokens as an array."""
+    if isinstance(p, Session):
+        raise TypeError("Batch.eval: expected (Session, tokens) pairs, got a Session alone; "
+                        "give it with its tokens: batch.eval([(session, tokens)])")
+    if not isinstance(p, (tuple, list)) or len(p) != 2:
+        raise TypeError(f"Batch.eval: expected (Session, tokens) pairs, got a {type(p).__name__}"
+                        + (f" of {len(p)}" if isinstance(p, (tuple, list)) else ""))
+    if not isinstance(p[0], Session):
+        raise TypeError(f"Batch.eval: expected (Session, tokens) pairs, got a {type(p[0]).__name__} "
+                        "where the Session goes")
+    return p[0], as_token_array(p[1])
 
 
 def _member_message(index: int, status: int) -> str:

@@ -138,6 +138,17 @@ def test_refusals_leave_members_alone(stories):
             b.eval([(good, [4]), (good, [5])])
         with pytest.raises(ValueError, match="at least one"):
             b.eval([])
+        with pytest.raises(TypeError, match="a Session alone"):
+            b.eval([good])
+        with pytest.raises(TypeError, match="got a list of 3"):
+            b.eval([[good, [4], 1]])
+        with pytest.raises(TypeError, match="where the Session goes"):
+            b.eval([([4], good)])
+        for bad in (0, -1, 65537):
+            with pytest.raises(ValueError, match="max_tokens must be between 1 and 65536"):
+                cism.Batch(m, max_tokens=bad)
+        with pytest.raises(TypeError, match="max_tokens must be an int"):
+            cism.Batch(m, max_tokens=2.5)
         assert good.n_past == 3 and np.array_equal(good.logits(), before)
         assert b.eval([(good, [4])]) == [None]
         assert good.n_past == 4
