@@ -154,6 +154,16 @@ def end_of_turn_ids(model: "Model", chat_format_name: Optional[str] = None) -> L
     return []
 
 
+def json_format(response_format: Optional[Dict[str, Any]]) -> bool:
+    """True for {"type": "json_object"}, False for None or {"type": "text"}; other values are refused."""
+    if response_format is None or response_format == {"type": "text"}:
+        return False
+    if response_format == {"type": "json_object"}:
+        return True
+    raise ValueError(f"response_format must be {{\"type\": \"text\"}} or {{\"type\": \"json_object\"}} "
+                     f"(got {response_format!r:.80}; a JSON schema is not supported)")
+
+
 def _finish(stop_reason: Optional[str]) -> str:
     return "stop" if stop_reason in ("eos", "stop") else "length"
 
@@ -163,8 +173,10 @@ class _Run:
     leaves finish_reason, prompt/completion token counts."""
 
     def __init__(self, model: "Model", messages, *, max_tokens: Optional[int], stop, seed: Optional[int],
-                 chat_format_name: Optional[str], n_ctx: int, n_threads: int, kv_type: str, sampling: Dict[str, Any]):
+                 chat_format_name: Optional[str], n_ctx: int, n_threads: int, kv_type: str, sampling: Dict[str, Any],
+                 json: bool = False):
         self.model = model
+        self.json = json
         self.ids = prompt_tokens(model, messages, True, chat_format_name)
         if not self.ids:
             raise ValueError("the chat template rendered an empty prompt")
@@ -188,7 +200,7 @@ class _Run:
         gen = None
         try:
             gen = Generation(self.session, self.ids, self.max_tokens, text=True, stop=self.stop,
-                             stop_tokens=self.stop_ids, add_bos=False, seed=self.seed, **self.sampling)
+                             stop_tokens=self.stop_ids, add_bos=False, seed=self.seed, json=self.json, **self.sampling)
             try:
                 for piece in gen:
                     if piece:
@@ -198,8 +210,8 @@ class _Run:
                 reason = "length"
             self.finish_reason = _finish(reason)
             n = len(gen.tokens)
-            if reason == "eos" and n:
-                n -= 1   # the end-of-turn / EOS token itself
+            if reason == "eos" and n and (gen.tokens[-1] in self.stop_ids or gen.tokens[-1] in self.model.eos_ids):
+                n -= 1   # the end-of-turn / EOS token itself (JSON mode ends on the object's last token)
             self.completion_tokens = n
         finally:
             if gen is not None:
@@ -219,7 +231,8 @@ def create_chat_completion(llm: "Model", messages: Sequence[Dict[str, Any]], *, 
                            frequency_penalty: float = 0.0, presence_penalty: float = 0.0, penalty_last_n: int = 64,
                            seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                            model: Optional[str] = None, chat_format: Optional[str] = None, n_ctx: int = 0,
-                           n_threads: int = 0, kv_type: str = "f16") -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+                           n_threads: int = 0, kv_type: str = "f16",
+                           response_format: Optional[Dict[str, Any]] = None) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
     """An OpenAI-style chat completion of `messages` by `llm` (a cism.Model).
 
     Sampling as llama-cpp-python (same defaults: temperature 0.2, top_p 0.95,
@@ -229,6 +242,9 @@ def create_chat_completion(llm: "Model", messages: Sequence[Dict[str, Any]], *, 
     model: the name reported in the result (default: the file's path).
     chat_format: None (the model's template), "jinja", or a named format.
     n_ctx / n_threads / kv_type: the session's (0 = library defaults).
+    response_format: None or {"type": "text"}, or {"type": "json_object"}: the
+    reply is one JSON object (sampling masks what cannot continue it; ask for
+    JSON in the messages too: the model still chooses what it says).
 
     Returns {"id", "object": "chat.completion", "created", "model", "choices":
     [{"index": 0, "message": {"role": "assistant", "content"}, "logprobs": None,
@@ -240,7 +256,8 @@ def create_chat_completion(llm: "Model", messages: Sequence[Dict[str, Any]], *, 
                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                     penalty_last_n=penalty_last_n)
     run = _Run(llm, messages, max_tokens=max_tokens, stop=stop, seed=seed, chat_format_name=chat_format,
-               n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, sampling=sampling)
+               n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, sampling=sampling,
+               json=json_format(response_format))
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
             "model": model if model is not None else llm.path}
     if stream:

@@ -195,6 +195,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .cli_io import PrefillProgress, read_text, timings
     from .model import Model
     prompt = args.prompt
+    if args.json and (args.lookup or args.draft):
+        raise ValueError("--json does not combine with --lookup or --draft (their loop runs in C, unconstrained)")
     if args.file:
         prompt = read_text(args.file)
     if prompt is None:
@@ -207,7 +209,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if args.lookup or args.draft:
                 return _generate_speculative(args, model, s, prompt, load_seconds)
             gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, truncate_prompt=args.truncate_prompt,
-                             on_prefill=PrefillProgress(), **_sampling(args))
+                             on_prefill=PrefillProgress(), json=args.json, **_sampling(args))
             out = sys.stdout
             if gen.truncated:
                 print(f"cism: the prompt was {gen.truncated + len(gen.prompt_tokens)} tokens, more than the context "
@@ -352,7 +354,7 @@ def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
             sampler.reset()
         s.rewind(keep)
         reply = []
-        gen = s.generate(ids[keep:], args.n_tokens, sampler=sampler, truncate_prompt=True)
+        gen = s.generate(ids[keep:], args.n_tokens, sampler=sampler, truncate_prompt=True, json=args.json)
         for piece in gen:
             if not reply:
                 piece = piece.lstrip()
@@ -384,7 +386,7 @@ def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
             sampler.reset()
             ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
         first = False
-        gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"], truncate_prompt=True)
+        gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"], truncate_prompt=True, json=args.json)
         started = False
         for piece in gen:
             if not started:  # the reply follows "Assistant:" with a space
@@ -507,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cut a prompt longer than the context from the left (keeping BOS) instead of refusing it")
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     g.add_argument("--no-echo", action="store_true", help="print only the generated text, not the prompt")
+    g.add_argument("--json", action="store_true", help="the output is one JSON object (sampling masks what cannot "
+                   "continue it; ask for JSON in the prompt too)")
     sp = g.add_argument_group("speculative decoding (exact: greedy output is unchanged; docs/SPECULATIVE.md)")
     spx = sp.add_mutually_exclusive_group()
     spx.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-grams of the prompt and output)")
@@ -527,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
                     choices=["auto", "chatml", "llama3", "llama2", "mistral", "zephyr", "jinja", "plain"],
                     help="chat format (default auto: the model's own, else its Jinja template, "
                          "else plain 'User:/Assistant:' turns)")
+    ch.add_argument("--json", action="store_true", help="each reply is one JSON object")
     _add_sampling_args(ch, temperature=0.7, top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's defaults
     ch.set_defaults(func=cmd_chat)
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Union
 
+import numpy as np
+
 from .errors import CancelledError, ContextFullError
+from .json_mode import JsonConstraint
 from .sampler import PARAMS as SAMPLER_PARAMS, Sampler
 from .session import as_token_array
 
@@ -47,6 +50,11 @@ class Generation:
                    max_tokens (at most half the room); `truncated` counts the
                    dropped tokens. Without it such a prompt raises
                    ContextFullError here, before anything is evaluated.
+      json         True: the output is one JSON object (json_mode.py: tokens that
+                   cannot continue it are masked before sampling; generation
+                   ends when it closes, stop_reason "eos"; at max_tokens it is
+                   unfinished). The prompt should ask for JSON: the model
+                   still chooses what the object says.
       on_prefill   callback(done, total) called after each internal step of
                    the prompt's evaluation (the session's n_batch tokens;
                    cism_session_set_progress_callback), for a progress display
@@ -63,7 +71,7 @@ class Generation:
                  stop: Optional[Sequence[str]] = None, stop_tokens: Sequence[int] = (),
                  add_bos: Optional[bool] = None,
                  close_session: bool = False, truncate_prompt: bool = False,
-                 on_prefill: Optional[Callable[[int, int], None]] = None, **sampling):
+                 on_prefill: Optional[Callable[[int, int], None]] = None, json: bool = False, **sampling):
         unknown = [k for k in sampling if k not in SAMPLER_PARAMS]
         if unknown:
             raise TypeError(f"unknown argument(s) {', '.join(unknown)}")
@@ -78,7 +86,9 @@ class Generation:
         self.text = ""
         self.stop_reason: Optional[str] = None
         self._close_session = close_session
-        self._tokenizer = session.model.tokenizer if (text or isinstance(prompt, str)) else None
+        if not isinstance(json, bool):
+            raise TypeError(f"json must be True or False (got {json!r:.60})")
+        self._tokenizer = session.model.tokenizer if (text or json or isinstance(prompt, str)) else None
         if isinstance(prompt, str):
             if add_bos is None:
                 add_bos = self._tokenizer.add_bos and session.n_past == 0
@@ -109,6 +119,7 @@ class Generation:
         if sampler is not None and sampling:
             sampler.set(**sampling)
         self._eos = (set() if ignore_eos else set(session.model.eos_ids)) | {int(t) for t in stop_tokens}
+        self._json = JsonConstraint(self._tokenizer) if json else None
         self._it = self._run()
 
     def __iter__(self) -> "Generation":
@@ -155,20 +166,28 @@ class Generation:
                 with s._lock:
                     ptr, n = s._logits_ptr(-1)
                     # text: never an id past the tokenizer (the embedding may have more rows)
-                    tok = self.sampler.sample_ptr(ptr, min(n, self._tokenizer.n_ids) if self.text_mode else n)
+                    n = min(n, self._tokenizer.n_ids) if self.text_mode or self._json is not None else n
+                    if self._json is not None:
+                        tok = self._json.sample(self.sampler, np.ctypeslib.as_array(ptr, shape=(n,)))
+                        self._json.accept(tok)
+                    else:
+                        tok = self.sampler.sample_ptr(ptr, n)
                     self.sampler.accept(tok)
                     self.tokens.append(tok)
                     if tok in self._eos:
                         self.stop_reason = "eos"
                         break
+                    closed = self._json is not None and self._json.complete  # its last token is kept and evaluated
                     if s.n_past >= s.n_ctx:  # a normal end, as max_tokens: the token is reported, not evaluated
-                        self.stop_reason = "length"
-                        self.context_full = True
+                        self.stop_reason = "eos" if closed else "length"
+                        self.context_full = not closed
                     else:
                         try:
                             s._eval_locked(as_token_array([tok]))
                         except CancelledError:
                             self.stop_reason = "cancelled"
+                    if closed and self.stop_reason is None:
+                        self.stop_reason = "eos"
                 if not self.text_mode:
                     yield tok
                 else:

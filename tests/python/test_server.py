@@ -77,6 +77,24 @@ def test_chat_greedy_equals_offline(client, offline, msgs, max_tokens):
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
+def test_chat_json_mode_equals_offline(client, offline):
+    msgs = [{"role": "user", "content": "List three fruits as JSON."}]
+    want = _offline_chat(offline, msgs, 160, response_format={"type": "json_object"})
+    assert want["choices"][0]["finish_reason"] == "stop"
+    for stream in (False, True):
+        r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=160, temperature=0, stream=stream,
+                                           response_format={"type": "json_object"})
+        if stream:
+            chunks = list(r)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        else:
+            text, finish = r.choices[0].message.content, [r.choices[0].finish_reason]
+            assert r.usage.completion_tokens == want["usage"]["completion_tokens"]
+        assert text == want["choices"][0]["message"]["content"] and finish == ["stop"]
+        assert isinstance(json.loads(text), dict)
+
+
 def test_chat_ends_at_end_of_turn(client, offline):
     msgs = [{"role": "user", "content": "What is 2 plus 3?"}]
     want = _offline_chat(offline, msgs, 200)
@@ -208,6 +226,9 @@ def _error(status, body):
     ({"messages": Q1, "top_logprobs": 2}, "top_logprobs"),
     ({"messages": Q1, "seed": 1.5}, "seed"),
     ({"messages": Q1, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"messages": Q1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     "response_format"),
+    ({"messages": Q1, "response_format": "json"}, "response_format"),
     ({"messages": []}, "messages"),
     ({"messages": "hello"}, "messages"),
     ({"messages": [{"content": "no role"}]}, "messages"),

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import chat as chat_api
 from ..errors import CismError
+from ..json_mode import JsonConstraint
 from ..sampler import Sampler
 from . import protocol
 from .metrics import Metrics
@@ -284,6 +285,8 @@ def _sampler(req: GenRequest) -> Sampler:
 async def _run(request: Request, state: ServerState, req: GenRequest, endpoint: str):
     sampler = _sampler(req)
     job = Job(req, sampler, asyncio.get_running_loop(), endpoint)
+    if req.json:   # the vocabulary's texts are read once per model (about a second), off the event loop
+        job.json = await run_in_threadpool(JsonConstraint, state.scheduler.tokenizer)
     try:
         state.scheduler.submit(job)
     except APIError:

@@ -44,6 +44,7 @@ from typing import Deque, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import CancelledError
+from ..json_mode import JsonConstraint
 from .lookup import Lookup
 from .metrics import Metrics
 from .output import LogprobWriter, TextOutput
@@ -74,6 +75,7 @@ class Job:
         self.entries: List[tuple] = []   # logprob entries not yet sent
         self.prefill_total = 0           # prompt tokens to evaluate (past the reused prefix)
         self.lookup: Optional[Lookup] = None   # drafting state (the scheduler's lookup option)
+        self.json: Optional[JsonConstraint] = None   # response_format json_object (made on admission)
         self.t_submit = time.monotonic()
 
     def emit(self, *event) -> None:
@@ -372,7 +374,11 @@ class Scheduler:
         and sends its text: (finish reason or None, the token)."""
         if logits.size > self.n_ids:   # never an id past the tokenizer (the embedding may have more rows)
             logits = logits[:self.n_ids]
-        tok = job.sampler.sample(logits)
+        if job.json is not None:
+            tok = job.json.sample(job.sampler, logits)
+            job.json.accept(tok)
+        else:
+            tok = job.sampler.sample(logits)
         job.sampler.accept(tok)
         job.tokens.append(tok)
         if tok in job.req.stop_ids:   # end of generation: not decoded, not evaluated
@@ -382,8 +388,9 @@ class Scheduler:
         piece, text, hit = job.out.push(tok)
         if job.lp is not None:
             job.entries.append(job.lp.entry(logits, tok, piece))
-        if hit:
-            self._send(job, text)
+        if hit or (job.json is not None and job.json.complete):   # a stop string, or the JSON object closed
+            more, _ = job.out.flush() if not hit else ("", True)
+            self._send(job, text + more)
             return "stop", tok
         if len(job.tokens) >= job.req.max_tokens or n_valid >= n_ctx:
             more, hit = job.out.flush()

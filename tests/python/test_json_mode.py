@@ -1,0 +1,142 @@
+"""JSON mode (cism/json_mode.py): the prefix automaton against Python's json
+module, the constrained sampler's distribution against "mask, then sample",
+and generation on the real SmolLM2-135M-Instruct ending in objects json.loads
+reads, offline and (test_server.py) over HTTP."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import cism
+from cism.json_mode import MAX_BLANKS, JsonConstraint, JsonPrefix
+
+DOCS = ['{}', '{"a": 1}', ' \n{ "k" : "v" }', '{"a":[1,2.5,-0.3e+10,0,-0,1E5,true,false,null,"x\\u00e9\\n\\"",[],{}]}',
+        '{"nested": {"deeper": {"list": [[1], [2, [3]]]}}, "t": "caf\u00e9 \u4e2d"}', '{"e": 1e-7, "z": 0.0}']
+NOT_OBJECTS = ['[1]', '"s"', '1', 'true', '{,}', '{"a" 1}', '{"a": 01}', '{"a": tru}', '{"a": 1,}', '{"a": "\x01"}',
+               '{"a": 1}}', '{"a": -}', '{"a": 1.}', '{"a": .5}', '{"a": 1e}', '{a: 1}', "{'a': 1}", '{"a": "\\x"}',
+               '{"a": "\\u12G4"}', '{"a": [1 2]}', '{"a": [1,]}', '{"a": 1] ', '{"a": +1}', '{"a": nul}', '{} x']
+
+
+def _reads(text):
+    p = JsonPrefix()
+    return p.feed(text), p
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_prefix_of_an_object_is_accepted_and_only_the_whole_is_complete(doc):
+    assert isinstance(json.loads(doc), dict)
+    for i in range(len(doc)):
+        ok, p = _reads(doc[:i])
+        assert ok and not p.complete, doc[:i]
+    ok, p = _reads(doc)
+    assert ok and p.complete
+    ok, p = _reads(doc + " ")
+    assert not ok   # nothing after the object, not even whitespace
+
+
+@pytest.mark.parametrize("text", NOT_OBJECTS)
+def test_what_is_not_an_object_is_refused(text):
+    with pytest.raises(ValueError):
+        v = json.loads(text)
+        if not isinstance(v, dict):
+            raise ValueError
+    ok, p = _reads(text)
+    assert not ok
+
+
+def test_refused_text_leaves_the_state_unchanged():
+    p = JsonPrefix()
+    assert p.feed('{"a": [1')
+    assert not p.feed(', }')
+    assert p.feed(', 2]}') and p.complete
+
+
+def test_whitespace_runs_are_bounded():
+    assert _reads("{" + " " * MAX_BLANKS)[0]
+    assert not _reads("{" + " " * (MAX_BLANKS + 1))[0]
+    assert _reads('{"a": "' + " " * 500 + '"}')[0]   # inside a string any length
+
+
+class _Vocab:
+    """A tokenizer stand-in: each id's text as given; None is a special token."""
+
+    def __init__(self, texts):
+        self._json_texts = texts
+        self.n_ids = len(texts)
+
+
+def test_constrained_greedy_takes_the_most_likely_valid_token():
+    c = JsonConstraint(_Vocab(["x", "{", '"', "}", None, " ", "1"]))
+    logits = np.array([9, 1, 2, 3, 8, 0, 5], np.float32)   # 'x' and the special token are never valid
+    with cism.Sampler(temperature=0) as s:
+        tok = c.sample(s, logits)
+        assert tok == 1   # '{' is the only token that can start the object but ' '
+        c.accept(tok)
+        assert c.sample(s, logits) == 3   # '}' (3) over '"' (2)
+        c.accept(3)
+    assert c.complete
+    with pytest.raises(ValueError, match="does not continue"):
+        c.accept(1)
+
+
+def test_constrained_sampling_is_the_masked_distribution():
+    texts = ['"', "}", "x", "y", "z", " "]
+    logits = np.log(np.array([0.10, 0.05, 0.4, 0.3, 0.1, 0.05], np.float32))
+    valid = np.array([1, 1, 0, 0, 0, 1], bool)
+    want = np.where(valid, np.exp(logits), 0)
+    want /= want.sum()
+    counts = np.zeros(len(texts))
+    n = 6000
+    with cism.Sampler(temperature=1.0, seed=7) as s:
+        for _ in range(n):
+            c = JsonConstraint(_Vocab(texts))
+            c.state.feed("{")
+            counts[c.sample(s, logits)] += 1
+    assert counts[~valid].sum() == 0
+    freq = counts / n
+    assert np.all(np.abs(freq[valid] - want[valid]) < 4 * np.sqrt(want[valid] * (1 - want[valid]) / n) + 1e-3), (freq, want)
+
+
+def test_generation_in_json_mode_on_the_real_model(offline):
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in JSON."},]
+    r = offline.create_chat_completion(msgs, temperature=0, max_tokens=64, n_ctx=512,
+                                       response_format={"type": "json_object"})
+    c = r["choices"][0]
+    assert c["finish_reason"] == "stop"
+    obj = json.loads(c["message"]["content"])
+    assert isinstance(obj, dict) and "Paris" in json.dumps(obj)
+    # the count is of the object's tokens: no end-of-turn token to leave out
+    assert r["usage"]["completion_tokens"] == len(offline.tokenizer.encode(c["message"]["content"], add_bos=False))
+    for seed in range(3):   # sampled: whatever it says, a JSON object or (at max_tokens) the start of one
+        r = offline.create_chat_completion([{"role": "user", "content": "Describe a cat in JSON."}], temperature=1.0,
+                                           seed=seed, max_tokens=48, n_ctx=512,
+                                           response_format={"type": "json_object"})
+        c = r["choices"][0]
+        p = JsonPrefix()
+        assert p.feed(c["message"]["content"])
+        assert p.complete == (c["finish_reason"] == "stop")
+        if p.complete:
+            assert isinstance(json.loads(c["message"]["content"]), dict)
+    with offline.session(n_ctx=256) as s:
+        gen = s.generate("A JSON object with a name:", 40, temperature=0, json=True)
+        text = "".join(gen)
+        assert JsonPrefix().feed(text)
+        assert gen.stop_reason in ("eos", "length") and (gen.stop_reason == "eos") == _reads(text)[1].complete
+        assert s.n_past == len(gen.prompt_tokens) + len(gen.tokens)   # every token of the object evaluated
+    for bad in ({"type": "json_schema", "json_schema": {}}, {"type": "xml"}, "json"):
+        with pytest.raises(ValueError, match="response_format must be"):
+            offline.create_chat_completion(msgs, max_tokens=4, response_format=bad)
+    with offline.session(n_ctx=64) as s, pytest.raises(TypeError, match="json must be True or False"):
+        s.generate("x", 4, json="yes")
+
+
+def test_cli_json(run_cli, smol):
+    p = run_cli("chat", "-m", smol, "-p", "What is the capital of France? Answer in JSON.", "--temperature", "0",
+                "--json")
+    assert isinstance(json.loads(p.stdout), dict) and "Paris" in p.stdout
+    p = run_cli("generate", "-m", smol, "-p", "A JSON object with a name:", "-n", "24", "--json", "--no-echo")
+    assert JsonPrefix().feed(p.stdout.rstrip("\n"))
+    p = run_cli("generate", "-m", smol, "-p", "x", "--json", "--lookup", check=False)
+    assert p.returncode == 1 and "--json does not combine with --lookup" in p.stderr and "Traceback" not in p.stderr
