@@ -230,12 +230,22 @@ def token_texts(tokenizer) -> List[Optional[str]]:
     return texts
 
 
+class JsonDeadEnd(ValueError):
+    """No token of the vocabulary continues the object (a vocabulary without some of JSON's characters)."""
+
+
 class JsonConstraint:
-    """Sampling constrained to a JSON object (see the module's docstring)."""
+    """Sampling constrained to a JSON object (see the module's docstring). A
+    vocabulary that cannot write an object's punctuation is refused here."""
 
     def __init__(self, tokenizer):
         self.texts = token_texts(tokenizer)
         self.state = JsonPrefix()
+        firsts = {t.lstrip(_WS)[:1] for t in self.texts if t}
+        missing = [ch for ch in '{}":,' if ch not in firsts]
+        if missing:
+            raise ValueError("JSON mode: this model's vocabulary has no token beginning with "
+                             + " or ".join(repr(ch) for ch in missing) + ", so it cannot write a JSON object")
 
     @property
     def complete(self) -> bool:
@@ -265,7 +275,8 @@ class JsonConstraint:
         for t in range(len(self.texts)):   # every likely token was refused: any that continues the object
             if self.allows(t):
                 return t
-        raise RuntimeError("JSON mode: no token of the vocabulary continues the object")
+        raise JsonDeadEnd(f"JSON mode: no token of this model's vocabulary continues the object after "
+                          f"{len(self.texts)} candidates")
 
     def accept(self, tok: int) -> None:
         text = self.texts[tok] if 0 <= tok < len(self.texts) else None

@@ -68,8 +68,8 @@ class _Vocab:
 
 
 def test_constrained_greedy_takes_the_most_likely_valid_token():
-    c = JsonConstraint(_Vocab(["x", "{", '"', "}", None, " ", "1"]))
-    logits = np.array([9, 1, 2, 3, 8, 0, 5], np.float32)   # 'x' and the special token are never valid
+    c = JsonConstraint(_Vocab(["x", "{", '"', "}", None, " ", "1", ":", ","]))
+    logits = np.array([9, 1, 2, 3, 8, 0, 5, 7, 6], np.float32)   # 'x' and the special token are never valid
     with cism.Sampler(temperature=0) as s:
         tok = c.sample(s, logits)
         assert tok == 1   # '{' is the only token that can start the object but ' '
@@ -82,9 +82,9 @@ def test_constrained_greedy_takes_the_most_likely_valid_token():
 
 
 def test_constrained_sampling_is_the_masked_distribution():
-    texts = ['"', "}", "x", "y", "z", " "]
-    logits = np.log(np.array([0.10, 0.05, 0.4, 0.3, 0.1, 0.05], np.float32))
-    valid = np.array([1, 1, 0, 0, 0, 1], bool)
+    texts = ['"', "}", "x", "y", ":", " ", "{", ","]
+    logits = np.log(np.array([0.10, 0.05, 0.3, 0.2, 0.1, 0.05, 0.1, 0.1], np.float32))
+    valid = np.array([1, 1, 0, 0, 0, 1, 0, 0], bool)
     want = np.where(valid, np.exp(logits), 0)
     want /= want.sum()
     counts = np.zeros(len(texts))
@@ -140,3 +140,21 @@ def test_cli_json(run_cli, smol):
     assert JsonPrefix().feed(p.stdout.rstrip("\n"))
     p = run_cli("generate", "-m", smol, "-p", "x", "--json", "--lookup", check=False)
     assert p.returncode == 1 and "--json does not combine with --lookup" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_vocabulary_without_json_punctuation_is_refused_up_front():
+    with pytest.raises(ValueError, match="no token beginning with '{' or '}'"):
+        JsonConstraint(_Vocab(["a", " ", '"', ":", ","]))
+
+
+def test_a_dead_end_is_its_own_error():
+    from cism.json_mode import JsonDeadEnd
+    c = JsonConstraint(_Vocab(["{", "}", '"', ":", ",", "x"]))
+    c.accept(0)
+    c.accept(2)
+    c.accept(5)
+    c.accept(2)   # {"x" : a key, and then only ':' goes on
+    texts = c.texts
+    c.texts = [t if t != ":" else "x" for t in texts]   # a vocabulary that lost its colon mid-way
+    with cism.Sampler(temperature=0) as s, pytest.raises(JsonDeadEnd, match="no token"):
+        c.sample(s, np.zeros(len(texts), np.float32))

@@ -286,7 +286,11 @@ async def _run(request: Request, state: ServerState, req: GenRequest, endpoint: 
     sampler = _sampler(req)
     job = Job(req, sampler, asyncio.get_running_loop(), endpoint)
     if req.json:   # the vocabulary's texts are read once per model (about a second), off the event loop
-        job.json = await run_in_threadpool(JsonConstraint, state.scheduler.tokenizer)
+        try:
+            job.json = await run_in_threadpool(JsonConstraint, state.scheduler.tokenizer)
+        except ValueError as e:   # a vocabulary without JSON's punctuation
+            sampler.close()
+            raise bad(str(e), "response_format") from None
     try:
         state.scheduler.submit(job)
     except APIError:

@@ -44,7 +44,7 @@ from typing import Deque, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import CancelledError
-from ..json_mode import JsonConstraint
+from ..json_mode import JsonConstraint, JsonDeadEnd
 from .lookup import Lookup
 from .metrics import Metrics
 from .output import LogprobWriter, TextOutput
@@ -375,7 +375,12 @@ class Scheduler:
         if logits.size > self.n_ids:   # never an id past the tokenizer (the embedding may have more rows)
             logits = logits[:self.n_ids]
         if job.json is not None:
-            tok = job.json.sample(job.sampler, logits)
+            try:
+                tok = job.json.sample(job.sampler, logits)
+            except JsonDeadEnd:   # the vocabulary cannot go on: the request ends here, the others go on
+                text, _ = job.out.flush()
+                self._send(job, text)
+                return "stop", -1
             job.json.accept(tok)
         else:
             tok = job.sampler.sample(logits)
