@@ -154,14 +154,11 @@ def end_of_turn_ids(model: "Model", chat_format_name: Optional[str] = None) -> L
     return []
 
 
-def json_format(response_format: Optional[Dict[str, Any]]) -> bool:
-    """True for {"type": "json_object"}, False for None or {"type": "text"}; other values are refused."""
-    if response_format is None or response_format == {"type": "text"}:
-        return False
-    if response_format == {"type": "json_object"}:
-        return True
-    raise ValueError(f"response_format must be {{\"type\": \"text\"}} or {{\"type\": \"json_object\"}} "
-                     f"(got {response_format!r:.80}; a JSON schema is not supported)")
+def _json_request(response_format) -> Union[bool, Dict[str, Any]]:
+    """False (text), True (any JSON object) or the schema a response_format asks for."""
+    from .json_mode import response_schema
+    want = response_schema(response_format)
+    return False if want is None else want
 
 
 def _finish(stop_reason: Optional[str]) -> str:
@@ -174,7 +171,7 @@ class _Run:
 
     def __init__(self, model: "Model", messages, *, max_tokens: Optional[int], stop, seed: Optional[int],
                  chat_format_name: Optional[str], n_ctx: int, n_threads: int, kv_type: str, sampling: Dict[str, Any],
-                 json: bool = False):
+                 json: Union[bool, Dict[str, Any]] = False):
         self.model = model
         self.json = json
         self.ids = prompt_tokens(model, messages, True, chat_format_name)
@@ -242,9 +239,12 @@ def create_chat_completion(llm: "Model", messages: Sequence[Dict[str, Any]], *, 
     model: the name reported in the result (default: the file's path).
     chat_format: None (the model's template), "jinja", or a named format.
     n_ctx / n_threads / kv_type: the session's (0 = library defaults).
-    response_format: None or {"type": "text"}, or {"type": "json_object"}: the
-    reply is one JSON object (sampling masks what cannot continue it; ask for
-    JSON in the messages too: the model still chooses what it says).
+    response_format: None or {"type": "text"}; {"type": "json_object"}: the
+    reply is one JSON object; {"type": "json_schema", "json_schema": {"name",
+    "schema"}} (or llama-cpp-python's {"type": "json_object", "schema"}): one
+    object that schema accepts (cism/json_schema.py: the keywords followed).
+    Sampling masks what cannot continue it; ask for JSON in the messages too:
+    the model still chooses what it says.
 
     Returns {"id", "object": "chat.completion", "created", "model", "choices":
     [{"index": 0, "message": {"role": "assistant", "content"}, "logprobs": None,
@@ -257,7 +257,7 @@ def create_chat_completion(llm: "Model", messages: Sequence[Dict[str, Any]], *, 
                     penalty_last_n=penalty_last_n)
     run = _Run(llm, messages, max_tokens=max_tokens, stop=stop, seed=seed, chat_format_name=chat_format,
                n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, sampling=sampling,
-               json=json_format(response_format))
+               json=_json_request(response_format))
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
             "model": model if model is not None else llm.path}
     if stream:

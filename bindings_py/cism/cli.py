@@ -195,8 +195,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .cli_io import PrefillProgress, read_text, timings
     from .model import Model
     prompt = args.prompt
-    if args.json and (args.lookup or args.draft):
-        raise ValueError("--json does not combine with --lookup or --draft (their loop runs in C, unconstrained)")
+    if (args.json or args.json_schema) and (args.lookup or args.draft):
+        raise ValueError("--json and --json-schema do not combine with --lookup or --draft (their loop runs in C, "
+                         "unconstrained)")
+    json_request = _json_arg(args)
     if args.file:
         prompt = read_text(args.file)
     if prompt is None:
@@ -209,7 +211,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if args.lookup or args.draft:
                 return _generate_speculative(args, model, s, prompt, load_seconds)
             gen = s.generate(prompt, args.n_tokens, ignore_eos=args.ignore_eos, truncate_prompt=args.truncate_prompt,
-                             on_prefill=PrefillProgress(), json=args.json, **_sampling(args))
+                             on_prefill=PrefillProgress(), json=json_request, **_sampling(args))
             out = sys.stdout
             if gen.truncated:
                 print(f"cism: the prompt was {gen.truncated + len(gen.prompt_tokens)} tokens, more than the context "
@@ -296,6 +298,22 @@ def _chat_renderer(model, args: argparse.Namespace):
     return (lambda msgs: chat_format.apply(model, msgs, fmt)), fmt
 
 
+def _json_arg(args: argparse.Namespace):
+    """generate/chat's JSON mode: False, True (--json) or the schema of --json-schema FILE, read and checked
+    before the model is loaded."""
+    if not args.json_schema:
+        return bool(args.json)
+    import json
+    from .cli_io import read_text
+    from .json_schema import read_schema
+    try:
+        schema = json.loads(read_text(args.json_schema))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--json-schema {args.json_schema}: not JSON ({e})") from None
+    read_schema(schema)   # SchemaError (a ValueError) names what it cannot follow
+    return schema
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """A chat REPL. With a chat format, each turn renders the whole
     conversation, keeps the evaluated tokens that still prefix it and evaluates
@@ -303,6 +321,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .model import Model
     from .sampler import Sampler
     interactive = sys.stdin.isatty() and args.prompt is None
+    args.json_request = _json_arg(args)
     with Model(_model_or_default(args)) as model:
         tok = model.tokenizer
         render, fmt = _chat_renderer(model, args)
@@ -354,7 +373,7 @@ def _chat_formatted(args, tok, s, sampler, render, interactive: bool) -> int:
             sampler.reset()
         s.rewind(keep)
         reply = []
-        gen = s.generate(ids[keep:], args.n_tokens, sampler=sampler, truncate_prompt=True, json=args.json)
+        gen = s.generate(ids[keep:], args.n_tokens, sampler=sampler, truncate_prompt=True, json=args.json_request)
         for piece in gen:
             if not reply:
                 piece = piece.lstrip()
@@ -386,7 +405,8 @@ def _chat_plain(args, tok, s, sampler, interactive: bool) -> int:
             sampler.reset()
             ids = tok.encode(turn.lstrip("\n"), add_bos=tok.add_bos)
         first = False
-        gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"], truncate_prompt=True, json=args.json)
+        gen = s.generate(ids, args.n_tokens, sampler=sampler, stop=["\nUser:"], truncate_prompt=True,
+                         json=args.json_request)
         started = False
         for piece in gen:
             if not started:  # the reply follows "Assistant:" with a space
@@ -511,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-echo", action="store_true", help="print only the generated text, not the prompt")
     g.add_argument("--json", action="store_true", help="the output is one JSON object (sampling masks what cannot "
                    "continue it; ask for JSON in the prompt too)")
+    g.add_argument("--json-schema", metavar="FILE", help="the output is one JSON object this JSON schema accepts "
+                   "(a file; the keywords followed: docs/SERVER.md)")
     sp = g.add_argument_group("speculative decoding (exact: greedy output is unchanged; docs/SPECULATIVE.md)")
     spx = sp.add_mutually_exclusive_group()
     spx.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-grams of the prompt and output)")
@@ -532,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="chat format (default auto: the model's own, else its Jinja template, "
                          "else plain 'User:/Assistant:' turns)")
     ch.add_argument("--json", action="store_true", help="each reply is one JSON object")
+    ch.add_argument("--json-schema", metavar="FILE", help="each reply is one JSON object this JSON schema accepts")
     _add_sampling_args(ch, temperature=0.7, top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's defaults
     ch.set_defaults(func=cmd_chat)
 

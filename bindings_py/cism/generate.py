@@ -50,11 +50,12 @@ class Generation:
                    max_tokens (at most half the room); `truncated` counts the
                    dropped tokens. Without it such a prompt raises
                    ContextFullError here, before anything is evaluated.
-      json         True: the output is one JSON object (json_mode.py: tokens that
-                   cannot continue it are masked before sampling; generation
-                   ends when it closes, stop_reason "eos"; at max_tokens it is
-                   unfinished). The prompt should ask for JSON: the model
-                   still chooses what the object says.
+      json         True: the output is one JSON object; a dict: one object that
+                   JSON schema accepts (json_schema.py has the keywords it
+                   follows). Tokens that cannot continue it are masked before
+                   sampling (json_mode.py); generation ends when it closes,
+                   stop_reason "eos"; at max_tokens it is unfinished. The prompt
+                   should ask for JSON: the model still chooses what it says.
       on_prefill   callback(done, total) called after each internal step of
                    the prompt's evaluation (the session's n_batch tokens;
                    cism_session_set_progress_callback), for a progress display
@@ -71,7 +72,8 @@ class Generation:
                  stop: Optional[Sequence[str]] = None, stop_tokens: Sequence[int] = (),
                  add_bos: Optional[bool] = None,
                  close_session: bool = False, truncate_prompt: bool = False,
-                 on_prefill: Optional[Callable[[int, int], None]] = None, json: bool = False, **sampling):
+                 on_prefill: Optional[Callable[[int, int], None]] = None, json: Union[bool, dict] = False,
+                 **sampling):
         unknown = [k for k in sampling if k not in SAMPLER_PARAMS]
         if unknown:
             raise TypeError(f"unknown argument(s) {', '.join(unknown)}")
@@ -86,8 +88,8 @@ class Generation:
         self.text = ""
         self.stop_reason: Optional[str] = None
         self._close_session = close_session
-        if not isinstance(json, bool):
-            raise TypeError(f"json must be True or False (got {json!r:.60})")
+        if not isinstance(json, (bool, dict)):
+            raise TypeError(f"json must be True, False or a JSON schema (a dict) (got {json!r:.60})")
         self._tokenizer = session.model.tokenizer if (text or json or isinstance(prompt, str)) else None
         if isinstance(prompt, str):
             if add_bos is None:
@@ -119,7 +121,7 @@ class Generation:
         if sampler is not None and sampling:
             sampler.set(**sampling)
         self._eos = (set() if ignore_eos else set(session.model.eos_ids)) | {int(t) for t in stop_tokens}
-        self._json = JsonConstraint(self._tokenizer) if json else None
+        self._json = JsonConstraint(self._tokenizer, json) if json is not False else None
         self._it = self._run()
 
     def __iter__(self) -> "Generation":

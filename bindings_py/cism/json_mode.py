@@ -1,214 +1,50 @@
-"""JSON mode: generation constrained to one JSON object (RFC 8259).
+"""JSON mode: generation constrained to one JSON object, any object or one a
+JSON schema describes (json_schema.py: what text may come next).
 
-`JsonPrefix` follows the text generated so far, character by character, and
-says whether a piece of text can continue it toward a valid JSON object; the
-object is complete when its closing brace arrives. `JsonConstraint` applies
-it to sampling: the sampler draws from the logits as usual, and a token whose
-text cannot continue the object is masked (its logit set to -inf) and the
-draw repeated. Repeating the draw with the rejected tokens masked gives
-exactly the distribution "mask every invalid token, then sample" (greedy: the
-most likely valid token) without testing the whole vocabulary at each step;
-after REJECT_LIMIT rejections the tokens are tried in logit order instead.
-
-What the object may hold is any JSON: nested objects and arrays, strings with
-escapes, numbers in JSON's grammar, true/false/null. Outside strings at most
-MAX_BLANKS whitespace characters follow one another (a model can otherwise
-loop on newlines); special tokens (end of turn, BOS) are never valid inside
+`JsonConstraint` applies it to sampling: the sampler draws from the logits as
+usual, and a token whose text cannot continue the object is masked (its logit
+set to -inf) and the draw repeated. Repeating the draw with the rejected
+tokens masked gives exactly the distribution "mask every invalid token, then
+sample" (greedy: the most likely valid token) without testing the whole
+vocabulary at each step; after REJECT_LIMIT rejections the tokens are tried in
+logit order instead. Special tokens (end of turn, BOS) are never valid inside
 the object, so generation ends when the object closes (or at max_tokens, when
 the text is an unfinished object).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-MAX_BLANKS = 48
+from .json_schema import JsonPrefix, read_schema
+
 REJECT_LIMIT = 64
-
 _WS = " \t\n\r"
-_ESC = '"\\/bfnrtu'
-_HEX = "0123456789abcdefABCDEF"
-_DIGITS = "0123456789"
-
-# modes (what the next character may be)
-_START = 0        # before the object: whitespace or '{'
-_KEY_OR_END = 1   # after '{': a key string or '}'
-_KEY = 2          # after ',' in an object: a key string
-_COLON = 3        # after a key
-_VALUE = 4        # a value
-_VALUE_OR_END = 5 # after '[': a value or ']'
-_NEXT = 6         # after a value inside a container: ',' or its closing bracket
-_STRING = 7       # inside a string (key or value)
-_ESCAPE = 8       # after a backslash in a string
-_UHEX = 9         # inside \\uXXXX (count in aux)
-_NUMBER = 10      # inside a number (its state in aux)
-_LITERAL = 11     # inside true / false / null (the rest in aux)
-_DONE = 12        # the object is closed
-
-# number states: which characters may follow, and whether it may end there
-_N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
-_N_ENDS = (_N_ZERO, _N_INT, _N_FRAC, _N_EXP)
 
 
-class JsonPrefix:
-    """The state of a JSON object's text read so far. feed(text) reads more
-    (False, state unchanged, when the text cannot continue a valid object);
-    `complete` once the object is closed."""
-
-    __slots__ = ("mode", "aux", "stack", "key", "blanks")
-
-    def __init__(self):
-        self.mode = _START
-        self.aux = 0          # number state, hex digits left, or the literal's rest
-        self.stack: List[str] = []   # the open containers, '{' or '['
-        self.key = False      # the string being read is an object key
-        self.blanks = 0       # whitespace characters in a row, outside strings
-
-    def copy(self) -> "JsonPrefix":
-        c = JsonPrefix.__new__(JsonPrefix)
-        c.mode, c.aux, c.stack, c.key, c.blanks = self.mode, self.aux, list(self.stack), self.key, self.blanks
-        return c
-
-    @property
-    def complete(self) -> bool:
-        return self.mode == _DONE
-
-    def feed(self, text: str) -> bool:
-        c = self.copy()
-        for ch in text:
-            if not c._char(ch):
-                return False
-        self.mode, self.aux, self.stack, self.key, self.blanks = c.mode, c.aux, c.stack, c.key, c.blanks
-        return True
-
-    # ---- one character ----
-    def _after_value(self) -> None:
-        self.mode = _NEXT if self.stack else _DONE
-
-    def _open(self, ch: str) -> None:
-        self.stack.append(ch)
-        self.mode = _KEY_OR_END if ch == "{" else _VALUE_OR_END
-
-    def _close(self, ch: str) -> bool:
-        if not self.stack or self.stack[-1] != ("{" if ch == "}" else "["):
-            return False
-        self.stack.pop()
-        self._after_value()
-        return True
-
-    def _value_start(self, ch: str) -> bool:
-        if ch in "{[":
-            self._open(ch)
-        elif ch == '"':
-            self.mode, self.key = _STRING, False
-        elif ch == "-":
-            self.mode, self.aux = _NUMBER, _N_MINUS
-        elif ch in _DIGITS:
-            self.mode, self.aux = _NUMBER, _N_ZERO if ch == "0" else _N_INT
-        elif ch in "tfn":
-            self.mode, self.aux = _LITERAL, {"t": "rue", "f": "alse", "n": "ull"}[ch]
-        else:
-            return False
-        return True
-
-    def _number(self, ch: str) -> Optional[bool]:
-        """True/False: ch continues the number or cannot; None: the number ended before ch."""
-        s = self.aux
-        if ch in _DIGITS:
-            if s in (_N_MINUS,):
-                self.aux = _N_ZERO if ch == "0" else _N_INT
-            elif s == _N_ZERO:
-                return False   # no leading zeros
-            elif s in (_N_DOT, _N_FRAC):
-                self.aux = _N_FRAC
-            elif s in (_N_E, _N_ESIGN, _N_EXP):
-                self.aux = _N_EXP
-            return True
-        if ch == "." and s in (_N_ZERO, _N_INT):
-            self.aux = _N_DOT
-            return True
-        if ch in "eE" and s in (_N_ZERO, _N_INT, _N_FRAC):
-            self.aux = _N_E
-            return True
-        if ch in "+-" and s == _N_E:
-            self.aux = _N_ESIGN
-            return True
-        if s in _N_ENDS:
+def response_schema(response_format: Optional[Dict[str, Any]]) -> Union[None, bool, Dict[str, Any]]:
+    """What an OpenAI-style response_format asks for: None (text), True (any JSON
+    object) or a JSON schema (dict). Accepted: {"type": "text"}, {"type":
+    "json_object"}, {"type": "json_object", "schema": {...}} (llama-cpp-python's
+    form) and {"type": "json_schema", "json_schema": {"schema": {...}, ...}}
+    (OpenAI's); ValueError otherwise."""
+    if response_format is None:
+        return None
+    if isinstance(response_format, dict):
+        t = response_format.get("type")
+        if t == "text" and len(response_format) == 1:
             return None
-        return False
-
-    def _char(self, ch: str) -> bool:
-        m = self.mode
-        if m == _STRING:
-            if ch == '"':
-                if self.key:
-                    self.mode = _COLON
-                else:
-                    self._after_value()
-                self.blanks = 0
-            elif ch == "\\":
-                self.mode = _ESCAPE
-            elif ord(ch) < 0x20:
-                return False
-            return True
-        if m == _ESCAPE:
-            if ch not in _ESC:
-                return False
-            self.mode, self.aux = (_UHEX, 4) if ch == "u" else (_STRING, 0)
-            return True
-        if m == _UHEX:
-            if ch not in _HEX:
-                return False
-            self.aux -= 1
-            if self.aux == 0:
-                self.mode = _STRING
-            return True
-        if m == _LITERAL:
-            if not self.aux or ch != self.aux[0]:
-                return False
-            self.aux = self.aux[1:]
-            if not self.aux:
-                self._after_value()
-            return True
-        if m == _NUMBER:
-            r = self._number(ch)
-            if r is not None:
-                return r
-            self._after_value()   # the number ended: ch belongs to what follows
-            m = self.mode
-        if ch in _WS:
-            if m == _DONE:
-                return False
-            self.blanks += 1
-            return self.blanks <= MAX_BLANKS
-        self.blanks = 0
-        if m == _START:
-            if ch != "{":
-                return False
-            self._open(ch)
-            return True
-        if m in (_KEY_OR_END, _KEY):
-            if ch == '"':
-                self.mode, self.key = _STRING, True
-                return True
-            return m == _KEY_OR_END and ch == "}" and self._close(ch)
-        if m == _COLON:
-            if ch != ":":
-                return False
-            self.mode = _VALUE
-            return True
-        if m in (_VALUE, _VALUE_OR_END):
-            if m == _VALUE_OR_END and ch == "]":
-                return self._close(ch)
-            return self._value_start(ch)
-        if m == _NEXT:
-            if ch == ",":
-                self.mode = _KEY if self.stack[-1] == "{" else _VALUE
-                return True
-            if ch in "}]":
-                return self._close(ch)
-        return False
+        if t == "json_object" and set(response_format) <= {"type", "schema"}:
+            schema = response_format.get("schema")
+            return True if schema is None else schema
+        if t == "json_schema" and set(response_format) == {"type", "json_schema"}:
+            js = response_format["json_schema"]
+            if isinstance(js, dict) and isinstance(js.get("schema"), dict):
+                return js["schema"]
+            raise ValueError("response_format json_schema must hold {\"json_schema\": {\"name\": ..., \"schema\": {...}}}")
+    raise ValueError(f"response_format must be {{\"type\": \"text\"}}, {{\"type\": \"json_object\"}} or "
+                     f"{{\"type\": \"json_schema\", \"json_schema\": {{\"schema\": ...}}}} (got {response_format!r:.80})")
 
 
 def token_texts(tokenizer) -> List[Optional[str]]:
@@ -235,12 +71,15 @@ class JsonDeadEnd(ValueError):
 
 
 class JsonConstraint:
-    """Sampling constrained to a JSON object (see the module's docstring). A
-    vocabulary that cannot write an object's punctuation is refused here."""
+    """Sampling constrained to a JSON object (see the module's docstring): any
+    object (schema True) or one the schema (a dict, json_schema.py) accepts. A
+    schema it cannot follow, or a vocabulary that cannot write an object's
+    punctuation, is refused here (ValueError)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, schema: Union[bool, Dict[str, Any]] = True):
+        root = None if schema is True else read_schema(schema)   # SchemaError (a ValueError) first: no vocabulary pass
         self.texts = token_texts(tokenizer)
-        self.state = JsonPrefix()
+        self.state = JsonPrefix(root)
         firsts = {t.lstrip(_WS)[:1] for t in self.texts if t}
         missing = [ch for ch in '{}":,' if ch not in firsts]
         if missing:

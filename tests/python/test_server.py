@@ -95,6 +95,25 @@ def test_chat_json_mode_equals_offline(client, offline):
         assert isinstance(json.loads(text), dict)
 
 
+def test_chat_json_schema_equals_offline(server, client, offline):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+    rf = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+    want = _offline_chat(offline, msgs, 80, response_format=rf)
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=80, temperature=0, response_format=rf)
+    assert r.choices[0].message.content == want["choices"][0]["message"]["content"]
+    obj = json.loads(r.choices[0].message.content)
+    assert set(obj) == {"city", "population"} and isinstance(obj["population"], int)
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
+        "d": {"type": "string", "format": "date"}}}}}
+    status, _, raw = server.request("POST", "/v1/chat/completions", {"model": "smol", "messages": msgs,
+                                                                      "response_format": bad})
+    assert status == 400, raw
+    err = _error(status, raw)
+    assert err["param"] == "response_format" and "format is not supported" in err["message"]
+
+
 def test_chat_ends_at_end_of_turn(client, offline):
     msgs = [{"role": "user", "content": "What is 2 plus 3?"}]
     want = _offline_chat(offline, msgs, 200)
@@ -226,8 +245,7 @@ def _error(status, body):
     ({"messages": Q1, "top_logprobs": 2}, "top_logprobs"),
     ({"messages": Q1, "seed": 1.5}, "seed"),
     ({"messages": Q1, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"messages": Q1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format"),
+    ({"messages": Q1, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
     ({"messages": Q1, "response_format": "json"}, "response_format"),
     ({"messages": []}, "messages"),
     ({"messages": "hello"}, "messages"),

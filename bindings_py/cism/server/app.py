@@ -285,10 +285,10 @@ def _sampler(req: GenRequest) -> Sampler:
 async def _run(request: Request, state: ServerState, req: GenRequest, endpoint: str):
     sampler = _sampler(req)
     job = Job(req, sampler, asyncio.get_running_loop(), endpoint)
-    if req.json:   # the vocabulary's texts are read once per model (about a second), off the event loop
+    if req.json is not None:   # the vocabulary's texts are read once per model (about a second), off the event loop
         try:
-            job.json = await run_in_threadpool(JsonConstraint, state.scheduler.tokenizer)
-        except ValueError as e:   # a vocabulary without JSON's punctuation
+            job.json = await run_in_threadpool(JsonConstraint, state.scheduler.tokenizer, req.json)
+        except ValueError as e:   # a schema it cannot follow, a vocabulary without JSON's punctuation
             sampler.close()
             raise bad(str(e), "response_format") from None
     try:

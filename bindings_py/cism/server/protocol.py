@@ -4,7 +4,8 @@ Requests are parsed from the decoded JSON body by hand (not by pydantic
 models) so that every malformed field gets a 400 with an OpenAI error object
 naming the parameter, in the user's terms. Fields this server does not
 implement but that would change the result if ignored (n > 1, tools,
-logit_bias, echo, suffix, a response_format with a JSON schema) are refused; purely
+logit_bias, echo, suffix, a response_format other than text, JSON or a JSON
+schema this server can follow) are refused; purely
 informational ones (user, metadata, store, ...) are ignored.
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
+
+from ..json_mode import response_schema
 
 
 class APIError(Exception):
@@ -61,7 +64,7 @@ class GenRequest:
     top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
-    json: bool = False               # response_format json_object: the output is one JSON object
+    json: Any = None                 # response_format: None (text), True (any JSON object) or a JSON schema
     id: str = ""
     created: int = 0
 
@@ -147,10 +150,10 @@ def _refuse_unsupported(body: Dict[str, Any], kind: str) -> None:
             raise bad(f"'{key}' is not supported by this server", key)
     if body.get("logit_bias") not in (None, {}):
         raise bad("'logit_bias' is not supported", "logit_bias")
-    rf = body.get("response_format")
-    if rf is not None and rf not in ({"type": "text"}, {"type": "json_object"}):
-        raise bad("'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"} "
-                  "(a JSON schema is not supported)", "response_format")
+    try:
+        response_schema(body.get("response_format"))
+    except ValueError as e:
+        raise bad(str(e), "response_format") from None
     m = body.get("model")
     if m is not None and not isinstance(m, str):
         raise bad(f"'model' must be a string (got {_show(m)})", "model")
@@ -201,7 +204,7 @@ def parse_common(body: Any, kind: str, limits: Limits, default_max_tokens: int) 
                      sampling=_sampling(body), stop=_stop(body, limits),
                      id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex, created=int(time.time()))
     _stream(body, req)
-    req.json = body.get("response_format") == {"type": "json_object"}
+    req.json = response_schema(body.get("response_format"))
     if kind == "chat":
         req.logprobs = boolean(body, "logprobs", False)
         req.top_logprobs = integer(body, "top_logprobs", 0, 0, limits.max_top_logprobs)

@@ -75,7 +75,7 @@ class Job:
         self.entries: List[tuple] = []   # logprob entries not yet sent
         self.prefill_total = 0           # prompt tokens to evaluate (past the reused prefix)
         self.lookup: Optional[Lookup] = None   # drafting state (the scheduler's lookup option)
-        self.json: Optional[JsonConstraint] = None   # response_format json_object (made on admission)
+        self.json: Optional[JsonConstraint] = None   # response_format json_object / json_schema
         self.t_submit = time.monotonic()
 
     def emit(self, *event) -> None:
