@@ -731,6 +731,27 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
 
 static const int32_t QINT[4] = {CISM_DTYPE_Q6, CISM_DTYPE_Q5, CISM_DTYPE_Q3, CISM_DTYPE_Q2}; /* one SIMD decoder: qint_codes32, nq_qint_codes */
 
+/* The read probe's loop: the scalar tier's wrapping sum, with words that carry
+   into the top bit, over lengths of whole and partial 32-word steps and
+   misaligned starts; the SIMD tiers have their own loop. */
+static void read_sum_vs_scalar(const cism__kernels *k, const cism__kernels *ref) {
+    static uint64_t words[1024 + 8];
+    int64_t i, n, off;
+    for (i = 0; i < 1024 + 8; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        words[i] = (uint64_t)i * 0x9e3779b97f4a7c15ull + ((uint64_t)rng << 32);
+    }
+    CHECK_MSG(k->read_sum != NULL, "%s: no read_sum", k->name);
+    if (k->tier != CISM_TIER_SCALAR) CHECK_MSG(k->read_sum != ref->read_sum, "%s: read_sum is the scalar loop", k->name);
+    for (off = 0; off < 8; off += 3)
+        for (n = 0; n <= 1024; n += 32) {
+            uint64_t want = 0;
+            for (i = 0; i < n; i++) want += words[off + i];
+            CHECK_MSG(k->read_sum(words + off, n) == want && ref->read_sum(words + off, n) == want,
+                      "%s: read_sum of %lld words at +%lld", k->name, (long long)n, (long long)off);
+        }
+}
+
 static void vs_scalar(const cism__kernels *k) {
     const cism__kernels *ref = cism__kernels_scalar();
     int64_t shapes[][3] = {{1, 1, 1}, {9, 7, 2}, {8, 16, 3}, {33, 64, 4}, {17, 300, 7}, {67, 576, 5}, {12, 100, 13},
@@ -739,6 +760,7 @@ static void vs_scalar(const cism__kernels *k) {
     size_t s;
     int dt, op;
     for (op = 0; op < N_OPS; op++) g_worst[op] = 0;
+    read_sum_vs_scalar(k, ref);
     for (dt = 0; dt < 4; dt++)
         CHECK_MSG(k->matmul[QINT[dt]] && k->matmul_a8[QINT[dt]] && k->row_to_f32[QINT[dt]], "%s: no kernel for %s", k->name,
                   cism_dtype_name(QINT[dt]));

@@ -150,6 +150,12 @@ typedef struct cism__kernels {
     void (*matmul_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
                                                   int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,
                                                   const struct cism__oruns *runs);
+    /* The read probe's loop (core/membw.c): the sum, wrapping, of the n
+       64-bit words at p (n a multiple of 32), read with the tier's widest
+       loads: how wide each load is sets how many cache lines one core keeps
+       in flight, so a probe of scalar loads reads well below what the
+       tier's kernels stream (half of it on a Xeon VM). */
+    uint64_t (*read_sum)(const uint64_t *p, int64_t n);
 } cism__kernels;
 
 /* The reference tier; always available. */

@@ -203,6 +203,21 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
     }
 }
 
+/* The read probe's loop: four 256-bit sums */
+static uint64_t read_sum(const uint64_t *p, int64_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    uint64_t lanes[4];
+    int64_t i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(const void *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 12)));
+    }
+    _mm256_storeu_si256((__m256i *)(void *)lanes, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
 void cism__kernels_fill_avx2(cism__kernels *k) {
     k->matmul[CISM_DTYPE_F32] = matmul_f32;
     k->matmul[CISM_DTYPE_F16] = matmul_f16;
@@ -215,5 +230,6 @@ void cism__kernels_fill_avx2(cism__kernels *k) {
     k->silu_mul = silu_mul;
     k->rope = rope;
     k->f32_to_f16 = f32_to_f16;
+    k->read_sum = read_sum;
     cism__fill_avx2_quant(k);
 }

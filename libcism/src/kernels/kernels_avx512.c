@@ -199,6 +199,19 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
     }
 }
 
+/* The read probe's loop: four 512-bit sums, one cache line per load */
+static uint64_t read_sum(const uint64_t *p, int64_t n) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i;
+    for (i = 0; i + 32 <= n; i += 32) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+}
+
 void cism__kernels_fill_avx512(cism__kernels *k) {
     k->matmul[CISM_DTYPE_F32] = matmul_f32;
     k->matmul[CISM_DTYPE_BF16] = matmul_bf16;
@@ -209,5 +222,6 @@ void cism__kernels_fill_avx512(cism__kernels *k) {
     k->silu_mul = silu_mul;
     k->rope = rope;
     k->f32_to_f16 = f32_to_f16;
+    k->read_sum = read_sum;
     cism__fill_avx512_quant(k);
 }

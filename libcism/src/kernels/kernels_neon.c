@@ -362,6 +362,20 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
     }
 }
 
+/* The read probe's loop: four 128-bit sums, 64 bytes per step */
+static uint64_t read_sum(const uint64_t *p, int64_t n) {
+    uint64x2_t a0 = vdupq_n_u64(0), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        a0 = vaddq_u64(a0, vld1q_u64(p + i));
+        a1 = vaddq_u64(a1, vld1q_u64(p + i + 2));
+        a2 = vaddq_u64(a2, vld1q_u64(p + i + 4));
+        a3 = vaddq_u64(a3, vld1q_u64(p + i + 6));
+    }
+    a0 = vaddq_u64(vaddq_u64(a0, a1), vaddq_u64(a2, a3));
+    return vgetq_lane_u64(a0, 0) + vgetq_lane_u64(a0, 1);
+}
+
 void cism__kernels_fill_neon(cism__kernels *k) {
     k->matmul[CISM_DTYPE_F32] = matmul_f32;
     k->matmul[CISM_DTYPE_F16] = matmul_f16;
@@ -373,5 +387,6 @@ void cism__kernels_fill_neon(cism__kernels *k) {
     k->silu_mul = silu_mul;
     k->rope = rope;
     k->f32_to_f16 = f32_to_f16;
+    k->read_sum = read_sum;
     cism__kernels_fill_neon_quant(k);
 }

@@ -215,6 +215,17 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
     return iters * 8;
 }
 
+/* 8 independent sums, 64-bit loads */
+static uint64_t read_sum(const uint64_t *p, int64_t n) {
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i;
+    int j;
+    for (i = 0; i + 8 <= n; i += 8)
+        for (j = 0; j < 8; j++) a[j] += p[i + j];
+    for (j = 1; j < 8; j++) a[0] += a[j];
+    return a[0];
+}
+
 static const cism__kernels g_scalar = {
     "scalar",
     CISM_TIER_SCALAR,
@@ -245,6 +256,7 @@ static const cism__kernels g_scalar = {
     attention_split,
     {NULL}, /* gemv_a8_outliers: the two passes */
     {NULL}, /* matmul_a8_outliers: the same */
+    read_sum,
 };
 
 const cism__kernels *cism__kernels_scalar(void) { return &g_scalar; }
