@@ -85,3 +85,19 @@ def test_lookup_stream_two_requests_stop_and_length(server, offline):
 def test_lookup_option_checked(run_cli):
     r = run_cli("serve", "-m", "nowhere.cism", "--lookup", "--draft-max", "0", check=False)
     assert r.returncode != 0 and "draft-max" in r.stderr
+
+
+def test_json_mode_with_lookup_equals_offline(server, offline):
+    """Drafts are verified token by token through the JSON mask: the result is plain constrained decoding's."""
+    doc = '{"name": "lighthouse", "stairs": 120, "lamps": ["lens", "wick", "clockwork"], "lit": true}'
+    msgs = [{"role": "user", "content": "Repeat this JSON exactly:\n\n" + doc}]
+    rf = {"type": "json_object"}
+    want = offline.create_chat_completion(msgs, max_tokens=80, n_ctx=CTX, temperature=0, response_format=rf)
+    before = _drafts(server)
+    r = server.client().chat.completions.create(model="smol", messages=msgs, max_tokens=80, temperature=0,
+                                                response_format=rf)
+    drafted, accepted = (a - b for a, b in zip(_drafts(server), before))
+    assert r.choices[0].message.content == want["choices"][0]["message"]["content"]
+    assert r.choices[0].finish_reason == want["choices"][0]["finish_reason"] == "stop"
+    assert r.usage.completion_tokens == want["usage"]["completion_tokens"]
+    assert drafted > 0 and accepted > 0, (drafted, accepted)   # drafts were made and taken through the mask
