@@ -76,10 +76,10 @@ def server(smol):
     s.stop()
 
 
-def _api_chat(server, msgs, max_tokens, headers=None) -> str:
+def _api_chat(server, msgs, max_tokens, headers=None, **extra) -> str:
     """The greedy answer of the API itself (non-streaming)."""
     status, _, body = server.request("POST", "/v1/chat/completions",
-                                     {"messages": msgs, "max_tokens": max_tokens, "temperature": 0},
+                                     dict({"messages": msgs, "max_tokens": max_tokens, "temperature": 0}, **extra),
                                      headers=headers)
     assert status == 200, body
     return json.loads(body)["choices"][0]["message"]["content"]
@@ -184,6 +184,16 @@ def test_streamed_answers_equal_the_api(browser, server):
     assert d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     _no_markup(d)
     _screenshot(d)
+
+
+def test_json_replies_setting(browser, server):
+    d = browser
+    _open(d, server, max_tokens="80")
+    d.find_element("id", "json").click()
+    q = "What is the capital of France? Answer in JSON."
+    text, stats = _reply(d, _ask(d, q))
+    assert text == _api_chat(server, [{"role": "user", "content": q}], 80, response_format={"type": "json_object"})
+    assert isinstance(json.loads(text), dict) and stats.endswith("finish: stop")
 
 
 # ---- Stop --------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@
     if (Number.isFinite(t)) body.temperature = t;
     const n = parseInt($("max-tokens").value, 10);
     if (Number.isFinite(n) && n > 0) body.max_tokens = n;
+    if ($("json").checked) body.response_format = { type: "json_object" };
     const sys = $("system").value;
     body.messages = (sys.trim() ? [{ role: "system", content: sys }] : []).concat(conversation);
     return body;
