@@ -203,13 +203,17 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, const float *cos_t
 static uint64_t read_sum(const uint64_t *p, int64_t n) {
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i;
-    for (i = 0; i + 32 <= n; i += 32) {
+    for (i = 0; i + 32 <= n; i += 32) { /* (vpaddq wraps) */
         a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
         a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
         a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
         a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+    uint64_t lanes[8], sum = 0;
+    int j;
+    _mm512_storeu_si512((void *)lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+    for (j = 0; j < 8; j++) sum += lanes[j]; /* unsigned: the reduce intrinsic adds as signed, which may overflow */
+    return sum;
 }
 
 void cism__kernels_fill_avx512(cism__kernels *k) {
