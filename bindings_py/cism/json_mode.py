@@ -17,10 +17,9 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from .json_schema import JsonPrefix, read_schema
+from .json_schema import _WS, JsonPrefix, read_schema
 
 REJECT_LIMIT = 64
-_WS = " \t\n\r"
 
 
 def response_schema(response_format: Optional[Dict[str, Any]]) -> Union[None, bool, Dict[str, Any]]:
@@ -66,6 +65,15 @@ def token_texts(tokenizer) -> List[Optional[str]]:
     return texts
 
 
+def _missing_punctuation(tokenizer, texts: List[Optional[str]]) -> List[str]:
+    """The characters of { } " : , that no token begins with; once per tokenizer."""
+    missing = getattr(tokenizer, "_json_missing", None)
+    if missing is None:
+        firsts = {t.lstrip(_WS)[:1] for t in texts if t}
+        missing = tokenizer._json_missing = [ch for ch in '{}":,' if ch not in firsts]
+    return missing
+
+
 class JsonDeadEnd(ValueError):
     """No token of the vocabulary continues the object (a vocabulary without some of JSON's characters)."""
 
@@ -80,8 +88,7 @@ class JsonConstraint:
         root = None if schema is True else read_schema(schema)   # SchemaError (a ValueError) first: no vocabulary pass
         self.texts = token_texts(tokenizer)
         self.state = JsonPrefix(root)
-        firsts = {t.lstrip(_WS)[:1] for t in self.texts if t}
-        missing = [ch for ch in '{}":,' if ch not in firsts]
+        missing = _missing_punctuation(tokenizer, self.texts)
         if missing:
             raise ValueError("JSON mode: this model's vocabulary has no token beginning with "
                              + " or ".join(repr(ch) for ch in missing) + ", so it cannot write a JSON object")
@@ -90,8 +97,11 @@ class JsonConstraint:
     def complete(self) -> bool:
         return self.state.complete
 
+    def _text(self, tok: int) -> Optional[str]:
+        return self.texts[tok] if 0 <= tok < len(self.texts) else None
+
     def allows(self, tok: int) -> bool:
-        text = self.texts[tok] if 0 <= tok < len(self.texts) else None
+        text = self._text(tok)
         return bool(text) and self.state.copy().feed(text)
 
     def sample(self, sampler, logits: np.ndarray) -> int:
@@ -118,6 +128,6 @@ class JsonConstraint:
                           f"{len(self.texts)} candidates")
 
     def accept(self, tok: int) -> None:
-        text = self.texts[tok] if 0 <= tok < len(self.texts) else None
+        text = self._text(tok)
         if not text or not self.state.feed(text):
             raise ValueError(f"JSON mode: token {tok} does not continue the object")

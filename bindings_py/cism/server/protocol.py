@@ -150,10 +150,6 @@ def _refuse_unsupported(body: Dict[str, Any], kind: str) -> None:
             raise bad(f"'{key}' is not supported by this server", key)
     if body.get("logit_bias") not in (None, {}):
         raise bad("'logit_bias' is not supported", "logit_bias")
-    try:
-        response_schema(body.get("response_format"))
-    except ValueError as e:
-        raise bad(str(e), "response_format") from None
     m = body.get("model")
     if m is not None and not isinstance(m, str):
         raise bad(f"'model' must be a string (got {_show(m)})", "model")
@@ -199,12 +195,16 @@ def parse_common(body: Any, kind: str, limits: Limits, default_max_tokens: int) 
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     _refuse_unsupported(body, kind)
+    try:
+        json_request = response_schema(body.get("response_format"))
+    except ValueError as e:
+        raise bad(str(e), "response_format") from None
     keys = ("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)
     req = GenRequest(kind=kind, prompt_ids=[], max_tokens=_max_tokens(body, keys, default_max_tokens, limits),
                      sampling=_sampling(body), stop=_stop(body, limits),
                      id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex, created=int(time.time()))
     _stream(body, req)
-    req.json = response_schema(body.get("response_format"))
+    req.json = json_request
     if kind == "chat":
         req.logprobs = boolean(body, "logprobs", False)
         req.top_logprobs = integer(body, "top_logprobs", 0, 0, limits.max_top_logprobs)
