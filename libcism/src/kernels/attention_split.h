@@ -9,11 +9,13 @@
  *                                        with its own accumulator
  *   att_exp_sum(s, n, &mx)               s[t] = exp(s[t] - max), returns the sum
  *                                        (lanes in a fixed order given n), max in mx
- *   pv_rows(p, v, n, hd, out)            out += sum_t p[t] v_t, in t order
+ *   pv_rows_heads(p, ldp, v, n, hd, out, ldo, nh)
+ *                                        out_h += sum_t p_h[t] v_t, in t order, for
+ *                                        nh heads (p_h = p + h ldp, out_h = out + h ldo)
  *   kv_prefetch(p, bytes)                a prefetch hint for [p, p + bytes) (into L2)
  * The range's K rows are widened a block (about 16 KiB) at a time and shared by
  * every query of the block; then each query's exponentials and sum; then the
- * V rows a block at a time. Scratch is the range's scores only. Each output
+ * V rows a block at a time, each shared by the heads of a query. Scratch is the range's scores only. Each output
  * is the same sequence of operations whatever n_tok, n_grp or the block
  * boundaries (which start at the range's first row).
  *
@@ -81,10 +83,9 @@ static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo
         const float *vf = widen_rows(v, v_dtype, b0, bn, hd, buf);
         for (a = 0; a < n_tok; a++) {
             int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv, nk = na - b0 < bn ? na - b0 : bn;
-            for (i = 0; i < n_grp && nk > 0; i++) {
-                if (pv) att_prefetch_step(pv, pv_n, pv_step, &pv_done);
-                pv_rows(scores + (a * n_grp + i) * n_kv + b0, vf, nk, hd, out + a * ldo + i * hd);
-            }
+            if (nk <= 0) continue;
+            for (i = 0; i < n_grp && pv; i++) att_prefetch_step(pv, pv_n, pv_step, &pv_done);
+            pv_rows_heads(scores + a * n_grp * n_kv + b0, n_kv, vf, nk, hd, out + a * ldo, hd, n_grp);
         }
     }
 }

@@ -130,7 +130,8 @@ CISM__INLINE fvec fv_sub(fvec a, fvec b) { return _mm256_sub_ps(a, b); }
 CISM__INLINE fvec fv_max(fvec a, fvec b) { return _mm256_max_ps(a, b); }
 CISM__INLINE fvec fv_exp(fvec v) { return exp8(v); }
 CISM__INLINE float fv_hmax(fvec v) { return hmax8(v); }
-CISM__INLINE __m256 fv_hsum8(const fvec a[8]) { return hsum8x8(a); }
+CISM__INLINE fvec fv_mul(fvec a, fvec b) { return _mm256_mul_ps(a, b); }
+CISM__INLINE fvec fv_hsum_rows(const fvec a[8]) { return hsum8x8(a); }
 CISM__INLINE void fv_storeu(float *p, fvec v) { _mm256_storeu_ps(p, v); }
 CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
     __m256i keep = lanes_below(n);
@@ -138,6 +139,8 @@ CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
 }
 CISM__INLINE void fv_store_tail(float *p, int64_t n, fvec v) { _mm256_maskstore_ps(p, lanes_below(n), v); }
 CISM__INLINE fvec fv_keep(fvec v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(lanes_below(n))); }
+#define SCORE_ROWS 8 /* scores per tile: fv_hsum_rows */
+#define PV_ACCS 8 /* accumulators of a multi-head PV tile (x86_attention.h) */
 #include "x86_attention.h"
 
 /* ---- elementwise ----------------------------------------------------------------- */

@@ -58,15 +58,26 @@ CISM__INLINE float hsum16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehl_ps(p, p)));
 }
 
-/* lane j of the result = the sum of a[j] (j < 8), each in hsum16's order */
-CISM__INLINE __m256 hsum16x8(const __m512 a[8]) {
-    __m256 f[8], t0, t1, t2, t3, u0, u1;
+/* lane j of the result = the sum of the lanes of a[j], j < 16, for all sixteen
+   in 30 shuffles and 15 adds (folding one vector at a time costs about twice
+   that). Every lane is summed in one order: i + (i + 8) first, then the pair
+   4 apart, 2 apart, adjacent. The tree takes a[] in the order 0, 4, 8, 12,
+   1, 5, ... which lands sum j in lane j. */
+CISM__INLINE __m512 hsum16x16(const __m512 a[16]) {
+    static const int order[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    __m512 h[8], f[4], g[2];
     int j;
-    for (j = 0; j < 8; j++) f[j] = fold16(a[j]);
-    t0 = _mm256_hadd_ps(f[0], f[1]); t1 = _mm256_hadd_ps(f[2], f[3]);
-    t2 = _mm256_hadd_ps(f[4], f[5]); t3 = _mm256_hadd_ps(f[6], f[7]);
-    u0 = _mm256_hadd_ps(t0, t1); u1 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    for (j = 0; j < 8; j++) { /* [x q0+q2, x q1+q3, y q0+q2, y q1+q3] */
+        __m512 x = a[order[2 * j]], y = a[order[2 * j + 1]];
+        h[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+    }
+    for (j = 0; j < 4; j++) /* four lanes each of four sums */
+        f[j] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * j], h[2 * j + 1], 0x88),
+                             _mm512_shuffle_f32x4(h[2 * j], h[2 * j + 1], 0xDD));
+    for (j = 0; j < 2; j++) /* two lanes each of eight sums */
+        g[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(f[2 * j]), _mm512_castps_pd(f[2 * j + 1]))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(f[2 * j]), _mm512_castps_pd(f[2 * j + 1]))));
+    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
 }
 
 CISM__INLINE __m512 exp16(__m512 x) {
@@ -128,13 +139,16 @@ CISM__INLINE fvec fv_sub(fvec a, fvec b) { return _mm512_sub_ps(a, b); }
 CISM__INLINE fvec fv_max(fvec a, fvec b) { return _mm512_max_ps(a, b); }
 CISM__INLINE fvec fv_exp(fvec v) { return exp16(v); }
 CISM__INLINE float fv_hmax(fvec v) { return _mm512_reduce_max_ps(v); }
-CISM__INLINE __m256 fv_hsum8(const fvec a[8]) { return hsum16x8(a); }
+CISM__INLINE fvec fv_mul(fvec a, fvec b) { return _mm512_mul_ps(a, b); }
+CISM__INLINE fvec fv_hsum_rows(const fvec a[16]) { return hsum16x16(a); }
 CISM__INLINE void fv_storeu(float *p, fvec v) { _mm512_storeu_ps(p, v); }
 CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
     return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), mask_below(n), p);
 }
 CISM__INLINE void fv_store_tail(float *p, int64_t n, fvec v) { _mm512_mask_storeu_ps(p, mask_below(n), v); }
 CISM__INLINE fvec fv_keep(fvec v, int64_t n) { return _mm512_maskz_mov_ps(mask_below(n), v); }
+#define SCORE_ROWS 16 /* scores per tile: fv_hsum_rows */
+#define PV_ACCS 16 /* accumulators of a multi-head PV tile (x86_attention.h) */
 #include "x86_attention.h"
 
 /* ---- elementwise ----------------------------------------------------------------- */

@@ -244,6 +244,14 @@ static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float
     }
 }
 
+/* pv_rows for nh heads (attention_split.h): a head of 64 already keeps 16
+   chains, so one head at a time */
+static void pv_rows_heads(const float *p, int64_t ldp, const float *v, int64_t n, int64_t hd, float *out, int64_t ldo,
+                          int64_t nh) {
+    int64_t h;
+    for (h = 0; h < nh; h++) pv_rows(p + h * ldp, v, n, hd, out + h * ldo);
+}
+
 /* rows [b0, b0 + n) of an f16 cache as f32 into buf */
 static const float *widen_rows(const void *kv, int32_t dt, int64_t b0, int64_t n, int64_t hd, float *buf) {
     const uint16_t *src = (const uint16_t *)kv + b0 * hd;

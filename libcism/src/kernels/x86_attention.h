@@ -6,12 +6,16 @@
  *   fv_set1(x), fv_add, fv_sub, fv_max    lanewise
  *   fv_exp(v)                             e^v (tier_common.h's polynomial)
  *   fv_hmax(v)                            the largest lane
- *   fv_hsum8(a)                           __m256 whose lane j is fv_hsum(a[j]), j < 8
+ *   fv_mul(a, b)                          lanewise
+ *   fv_hsum_rows(a)                       lane j = the sum of the lanes of a[j], j < SCORE_ROWS
+ *                                         (FW), in one fixed order for every lane
  *   fv_storeu(p, v)                       FW floats
  *   fv_load_tail(p, n, fill)              the n < FW floats at p, the other lanes fill
  *                                         (nothing past them is read)
  *   fv_store_tail(p, n, v)                the first n < FW lanes (nothing else written)
  *   fv_keep(v, n)                         the first n < FW lanes, zeros above
+ *   SCORE_ROWS                            FW: the keys a score tile takes
+ *   PV_ACCS                               vector accumulators a PV tile may keep
  * Each score is one accumulator over the row (lane j sums columns j, j + FW,
  * ... with FMA), each output column one FMA chain over the rows in order:
  * the sequences do not depend on the block or the tile. */
@@ -27,14 +31,16 @@ static void kv_prefetch(const void *p, uint64_t bytes) {
     for (i = 0; i < bytes; i += 64) _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
-/* scores[t] = (q . k_t) * scale for the nk <= 8 f32 rows t0.. of k */
-CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int nk, int64_t hd, float scale, float *dst) {
-    fvec acc[8];
+/* scores[t] = (q . k_t) * scale for the nk <= SCORE_ROWS f32 rows t0.. of k
+   (HD: hd as a constant, so the rows' addresses are one base plus offsets, or 0) */
+CISM__INLINE void score_tile(const float *q, const float *k, int64_t t0, const int nk, int64_t hd_arg, float scale,
+                             float *dst, const int HD) {
+    const int64_t hd = HD ? HD : hd_arg;
+    fvec acc[SCORE_ROWS], s;
     const float *kb = k + t0 * hd;
-    __m256 s;
     int64_t c;
     int j;
-    for (j = 0; j < 8; j++) acc[j] = fv_zero();
+    for (j = 0; j < SCORE_ROWS; j++) acc[j] = fv_zero();
     for (c = 0; c + FW <= hd; c += FW) {
         fvec qv = fv_loadu(q + c);
         for (j = 0; j < nk; j++) acc[j] = fv_fma(fv_loadu(kb + j * hd + c), qv, acc[j]);
@@ -43,15 +49,20 @@ CISM__INLINE void scores8(const float *q, const float *k, int64_t t0, const int 
         fvec qv = fv_load_part(q, c, hd - c, CISM_DTYPE_F32);
         for (j = 0; j < nk; j++) acc[j] = fv_fma(fv_load_part(kb + j * hd, c, hd - c, CISM_DTYPE_F32), qv, acc[j]);
     }
-    s = _mm256_mul_ps(fv_hsum8(acc), _mm256_set1_ps(scale));
-    if (nk == 8) _mm256_storeu_ps(dst, s);
-    else _mm256_maskstore_ps(dst, _mm256_cmpgt_epi32(_mm256_set1_epi32(nk), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), s);
+    s = fv_mul(fv_hsum_rows(acc), fv_set1(scale));
+    if (nk == SCORE_ROWS) fv_storeu(dst, s);
+    else fv_store_tail(dst, nk, s);
 }
 
 static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, float scale, float *dst) {
     int64_t t;
-    for (t = 0; t + 8 <= n; t += 8) scores8(q, k, t, 8, hd, scale, dst + t);
-    if (t < n) scores8(q, k, t, (int)(n - t), hd, scale, dst + t);
+    if (hd == 64)
+        for (t = 0; t + SCORE_ROWS <= n; t += SCORE_ROWS) score_tile(q, k, t, SCORE_ROWS, hd, scale, dst + t, 64);
+    else if (hd == 128)
+        for (t = 0; t + SCORE_ROWS <= n; t += SCORE_ROWS) score_tile(q, k, t, SCORE_ROWS, hd, scale, dst + t, 128);
+    else
+        for (t = 0; t + SCORE_ROWS <= n; t += SCORE_ROWS) score_tile(q, k, t, SCORE_ROWS, hd, scale, dst + t, 0);
+    if (t < n) score_tile(q, k, t, (int)(n - t), hd, scale, dst + t, 0);
 }
 
 /* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
@@ -114,6 +125,54 @@ static void pv_rows(const float *p, const float *v, int64_t n, int64_t hd, float
         default: break;
         }
     }
+}
+
+/* pv_rows for nh heads whose weights are p + h * ldp and outputs out + h * ldo:
+   when a head's row is one to four full vectors, PV_HEADS heads at a time share
+   each V load, and their independent accumulators hide the FMA latency that a
+   single head's few chains cannot (hd 64 on AVX-512: four chains, half the FMA
+   rate, measured 2x slower). Each output column is still one FMA chain over
+   the rows in order, so the bits are pv_rows's. */
+CISM__INLINE void pv_heads(const float *p, int64_t ldp, const float *v, int64_t n, float *out, int64_t ldo, const int NV,
+                           const int NH) {
+    fvec o[16];
+    int64_t t;
+    int h, j;
+    for (h = 0; h < NH; h++)
+        for (j = 0; j < NV; j++) o[h * NV + j] = fv_loadu(out + h * ldo + FW * j);
+    for (t = 0; t < n; t++) {
+        fvec r[4];
+        const float *row = v + t * (int64_t)(FW * NV);
+        for (j = 0; j < NV; j++) r[j] = fv_loadu(row + FW * j);
+        for (h = 0; h < NH; h++) {
+            fvec pt = fv_set1(p[h * ldp + t]);
+            for (j = 0; j < NV; j++) o[h * NV + j] = fv_fma(pt, r[j], o[h * NV + j]);
+        }
+    }
+    for (h = 0; h < NH; h++)
+        for (j = 0; j < NV; j++) fv_storeu(out + h * ldo + FW * j, o[h * NV + j]);
+}
+
+#define PV_HEADS(NV) (PV_ACCS / (NV) > 4 ? 4 : PV_ACCS / (NV))
+
+static void pv_rows_heads(const float *p, int64_t ldp, const float *v, int64_t n, int64_t hd, float *out, int64_t ldo,
+                          int64_t nh) {
+    int64_t h = 0;
+    int nv = (int)(hd / FW), g;
+    if (hd % FW == 0 && (nv == 1 || nv == 2 || nv == 4) && PV_HEADS(nv) > 1)
+        for (; h < nh; h += g) {
+            g = nh - h < PV_HEADS(nv) ? (int)(nh - h) : PV_HEADS(nv);
+#define PV_CASE(NV, NH)                                                                                                \
+    if (nv == NV && g == NH) {                                                                                         \
+        pv_heads(p + h * ldp, ldp, v, n, out + h * ldo, ldo, NV, NH);                                                  \
+        continue;                                                                                                      \
+    }
+            PV_CASE(4, 1) PV_CASE(4, 2) PV_CASE(4, 3) PV_CASE(4, 4)
+            PV_CASE(2, 1) PV_CASE(2, 2) PV_CASE(2, 3) PV_CASE(2, 4)
+            PV_CASE(1, 1) PV_CASE(1, 2) PV_CASE(1, 3) PV_CASE(1, 4)
+#undef PV_CASE
+        }
+    for (; h < nh; h++) pv_rows(p + h * ldp, v, n, hd, out + h * ldo);
 }
 
 /* rows [b0, b0 + n) of a cache as f32 rows: f32 in place, f16 widened into buf,
