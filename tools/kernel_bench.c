@@ -20,11 +20,15 @@
  * the kernel plus the epilogue, and the fused entry (gemv_a8_outliers) where
  * the tier has one: decode (1 token, 1536 rows) and prefill (256 tokens, 256
  * rows, one model call), L2-resident, CPU time, best of 7.
+ * --attention times the split attention kernel as an 8k-context decode of a
+ * Qwen2.5-0.5B shape runs it (7 query heads per KV head, head_dim 64), per SIMD
+ * tier and KV type (f16, q8): one KV head's cache (compute) and 48 (streamed).
  * Links the static library (internal kernel table). */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "kernels/kernels.h"
+#include "kernels/kv_quant.h"
 #include "kernels/quant.h"
 #include "model/session.h"
 
@@ -175,6 +179,70 @@ static void outlier_table(const char *tiers, const char *dtypes) {
     }
 }
 
+/* --attention: the split kernel as a decode at context n_ctx runs it (splits of
+   CISM__ATT_SPLIT positions, the next split named for prefetching), one query
+   of n_grp heads per KV head, head_dim 64 (the 0.5B-class presets): CPU
+   seconds per pass over n_heads KV heads, best of reps */
+static double att_pass(const cism__kernels *k, int dt, const uint8_t *kc, const uint8_t *vc, int64_t n_heads, int64_t n_ctx,
+                       int64_t n_grp, int reps) {
+    const int64_t hd = 64, rb = (int64_t)cism__kv_row_bytes(dt, hd);
+    float q[8 * 64], out[8 * 64], ml[16], *sc = (float *)malloc((size_t)(n_grp * CISM__ATT_SPLIT) * 4), best = 1e30f;
+    int64_t h, j, i;
+    int r;
+    for (i = 0; i < n_grp * hd; i++) q[i] = (float)((i * 37) % 29 - 14) * 0.05f;
+    for (r = 0; r < reps; r++) {
+        double t0 = cpu_now(), dt_s;
+        for (h = 0; h < n_heads; h++)
+            for (j = 0; j * CISM__ATT_SPLIT < n_ctx; j++) {
+                const uint8_t *k0 = kc + (h * n_ctx + j * CISM__ATT_SPLIT) * rb, *v0 = vc + (h * n_ctx + j * CISM__ATT_SPLIT) * rb;
+                cism__att_next nx;
+                nx.k = k0 + CISM__ATT_SPLIT * rb;
+                nx.v = v0 + CISM__ATT_SPLIT * rb;
+                nx.n_kv = (j + 2) * CISM__ATT_SPLIT <= n_ctx ? CISM__ATT_SPLIT : 0;
+                k->attention_split(q, hd, out, hd, ml, 2, 1, n_grp, k0, v0, dt, dt, CISM__ATT_SPLIT, CISM__ATT_SPLIT, hd,
+                                   0.125f, sc, nx.n_kv ? &nx : NULL);
+            }
+        dt_s = cpu_now() - t0;
+        if (dt_s < best) best = (float)dt_s;
+    }
+    free(sc);
+    return best;
+}
+
+static void attention_table(const char *tiers) {
+    static const int dts[] = {CISM_DTYPE_F16, CISM_DTYPE_Q8};
+    const int64_t n_ctx = 8192, hd = 64, grp = 7, streamed = 48; /* 24 layers x 2 KV heads: Qwen2.5-0.5B */
+    int t, d;
+    printf("split attention, one query of %lld heads per KV head, head_dim %lld, context %lld, splits of %d;\n"
+           "ns per position and KV head (CPU time, best of 7 / 3): one KV head (in cache), %lld heads (streamed)\n",
+           (long long)grp, (long long)hd, (long long)n_ctx, CISM__ATT_SPLIT, (long long)streamed);
+    for (d = 0; d < 2; d++) {
+        const int dt = dts[d];
+        const uint64_t rb = cism__kv_row_bytes(dt, hd), bytes = (uint64_t)(streamed * n_ctx) * rb;
+        uint8_t *kc = (uint8_t *)malloc((size_t)bytes), *vc = (uint8_t *)malloc((size_t)bytes);
+        float row[64];
+        int64_t r, i;
+        for (r = 0; r < streamed * n_ctx; r++) {
+            for (i = 0; i < hd; i++) row[i] = (float)(((r * 131 + i * 17) % 97) - 48) * 0.02f;
+            if (dt == CISM_DTYPE_F16)
+                for (i = 0; i < hd; i++) ((uint16_t *)(void *)(kc + r * rb))[i] = cism__f32_to_f16(row[i]);
+            else cism__kv_quantize_row(dt, row, hd, kc + r * rb, 0, NULL);
+        }
+        memcpy(vc, kc, (size_t)bytes);
+        for (t = CISM_TIER_SCALAR + 1; cism_kernel_tier_name(t); t++) {
+            const cism__kernels *k = cism__kernels_tier(t);
+            double one, all;
+            if (!k || !in_list(tiers, k->name)) continue;
+            one = att_pass(k, dt, kc, vc, 1, n_ctx, grp, 7);
+            all = att_pass(k, dt, kc, vc, streamed, n_ctx, grp, 3);
+            printf("%-8s KV %-4s | %6.1f in cache | %6.1f streamed (%5.1f GB/s of K and V)\n", k->name, cism_dtype_name(dt),
+                   one * 1e9 / (double)n_ctx, all * 1e9 / (double)(streamed * n_ctx), 2.0 * (double)bytes / all / 1e9);
+            fflush(stdout);
+        }
+        free(kc); free(vc);
+    }
+}
+
 static int in_list(const char *list, const char *name) {
     const char *p = list;
     size_t n = strlen(name);
@@ -189,12 +257,14 @@ static int in_list(const char *list, const char *name) {
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
                "       cism-kernel-bench --outliers [--dtypes ...] [--tiers ...]\n"
+               "       cism-kernel-bench --attention [--tiers ...]\n"
                "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
                "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
                "  MB megabytes (GB/s of weights read); --tokens adds, per count N, the time of one pass of\n"
                "  N tokens over that matrix as a multiple of one token's (batched decode: N sequences per\n"
                "  weight read); --dtypes / --tiers limit the table; --outliers: the cost of the int8 path's\n"
-               "  outlier-channel epilogue per packed dtype (two passes, and the fused entry where there is one)\n");
+               "  outlier-channel epilogue per packed dtype (two passes, and the fused entry where there is one);\n"
+               "  --attention: the split attention kernel of a decode at 8k context (f16 and q8 KV), per tier\n");
     return rc;
 }
 
@@ -204,7 +274,7 @@ int main(int argc, char **argv) {
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
     int64_t tok_list[8];
-    int n_tok = 0, outliers = 0;
+    int n_tok = 0, outliers = 0, attention = 0;
     for (i = 1; i < argc; i++) {
         char *end = NULL;
         long v;
@@ -212,6 +282,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
         else if (!strcmp(argv[i], "--outliers")) outliers = 1;
+        else if (!strcmp(argv[i], "--attention")) attention = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             char *p = argv[++i];
             for (n_tok = 0; *p && n_tok < 8; n_tok++) {
@@ -250,6 +321,10 @@ int main(int argc, char **argv) {
     printf("%s\n%s\n", cism_build_info(), cism_system_info());
     if (outliers) {
         outlier_table(tiers, dtypes);
+        return 0;
+    }
+    if (attention) {
+        attention_table(tiers);
         return 0;
     }
     printf("%-8s %-8s %6s | %16s | %16s%s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s",
