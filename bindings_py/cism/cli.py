@@ -623,7 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()  # its option lists read the library (kernel tiers, dtypes)
+    except OSError as e:  # the shared library cannot be loaded: say where it was looked for and what to do
+        print(f"cism: error: {e}", file=sys.stderr)
+        return 1
+    args = parser.parse_args(argv)
     args.verbose = getattr(args, "verbose", False)
     # the library's warnings (old format version, a bad CISM_ISA, ...) always reach stderr; -v adds the rest
     level = logging.INFO if args.verbose else logging.WARNING

@@ -68,6 +68,16 @@ def test_convert_help_in_a_subprocess():
 
 
 # ---- the context end is a stop, not an error ---------------------------------------------
+def test_missing_library_is_a_clear_error(tmp_path):
+    """A CISM_LIB that names no library: one error line naming the path and the fix, not a traceback."""
+    missing = str(tmp_path / "nowhere" / "libcism.so")
+    for args in (["--help"], ["generate", "-m", "x.cism", "-p", "hi"]):
+        rc, out, err = _cli(*args, env={"CISM_LIB": missing})
+        assert rc == 1, (args, rc, err)
+        assert "cannot load the libcism shared library" in err and missing in err, err
+        assert "CISM_LIB" in err and "Traceback" not in err, err
+
+
 def test_cli_context_end_is_a_normal_stop(tiny):
     rc, out, err = _cli("generate", "-m", tiny, "-p", "ab", "-c", "8", "-n", "20", "--ignore-eos")
     assert rc == 0, err
