@@ -60,24 +60,22 @@ CISM__INLINE float hsum16(__m512 v) {
 
 /* lane j of the result = the sum of the lanes of a[j], j < 16, for all sixteen
    in 30 shuffles and 15 adds (folding one vector at a time costs about twice
-   that). Every lane is summed in one order: i + (i + 8) first, then the pair
-   4 apart, 2 apart, adjacent. The tree takes a[] in the order 0, 4, 8, 12,
-   1, 5, ... which lands sum j in lane j. */
+   that). Every lane is summed in hsum16's order: f_i = x_i + x_(i+8), then
+   ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)). The tree takes a[] in
+   the order 0, 4, 1, 5, 2, 6, 3, 7, 8, 12, ... which lands sum j in lane j. */
 CISM__INLINE __m512 hsum16x16(const __m512 a[16]) {
-    static const int order[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-    __m512 h[8], f[4], g[2];
+    static const int order[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+    __m512 h[8], p[4], q[2];
     int j;
-    for (j = 0; j < 8; j++) { /* [x q0+q2, x q1+q3, y q0+q2, y q1+q3] */
+    for (j = 0; j < 8; j++) { /* [f of x: lanes 0-3, 4-7; f of y: 0-3, 4-7] */
         __m512 x = a[order[2 * j]], y = a[order[2 * j + 1]];
         h[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
     }
-    for (j = 0; j < 4; j++) /* four lanes each of four sums */
-        f[j] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * j], h[2 * j + 1], 0x88),
-                             _mm512_shuffle_f32x4(h[2 * j], h[2 * j + 1], 0xDD));
-    for (j = 0; j < 2; j++) /* two lanes each of eight sums */
-        g[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(f[2 * j]), _mm512_castps_pd(f[2 * j + 1]))),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(f[2 * j]), _mm512_castps_pd(f[2 * j + 1]))));
-    return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+    for (j = 0; j < 4; j++) /* adjacent pairs: f0 + f1, f2 + f3, ... */
+        p[j] = _mm512_add_ps(_mm512_shuffle_ps(h[2 * j], h[2 * j + 1], 0x88), _mm512_shuffle_ps(h[2 * j], h[2 * j + 1], 0xDD));
+    for (j = 0; j < 2; j++) /* (f0 + f1) + (f2 + f3) and (f4 + f5) + (f6 + f7) */
+        q[j] = _mm512_add_ps(_mm512_shuffle_ps(p[2 * j], p[2 * j + 1], 0x88), _mm512_shuffle_ps(p[2 * j], p[2 * j + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x88), _mm512_shuffle_f32x4(q[0], q[1], 0xDD));
 }
 
 CISM__INLINE __m512 exp16(__m512 x) {
