@@ -186,7 +186,8 @@ static void outlier_table(const char *tiers, const char *dtypes) {
 static double att_pass(const cism__kernels *k, int dt, const uint8_t *kc, const uint8_t *vc, int64_t n_heads, int64_t n_ctx,
                        int64_t n_grp, int reps) {
     const int64_t hd = 64, rb = (int64_t)cism__kv_row_bytes(dt, hd);
-    float q[8 * 64], out[8 * 64], ml[16], *sc = (float *)malloc((size_t)(n_grp * CISM__ATT_SPLIT) * 4), best = 1e30f;
+    float q[8 * 64], out[8 * 64], ml[16], *sc = (float *)malloc((size_t)(n_grp * CISM__ATT_SPLIT) * 4);
+    double best = 1e30;
     int64_t h, j, i;
     int r;
     for (i = 0; i < n_grp * hd; i++) q[i] = (float)((i * 37) % 29 - 14) * 0.05f;
@@ -203,7 +204,7 @@ static double att_pass(const cism__kernels *k, int dt, const uint8_t *kc, const 
                                    0.125f, sc, nx.n_kv ? &nx : NULL);
             }
         dt_s = cpu_now() - t0;
-        if (dt_s < best) best = (float)dt_s;
+        if (dt_s < best) best = dt_s;
     }
     free(sc);
     return best;

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from .json_schema import _WS, JsonPrefix, read_schema
+from .json_schema import WHITESPACE, JsonPrefix, read_schema
 
 REJECT_LIMIT = 64
 
@@ -69,7 +69,7 @@ def _missing_punctuation(tokenizer, texts: List[Optional[str]]) -> List[str]:
     """The characters of { } " : , that no token begins with; once per tokenizer."""
     missing = getattr(tokenizer, "_json_missing", None)
     if missing is None:
-        firsts = {t.lstrip(_WS)[:1] for t in texts if t}
+        firsts = {t.lstrip(WHITESPACE)[:1] for t in texts if t}
         missing = tokenizer._json_missing = [ch for ch in '{}":,' if ch not in firsts]
     return missing
 

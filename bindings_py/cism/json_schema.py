@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 MAX_BLANKS = 48
 
-_WS = " \t\n\r"
+WHITESPACE = " \t\n\r"
 _ESC = '"\\/bfnrtu'
 _HEX = "0123456789abcdefABCDEF"
 _DIGITS = "0123456789"
@@ -376,7 +376,7 @@ def _step(stack: Stack, ch: str) -> List[Stack]:
             if d is not None:
                 out.extend(_step(d, ch))
         return out
-    if ch in _WS:   # between tokens of the structure
+    if ch in WHITESPACE:   # between tokens of the structure
         return [stack]
     if kind == "V":
         return [base + (g,) for g in _start(f[1], ch)]
@@ -444,7 +444,7 @@ class JsonPrefix:
                         nxt.append(r)
             if not nxt:
                 return False
-            if ch in _WS and all(s and s[-1][0] not in "SK" for s in nxt):
+            if ch in WHITESPACE and all(s and s[-1][0] not in "SK" for s in nxt):
                 blanks += 1
                 if blanks > MAX_BLANKS:
                     return False

@@ -15,16 +15,17 @@
  *   kv_prefetch(p, bytes)                a prefetch hint for [p, p + bytes) (into L2)
  * The range's K rows are widened a block (about 16 KiB) at a time and shared by
  * every query of the block; then each query's exponentials and sum; then the
- * V rows a block at a time, each shared by the heads of a query. Scratch is the range's scores only. Each output
- * is the same sequence of operations whatever n_tok, n_grp or the block
- * boundaries (which start at the range's first row).
+ * V rows a block at a time, each shared by the heads of a query. Scratch is
+ * the range's scores only. Each output is the same sequence of operations
+ * whatever n_tok, n_grp or the block boundaries (which start at the range's
+ * first row).
  *
  * Prefetch: rows streamed from memory would otherwise stall the widening (the
  * hardware prefetchers do not run ahead of a split's short bursts: measured at
  * 8k context, one AVX-512 thread, 51.6 -> 35.0 ns per position and KV head,
  * docs/PERFORMANCE.md), so while it works on this range the kernel fetches the
  * caller's next range (cism__att_next) into L2, its K rows a slice per
- * att_scores call, its V rows a slice per pv_rows call. Hints only: no
+ * att_scores call, its V rows n_grp slices per pv_rows_heads call. Hints only: no
  * result depends on them. */
 #ifndef CISM_ATTENTION_SPLIT_H
 #define CISM_ATTENTION_SPLIT_H
@@ -84,7 +85,7 @@ static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo
         for (a = 0; a < n_tok; a++) {
             int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv, nk = na - b0 < bn ? na - b0 : bn;
             if (nk <= 0) continue;
-            for (i = 0; i < n_grp && pv; i++) att_prefetch_step(pv, pv_n, pv_step, &pv_done);
+            if (pv) att_prefetch_step(pv, pv_n, pv_step * (uint64_t)n_grp, &pv_done);
             pv_rows_heads(scores + a * n_grp * n_kv + b0, n_kv, vf, nk, hd, out + a * ldo, hd, n_grp);
         }
     }

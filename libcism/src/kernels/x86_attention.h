@@ -159,7 +159,7 @@ static void pv_rows_heads(const float *p, int64_t ldp, const float *v, int64_t n
                           int64_t nh) {
     int64_t h = 0;
     int nv = (int)(hd / FW), g;
-    if (hd % FW == 0 && (nv == 1 || nv == 2 || nv == 4) && PV_HEADS(nv) > 1)
+    if (hd % FW == 0 && (nv == 1 || nv == 2 || nv == 4))
         for (; h < nh; h += g) {
             g = nh - h < PV_HEADS(nv) ? (int)(nh - h) : PV_HEADS(nv);
 #define PV_CASE(NV, NH)                                                                                                \
