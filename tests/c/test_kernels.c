@@ -6,11 +6,13 @@
 #include "kernel_bounds.h"
 #include "kernels/quant.h"
 #include "kernels/kv_quant.h"
+#include "platform/cpu.h"
 #include "model/att_fold.h" /* forward.c's combine of the ranges */
 #include "cism.h"
 #include "test_util.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t rng = 777u;
@@ -812,6 +814,13 @@ static void vs_scalar(const cism__kernels *k) {
                 packed_vs_scalar(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2], 0);
                 x16_same_as_rows(k, ref, xdt[d], xs[s][0], xs[s][1], xs[s][2]);
             }
+        /* the decode prefetch's far stage (kernels.h cism__x16_streaming) keeps the bits */
+        cism__x16_streaming = 1;
+        for (d = 0; d < sizeof(xdt) / sizeof(xdt[0]); d++) {
+            packed_vs_scalar(k, ref, xdt[d], 80, 1000, 1, 0);
+            x16_same_as_rows(k, ref, xdt[d], 96, 1000, 2);
+        }
+        cism__x16_streaming = 0;
         /* every E4M3 scale code, NaNs included */
         packed_vs_scalar(k, ref, CISM_DTYPE_Q4S, 2, 16 * 128, 3, 1);
         packed_vs_scalar(k, ref, CISM_DTYPE_FP4, 5, 16 * 52, 5, 1);
@@ -987,6 +996,11 @@ int main(void) {
         n_run++;
     }
     test_x16_from_v1();
+    /* the rule: weights larger than half the last-level cache (or that cache unknown) stream */
+    if (!getenv("CISM_PREFETCH_FAR")) {
+        CHECK(cism__weights_stream((int64_t)1 << 60) == 1);
+        CHECK(cism__weights_stream(0) == (cism__cpu_get()->llc_bytes <= 0));
+    }
     CHECK(cism__kernels_by_name("no-such-tier") == NULL);
     CHECK(cism__kernels_tier(CISM_TIER_AUTO) == cism__kernels_best());
     printf("%d tiers tested\n", n_run);

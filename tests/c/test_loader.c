@@ -1,8 +1,12 @@
 /* test_loader.c - the .cism loader refuses every malformed file with a clear
  * status and message, and never crashes: hand-made corrupt files by category,
  * every truncation length, and random byte corruption. */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#endif
 #include "cism.h"
 #include "test_util.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -197,10 +201,15 @@ int main(void) {
     default_desc(&d); d.arch = "mistral"; d.window = 32;
     img = build(&d, &n);
     CHECK(write_file(g_path, img, n) == 0);
+    CHECK(cism__x16_streaming == 0);
     CHECK_OK(cism_model_load(g_path, NULL, &m));
     if (m) {
         cism_session *s = NULL;
         cism_params *p = NULL;
+        int64_t wb = 0;
+        /* a loaded model counts in the far-prefetch count iff its weights stream (kernels.h) */
+        CHECK_OK(cism_model_get_info(m, CISM_INFO_WEIGHT_BYTES, &wb));
+        CHECK(wb > 0 && cism__x16_streaming == cism__weights_stream(wb));
         CHECK_OK(cism_session_create(m, NULL, &s));
         cism_session_free(s);
         s = NULL;
@@ -222,7 +231,19 @@ int main(void) {
         cism_session_free(s);
         cism_params_free(p);
         cism_model_free(m);
+        CHECK(cism__x16_streaming == 0);
     }
+#if !defined(_WIN32)
+    { /* forced on: the model counts while it is loaded, and not after */
+        cism_model *f = NULL;
+        CHECK(setenv("CISM_PREFETCH_FAR", "1", 1) == 0);
+        CHECK_OK(cism_model_load(g_path, NULL, &f));
+        CHECK(cism__x16_streaming == 1);
+        cism_model_free(f);
+        CHECK(cism__x16_streaming == 0);
+        unsetenv("CISM_PREFETCH_FAR");
+    }
+#endif
     free(img);
 
     /* header-level corruption */

@@ -57,8 +57,10 @@ static void make_sysinfo(void) {
         for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++)
             if (cism_kernel_tier_supported(t))
                 m += (size_t)snprintf(tiers + m, sizeof(tiers) - m, "%s%s", m ? " " : "", cism_kernel_tier_name(t));
-        snprintf(g_sysinfo, sizeof(g_sysinfo), "cpu: %s; logical cpus: %d; features: %s; kernel tier: %s (runs: %s)",
-                 c->name, c->n_cpus, feats[0] ? feats : "none", cism__kernels_best()->name, tiers);
+        char llc[48] = "unknown";
+        if (c->llc_bytes > 0) snprintf(llc, sizeof(llc), "%lld KiB", c->llc_bytes / 1024);
+        snprintf(g_sysinfo, sizeof(g_sysinfo), "cpu: %s; logical cpus: %d; last-level cache: %s; features: %s; kernel tier: %s (runs: %s)",
+                 c->name, c->n_cpus, llc, feats[0] ? feats : "none", cism__kernels_best()->name, tiers);
     }
 }
 

@@ -130,3 +130,12 @@ const char *cism_kernel_tier_name(cism_kernel_tier tier) {
 int32_t cism_kernel_tier_supported(cism_kernel_tier tier) {
     return cism__kernels_tier(tier) != NULL;
 }
+
+int cism__x16_streaming;
+
+int cism__weights_stream(int64_t weight_bytes) {
+    const char *e = getenv("CISM_PREFETCH_FAR");
+    const long long llc = cism__cpu_get()->llc_bytes;
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    return llc <= 0 || weight_bytes > llc / 2;
+}

@@ -167,6 +167,21 @@ const cism__kernels *cism__kernels_by_name(const char *name);
 /* A tier by CISM_TIER_* (AUTO = best) if compiled in and supported here, else NULL. */
 const cism__kernels *cism__kernels_tier(int32_t tier);
 
+/* How many loaded models stream their weights from memory: weights larger
+   than half the last-level cache, or that cache's size unknown
+   (cism__weights_stream). While any does, the x86 interleaved kernels' decode
+   prefetch adds a far stage into L2 (tier_common.h CISM__X16_PF_FAR), which
+   pays where each token reads the weights from DRAM and costs where they stay
+   in the cache. A prefetch hint never changes a result. CISM_PREFETCH_FAR=0 / 1
+   in the environment forces the stage off / on (for measuring). */
+extern int cism__x16_streaming;
+int cism__weights_stream(int64_t weight_bytes);
+#if defined(_MSC_VER) && !defined(__clang__)
+#define CISM__X16_FAR_ON() (*(volatile int *)&cism__x16_streaming > 0)
+#else
+#define CISM__X16_FAR_ON() (__atomic_load_n(&cism__x16_streaming, __ATOMIC_RELAXED) > 0)
+#endif
+
 /* Tier fill functions (each in its tier's translation unit; call only when
    the CPU has the tier's features). */
 void cism__kernels_fill_avx2(cism__kernels *k);

@@ -412,9 +412,7 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
         if (pf_end && CISM__X16_PF_DIST > 0) { /* few tokens: fetch ahead (the hardware prefetcher alone falls behind), not past */
             /* this call's rows (another thread's); a block's share of the group, scales included, so the    */
             /* sweep covers every line of the following groups                                                */
-            uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+            x16_prefetch_block(g, grp, b, pf_end);
         }
         if (xf == X16_Q8) {
             for (c = 0; c < 8; c++) {

@@ -39,6 +39,13 @@
 #ifndef CISM__X16_PF_TOKENS
 #define CISM__X16_PF_TOKENS 16
 #endif
+/* While a loaded model's weights stream from memory (kernels.h
+   cism__x16_streaming), the group stream is also fetched this far ahead into
+   L2, so the L1 prefetch above finds its lines there rather than in DRAM
+   (PERFORMANCE.md, "A far prefetch stage"). */
+#ifndef CISM__X16_PF_FAR
+#define CISM__X16_PF_FAR 8192
+#endif
 #ifndef CISM__X16_PF_HINT
 #define CISM__X16_PF_HINT _MM_HINT_T0
 #endif

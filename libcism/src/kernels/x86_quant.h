@@ -217,6 +217,21 @@ CISM__INLINE void prefetch_range(uintptr_t p, uintptr_t e) {
     for (p &= ~(uintptr_t)63; p < e; p += 64) _mm_prefetch((const char *)p, CISM__X16_PF_HINT);
 }
 
+/* The interleaved kernels' prefetch at block b of a group (few tokens; none
+   past pf_end): a block's share of the group CISM__X16_PF_DIST ahead, hinted
+   CISM__X16_PF_HINT, and, while a loaded model streams its weights from
+   memory (kernels.h cism__x16_streaming), that share again CISM__X16_PF_FAR
+   ahead into L2. */
+CISM__INLINE void x16_prefetch_block(const cism__x16 *g, const uint8_t *grp, int64_t b, uintptr_t pf_end) {
+    uintptr_t pf, pe;
+    cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
+    for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+    if (CISM__X16_PF_FAR > 0 && CISM__X16_FAR_ON()) {
+        cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_FAR, pf_end, &pf, &pe);
+        for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
+    }
+}
+
 /* Row-layout calls of few tokens (decode, short verifies, batched decode)
    read the rows [r0, r1) once, 8 rows at a time, each of the 8 a stream: the
    hardware prefetchers fall behind (the real SmolLM2's q4a decode read ~6 GB/s

@@ -258,9 +258,7 @@ CISM__INLINE void x16h_tile(const uint8_t *grp, const cism__x16 *g, int h, const
         for (t = 0; t < T; t++)
             for (k = 0; k < NA; k++) iacc[t][k] = _mm256_setzero_si256();
         if (pf_end && h == 0) { /* few tokens: fetch CISM__X16_PF_DIST ahead a block's share of the group, scales included */
-            uintptr_t pf, pe;
-            cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
-            for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+            x16_prefetch_block(g, grp, b, pf_end);
         }
         if (xf == X16_Q8) {
             for (c = 0; c < 8; c++) {

@@ -633,6 +633,7 @@ static cism_status read_tokens(loadctx *c, cism_model *m) {
 
 static void model_destroy(cism_model *m) {
     if (!m) return;
+    if (m->streams) cism__atomic_add(&cism__x16_streaming, -1);
     cism__file_close(&m->file);
     free(m->layers);
     free(m->rope_inv_freq[0]);
@@ -677,6 +678,8 @@ cism_status cism_model_load(const char *path, const cism_params *params, cism_mo
         return st;
     }
     cism__file_view_settle(&m->file.view);
+    m->streams = cism__weights_stream(m->weight_bytes);
+    if (m->streams) cism__atomic_add(&cism__x16_streaming, 1);
     cism__log(CISM_LOG_INFO, "loaded %s: %s, %lld layers, dim %lld, vocab %lld, %lld parameters, %s weights", path,
               m->arch_name, (long long)m->hp.n_layers, (long long)m->hp.dim, (long long)m->hp.vocab,
               (long long)m->n_params, cism_dtype_name(m->weight_dtype));

@@ -90,6 +90,7 @@ struct cism_model {
     int32_t n_eos;
     int32_t *eos_ids;
     int64_t n_params, weight_bytes;
+    int streams;                     /* counted in cism__x16_streaming (kernels.h) */
     int32_t weight_dtype;
     struct cism__tokenizer *tokenizer;   /* NULL when the file carries none */
 };

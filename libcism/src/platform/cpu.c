@@ -28,6 +28,23 @@ static unsigned long long xgetbv0(void) {
 }
 #endif
 
+/* The size of the highest cache level that leaf (4 on Intel, 0x8000001D on
+   AMD) describes: per subleaf, type (EAX 4:0, 0 ends), level (EAX 7:5), ways,
+   partitions and line size (EBX), sets (ECX), each stored minus one. */
+static long long cache_bytes(unsigned leaf) {
+    long long best = 0;
+    unsigned r[4], sub, level = 0;
+    for (sub = 0; sub < 16; sub++) {
+        cpuid(leaf, sub, r);
+        if ((r[0] & 31) == 0) break;
+        if ((r[0] & 31) != 2 && ((r[0] >> 5) & 7) >= level) { /* data or unified */
+            level = (r[0] >> 5) & 7;
+            best = (long long)((r[1] >> 22) + 1) * (((r[1] >> 12) & 0x3ff) + 1) * ((r[1] & 0xfff) + 1) * ((long long)r[2] + 1);
+        }
+    }
+    return best;
+}
+
 static void detect(cism__cpu *c) {
     unsigned r[4], max_leaf, ext_max;
     int os_avx = 0, os_avx512 = 0;
@@ -67,6 +84,8 @@ static void detect(cism__cpu *c) {
         }
         c->name[48] = 0;
     }
+    if (max_leaf >= 4) c->llc_bytes = cache_bytes(4);
+    if (!c->llc_bytes && ext_max >= 0x8000001du) c->llc_bytes = cache_bytes(0x8000001du);
 }
 #elif defined(__aarch64__) || defined(_M_ARM64)
 #if defined(__linux__)

@@ -6,6 +6,7 @@
 typedef struct cism__cpu {
     char name[64];
     int n_cpus;
+    long long llc_bytes; /* the largest cache level's size (x86 CPUID leaf 4 / 0x8000001D); 0: unknown */
     /* x86-64 */
     int sse42, avx, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avxvnni;
     /* ARM64 */
