@@ -1,6 +1,6 @@
 /* kernel_bench.c - speed of each tier's matmul kernels.
  *
- *   cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB] [cols ...]
+ *   cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--a8] [--stream MB] [cols ...]
  *                                                       (default cols: 576 1536)
  *
  * For every tier this CPU runs and every weight dtype: prefill (64 rows x 96
@@ -8,7 +8,8 @@
  * enough for L2, so the numbers show the kernels' compute rate (GFLOP/s: 2 per
  * multiply-add) rather than memory bandwidth. Packed dtypes run both paths:
  * float activations (matmul) and int8 activations (matmul_a8; the activations
- * quantized once before the timing). --stream MB adds decode over a matrix
+ * quantized once before the timing); --a8 keeps the int8 path alone (float
+ * activations over a large --stream take minutes). --stream MB adds decode over a matrix
  * of MB megabytes (more than the last-level cache): GB/s of weights read.
  * Time is the calling thread's CPU time, best of 7 runs of ~10 ms, so other
  * load on the machine disturbs it less than wall time. Each tier's line of
@@ -256,14 +257,14 @@ static int in_list(const char *list, const char *name) {
 }
 
 static int usage(FILE *f, int rc) {
-    fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
+    fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--a8] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
                "       cism-kernel-bench --outliers [--dtypes ...] [--tiers ...]\n"
                "       cism-kernel-bench --attention [--tiers ...]\n"
                "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
                "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
                "  MB megabytes (GB/s of weights read); --tokens adds, per count N, the time of one pass of\n"
                "  N tokens over that matrix as a multiple of one token's (batched decode: N sequences per\n"
-               "  weight read); --dtypes / --tiers limit the table; --outliers: the cost of the int8 path's\n"
+               "  weight read); --dtypes / --tiers limit the table, --a8 to the int8-activation path; --outliers: the cost of the int8 path's\n"
                "  outlier-channel epilogue per packed dtype (two passes, and the fused entry where there is one);\n"
                "  --attention: the split attention kernel of a decode at 8k context (f16 and q8 KV), per tier\n");
     return rc;
@@ -275,7 +276,7 @@ int main(int argc, char **argv) {
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
     int64_t tok_list[8];
-    int n_tok = 0, outliers = 0, attention = 0;
+    int n_tok = 0, outliers = 0, attention = 0, only_a8 = 0;
     for (i = 1; i < argc; i++) {
         char *end = NULL;
         long v;
@@ -283,6 +284,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--tiers") && i + 1 < argc) tiers = argv[++i];
         else if (!strcmp(argv[i], "--outliers")) outliers = 1;
+        else if (!strcmp(argv[i], "--a8")) only_a8 = 1;
         else if (!strcmp(argv[i], "--attention")) attention = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             char *p = argv[++i];
@@ -338,7 +340,7 @@ int main(int argc, char **argv) {
             printf("%-8s int8 multiply-add peak, one core: %.1f G MAC/s (%.1f GFLOP/s)\n", k->name, peak / 1e9, 2 * peak / 1e9);
         for (dt = 0; dt < CISM__DTYPE_COUNT; dt++) {
             if (!in_list(dtypes, cism_dtype_name(dt))) continue;
-            for (a8 = 0; a8 <= is_packed(dt); a8++)
+            for (a8 = only_a8; a8 <= is_packed(dt); a8++)
                 for (i = 0; i < n_cols; i++) {
                     char name[32];
                     snprintf(name, sizeof(name), "%s%s", cism_dtype_name(dt), a8 ? "/a8" : "");
@@ -351,12 +353,15 @@ int main(int argc, char **argv) {
                         uint64_t rb = cism__row_bytes(dt, cols_list[i]);
                         int64_t rows = (int64_t)(stream_mb * 1e6 / (double)rb);
                         uint8_t *w = make_weights(dt, rows, cols_list[i], &rb);
-                        double s = run(k, dt, a8, w, rb, rows, cols_list[i], 1, 3);
+                        double s;
+                        cism__x16_streaming = cism__weights_stream(rows * (int64_t)rb); /* as a model of that size */
+                        s = run(k, dt, a8, w, rb, rows, cols_list[i], 1, 3);
                         int j;
                         printf(" | %8.1f", (double)rows * (double)rb / s / 1e9);
                         for (j = 0; j < n_tok; j++)
                             printf(" | %lldx: %5.2f", (long long)tok_list[j],
                                    run(k, dt, a8, w, rb, rows, cols_list[i], tok_list[j], 3) / s);
+                        cism__x16_streaming = 0;
                         free(w);
                     }
                     printf("\n");
