@@ -354,9 +354,9 @@ int main(int argc, char **argv) {
                         int64_t rows = (int64_t)(stream_mb * 1e6 / (double)rb);
                         uint8_t *w = make_weights(dt, rows, cols_list[i], &rb);
                         double s;
+                        int j;
                         cism__x16_streaming = cism__weights_stream(rows * (int64_t)rb); /* as a model of that size */
                         s = run(k, dt, a8, w, rb, rows, cols_list[i], 1, 3);
-                        int j;
                         printf(" | %8.1f", (double)rows * (double)rb / s / 1e9);
                         for (j = 0; j < n_tok; j++)
                             printf(" | %lldx: %5.2f", (long long)tok_list[j],

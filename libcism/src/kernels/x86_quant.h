@@ -225,7 +225,7 @@ CISM__INLINE void prefetch_range(uintptr_t p, uintptr_t e) {
 CISM__INLINE void x16_prefetch_block(const cism__x16 *g, const uint8_t *grp, int64_t b, uintptr_t pf_end) {
     uintptr_t pf, pe;
     cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_DIST, pf_end, &pf, &pe);
-    for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, CISM__X16_PF_HINT);
+    prefetch_range(pf, pe);
     if (CISM__X16_PF_FAR > 0 && CISM__X16_FAR_ON()) {
         cism__x16_prefetch_step(g, grp, b, CISM__X16_PF_FAR, pf_end, &pf, &pe);
         for (; pf < pe; pf += 64) _mm_prefetch((const char *)pf, _MM_HINT_T1);
