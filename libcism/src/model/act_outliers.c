@@ -58,31 +58,48 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
 }
 
 /* The first block whose gain is the largest, if that exceeds thr (-1: none);
-   its gain at *best. The largest first, in four independent chains (the scan
-   of one chain waited on each comparison), then its first block: the block a
-   scan keeping the first strictly larger gain picks. */
+   its gain at *best. Four independent chains (one chain waited on each
+   comparison), each keeping its largest gain and the first block holding it,
+   without branches; then the largest of the four, ties to the first block:
+   the block a scan keeping the first strictly larger gain picks. */
 static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
     double mx[4], g;
-    int64_t b;
+    int64_t at[4], b;
     int i;
-    for (i = 0; i < 4; i++) mx[i] = thr;
+    for (i = 0; i < 4; i++) {
+        mx[i] = thr;
+        at[i] = -1;
+    }
     for (b = 0; b + 4 <= nb; b += 4)
         for (i = 0; i < 4; i++) {
             memcpy(&g, gain + 2 * (b + i), sizeof(g));
+            at[i] = g > mx[i] ? b + i : at[i];
             mx[i] = g > mx[i] ? g : mx[i];
         }
     for (; b < nb; b++) {
         memcpy(&g, gain + 2 * b, sizeof(g));
+        at[0] = g > mx[0] ? b : at[0];
         mx[0] = g > mx[0] ? g : mx[0];
     }
-    mx[0] = mx[1] > mx[0] ? mx[1] : mx[0];
-    mx[2] = mx[3] > mx[2] ? mx[3] : mx[2];
-    *best = mx[2] > mx[0] ? mx[2] : mx[0];
-    if (!(*best > thr)) return -1;
-    for (b = 0;; b++) {
-        memcpy(&g, gain + 2 * b, sizeof(g));
-        if (g == *best) return b;
-    }
+    for (i = 1; i < 4; i++) /* a chain that never passed thr keeps at -1 and thr */
+        if (at[i] >= 0 && (mx[i] > mx[0] || (mx[i] == mx[0] && (at[0] < 0 || at[i] < at[0])))) {
+            mx[0] = mx[i];
+            at[0] = at[i];
+        }
+    *best = mx[0];
+    return at[0];
+}
+
+/* The position of the first value of block v (32, zero-padded) whose
+   magnitude is m (> 0); 0 if none. The comparisons without branches, then
+   the first hit. */
+static int first_of(const float *v, float m) {
+    char hit[CISM__A8_BLOCK];
+    const char *p;
+    int i;
+    for (i = 0; i < CISM__A8_BLOCK; i++) hit[i] = (char)(fabsf(v[i]) == m);
+    p = (const char *)memchr(hit, 1, sizeof(hit));
+    return p ? (int)(p - hit) : 0;
 }
 
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
@@ -117,11 +134,11 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         m = block_len(n, pick);
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
         if (j == nmod) {
-            for (i = 0; i < CISM__A8_BLOCK; i++) mod[j][i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
+            if (m == CISM__A8_BLOCK) memcpy(mod[j], x + pick * CISM__A8_BLOCK, sizeof(mod[j]));
+            else for (i = 0; i < CISM__A8_BLOCK; i++) mod[j][i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
             modb[nmod++] = pick;
         }
-        for (i = 0; i < m && fabsf(mod[j][i]) != m1[pick]; i++) {} /* the first index of its max */
-        if (i == m) i = 0;
+        i = first_of(mod[j], m1[pick]); /* the first index of its max */
         o->idx[o->n] = (int32_t)(pick * CISM__A8_BLOCK + i);
         o->val[o->n] = mod[j][i];
         o->n++;
