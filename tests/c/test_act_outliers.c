@@ -362,9 +362,18 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
     free(w); free(wq); free(xs); free(y1); free(y2); free(y3);
 }
 
+/* Whether the first n values at x hold a NaN */
+static int memchr_nan(const float *x, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if (x[i] != x[i]) return 1;
+    return 0;
+}
+
 /* The tier's block statistics are the scalar tier's, bit for bit, on blocks
-   with ties, signed zeros, subnormals, infinities and NaNs; and the split of a
-   row gives the scalar tier's table. */
+   with ties, signed zeros, subnormals, infinities and NaNs; its fused
+   quantize_act_top2 gives quantize_act's bytes and those statistics (or
+   reports the NaN); and the split of a row gives the scalar tier's table. */
 static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
     static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
                                        0x7fc00000u, 0xffc00001u, 0x3f800000u, 0xbf800000u};
@@ -388,6 +397,36 @@ static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
     (k->act_block_top2 ? k->act_block_top2 : ref->act_block_top2)(x, NBLK, b1, b2);
     CHECK_MSG(memcmp(a1, b1, sizeof(a1)) == 0 && memcmp(a2, b2, sizeof(a2)) == 0,
               "%s: block statistics differ from the scalar tier's", k->name);
+    if (k->quantize_act_top2) { /* the fused pass: quantize_act's bytes and the statistics, tails zero-padded; */
+        static const int64_t ns[] = {1, 17, 31, 32, 33, 100, 250, NBLK * 32};
+        static float clean[NBLK * 32]; /* x with its NaNs as 7 (the infinities, zeros and ties stay) */
+        const float *src = x;
+        size_t c;
+        for (i = 0; i < NBLK * 32; i++) clean[i] = x[i] == x[i] ? x[i] : 7.0f;
+        for (c = 0; c < 2 * sizeof(ns) / sizeof(ns[0]); c++) {
+            const int64_t n = ns[c % (sizeof(ns) / sizeof(ns[0]))], nb = (n + 31) / 32, bytes = cism__act8_row_bytes(n);
+            const float *x = c < sizeof(ns) / sizeof(ns[0]) ? src : clean;
+            const int has_nan = memchr_nan(x, n);
+            float pad[32];
+            uint8_t *qa = (uint8_t *)malloc((size_t)bytes), *qb = (uint8_t *)malloc((size_t)bytes);
+            ref->quantize_act(x, n, qa);
+            ref->act_block_top2(x, n / 32, a1, a2);
+            if (n % 32) {
+                memset(pad, 0, sizeof(pad));
+                memcpy(pad, x + n / 32 * 32, (size_t)(n % 32) * sizeof(float));
+                ref->act_block_top2(pad, 1, &a1[n / 32], &a2[n / 32]);
+            }
+            CHECK_MSG(k->quantize_act_top2(x, n, qb, b1, b2) == has_nan, "%s: quantize_act_top2 n %lld: NaN flag", k->name,
+                      (long long)n);
+            CHECK_MSG(memcmp(qa, qb, (size_t)bytes) == 0, "%s: quantize_act_top2 n %lld: not quantize_act's bytes", k->name,
+                      (long long)n);
+            if (!has_nan)
+                CHECK_MSG(memcmp(a1, b1, (size_t)nb * 4) == 0 && memcmp(a2, b2, (size_t)nb * 4) == 0,
+                          "%s: quantize_act_top2 n %lld: block statistics differ from the scalar tier's", k->name, (long long)n);
+            free(qa); free(qb);
+        }
+        CHECK(memchr_nan(x, NBLK * 32) && !memchr_nan(clean, NBLK * 32));
+    }
     for (b = 0; b < 8; b++) {
         uint8_t q1[1024], q2[1024];
         int64_t ldq = ldq_of(COLS);

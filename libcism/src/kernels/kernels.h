@@ -128,6 +128,12 @@ typedef struct cism__kernels {
        above every number). Exact, so every tier gives the scalar tier's
        values. NULL: the scalar tier's. */
     void (*act_block_top2)(const float *x, int64_t nb, float *m1, float *m2);
+    /* quantize_act and act_block_top2 in one pass (the outlier split): the n
+       values at x quantized into out as quantize_act does, and m1, m2 of each
+       of its ceil(n / 32) blocks (the last zero-padded) as act_block_top2
+       gives them. Returns 1 when x holds a NaN, and then m1, m2 are
+       unspecified (out is still quantize_act's). NULL: the two apart. */
+    int (*quantize_act_top2)(const float *x, int64_t n, void *out, float *m1, float *m2);
     /* Split attention (cism__attention_split_fn; forward.c combines the ranges). */
     cism__attention_split_fn attention_split;
     /* Up to CISM__GEMV_OUTL_TOKENS tokens (decode, batched decode, short

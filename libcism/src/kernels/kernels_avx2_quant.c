@@ -306,11 +306,23 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 #include "x86_quant_float.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
-static void quantize_act(const float *x, int64_t n, void *out) {
+/* The largest of 8 floats (none NaN) */
+CISM__INLINE float hmax8_ps(__m256 v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
+/* quantize_act, and with stats quantize_act_top2: each block's two largest
+   |x| as act_block_top2 takes them (per lane the largest and second of its
+   four values, then across the lanes) but on floats with NaN lanes cleared
+   (the same values when x holds no NaN; a NaN is reported instead). */
+CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     int64_t c0;
+    int nan = 0;
     for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         float buf[32];
         const float *src = x + c0;
@@ -325,14 +337,36 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         }
         for (i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(src + 8 * i);
         { /* max |x| ignoring NaN (the scalar compare does): NaN lanes count as 0 */
-            __m256 ab[4];
-            for (i = 0; i < 4; i++) ab[i] = _mm256_and_ps(_mm256_and_ps(v[i], absmask), _mm256_cmp_ps(v[i], v[i], _CMP_ORD_Q));
-            mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
-        }
-        {
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            __m256 ab[4], ord[4];
+            for (i = 0; i < 4; i++) {
+                ord[i] = _mm256_cmp_ps(v[i], v[i], _CMP_ORD_Q);
+                ab[i] = _mm256_and_ps(_mm256_and_ps(v[i], absmask), ord[i]);
+            }
+            if (!stats) {
+                mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
+                amax = hmax8_ps(mx);
+            } else { /* lanes: the largest (mx) and second (lo) of elements i, 8 + i, 16 + i, 24 + i */
+                const __m256 h1 = _mm256_max_ps(ab[0], ab[1]), l1 = _mm256_min_ps(ab[0], ab[1]);
+                const __m256 h2 = _mm256_max_ps(ab[2], ab[3]), l2 = _mm256_min_ps(ab[2], ab[3]);
+                __m256 at;
+                unsigned held;
+                float second;
+                const __m256 lo = _mm256_max_ps(_mm256_min_ps(h1, h2), _mm256_max_ps(l1, l2));
+                mx = _mm256_max_ps(h1, h2);
+                amax = hmax8_ps(mx);
+                at = _mm256_cmp_ps(mx, _mm256_set1_ps(amax), _CMP_EQ_OQ);
+                held = (unsigned)_mm256_movemask_ps(at);
+                second = hmax8_ps(lo);
+                if (held & (held - 1)) { /* two lanes hold it */
+                    second = amax;
+                } else {
+                    const float rest = hmax8_ps(_mm256_andnot_ps(at, mx));
+                    second = rest > second ? rest : second;
+                }
+                nan |= _mm256_movemask_ps(_mm256_and_ps(_mm256_and_ps(ord[0], ord[1]), _mm256_and_ps(ord[2], ord[3]))) != 0xff;
+                m1[c0 / CISM__A8_BLOCK] = amax;
+                m2[c0 / CISM__A8_BLOCK] = second;
+            }
         }
         inv = cism__act8_inv(amax);
         a->d = amax / 127.0f;
@@ -360,6 +394,13 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             a->sum = hs[0] + hs[1];
         }
     }
+    return nan;
+}
+static void quantize_act(const float *x, int64_t n, void *out) {
+    quantize_blocks(x, n, out, NULL, NULL, 0);
+}
+static int quantize_act_top2(const float *x, int64_t n, void *out, float *m1, float *m2) {
+    return quantize_blocks(x, n, out, m1, m2, 1);
 }
 
 /* The outlier rule's block statistics (kernels.h act_block_top2): on the
@@ -513,4 +554,5 @@ void cism__fill_avx2_quant(cism__kernels *k) {
     fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
+    k->quantize_act_top2 = quantize_act_top2;
 }

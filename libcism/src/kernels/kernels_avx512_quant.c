@@ -526,10 +526,15 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 #include "x86_quant_float.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
-static void quantize_act(const float *x, int64_t n, void *out) {
+/* quantize_act, and with stats quantize_act_top2: each block's two largest
+   |x| from the halves' lane-wise max (whose largest is amax) and min, as
+   act_block_top2 takes them but on floats with NaN lanes cleared (the same
+   values when x holds no NaN; a NaN is reported instead). */
+CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    unsigned nan = 0;
     int64_t c0;
     for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         int64_t m = n - c0 < 32 ? n - c0 : 32;
@@ -537,13 +542,22 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         __mmask16 k1 = (__mmask16)(m >= 32 ? 0xffffu : m > 16 ? (1u << (m - 16)) - 1u : 0u);
         __m512 x0 = _mm512_maskz_loadu_ps(k0, x + c0), x1 = _mm512_maskz_loadu_ps(k1, x + c0 + 16);
         /* max |x| ignoring NaN (the scalar compare does) */
-        __m512 a0 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), x0, absmask);
-        __m512 a1 = _mm512_maskz_and_ps(_mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q), x1, absmask);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        const __mmask16 o0 = _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), o1 = _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q);
+        __m512 a0 = _mm512_maskz_and_ps(o0, x0, absmask);
+        __m512 a1 = _mm512_maskz_and_ps(o1, x1, absmask);
+        const __m512 hi = _mm512_max_ps(a0, a1);
+        float amax = _mm512_reduce_max_ps(hi);
         float inv = cism__act8_inv(amax);
         __m512 vi = _mm512_set1_ps(inv);
         __m512i q0, q1;
         int h;
+        if (stats) { /* the second: the halves' mins and their maxes but the first lane holding amax */
+            const __mmask16 at = _mm512_cmp_ps_mask(hi, _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            const __m512 lo = _mm512_min_ps(a0, a1);
+            nan |= (unsigned)(__mmask16)~(o0 & o1);
+            m1[c0 / CISM__A8_BLOCK] = amax;
+            m2[c0 / CISM__A8_BLOCK] = _mm512_reduce_max_ps(_mm512_mask_max_ps(lo, (__mmask16)~(at & (0u - at)), lo, hi));
+        }
         a->d = amax / 127.0f;
         for (h = 0; h < 2; h++) {
             __m512 v = _mm512_mul_ps(h ? x1 : x0, vi), av = _mm512_and_ps(v, absmask);
@@ -562,6 +576,13 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         hs[1] = _mm512_reduce_add_epi32(q1);
         a->sum = hs[0] + hs[1];
     }
+    return nan != 0;
+}
+static void quantize_act(const float *x, int64_t n, void *out) {
+    quantize_blocks(x, n, out, NULL, NULL, 0);
+}
+static int quantize_act_top2(const float *x, int64_t n, void *out, float *m1, float *m2) {
+    return quantize_blocks(x, n, out, m1, m2, 1);
 }
 
 /* 12 chains of vpdpbusd (64 multiply-adds each), enough to cover its latency */
@@ -654,4 +675,5 @@ void cism__fill_avx512_quant(cism__kernels *k) {
     fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
+    k->quantize_act_top2 = quantize_act_top2;
 }

@@ -118,9 +118,16 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     int64_t b;
     int j, i, nmod = 0;
     o->n = 0;
-    /* the int8 noise of a block is proportional to its max squared; N is the row's */
-    top2(x, full, m1, m2);
-    if (full < nb) block_stats(top2, x, n, full, &m1[full], &m2[full]);
+    /* the int8 noise of a block is proportional to its max squared; N is the row's.
+       The row as it is quantized, and its block statistics, in one pass where
+       the tier has it (a NaN: the plain quantizer's row, flagged) */
+    if (k->quantize_act_top2) {
+        if (k->quantize_act_top2(x, n, qrow, m1, m2)) return 1;
+    } else {
+        top2(x, full, m1, m2);
+        if (full < nb) block_stats(top2, x, n, full, &m1[full], &m2[full]);
+        quant(x, n, qrow);
+    }
     for (b = 0; b < nb; b++) {
         N += (double)m1[b] * m1[b];
         set_gain(gain, b, m1[b], m2[b]);
@@ -147,10 +154,9 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         top2(mod[j], 1, &m1[pick], &m2[pick]);
         set_gain(gain, pick, m1[pick], m2[pick]);
     }
-    /* the row as it is, then each block that gave up channels again from its
-       copy (blocks are quantized independently: the bits of quantizing the
+    /* each block that gave up channels again from its copy, over the row as
+       it is (blocks are quantized independently: the bits of quantizing the
        row with those channels zeroed) */
-    quant(x, n, qrow);
     for (j = 0; j < nmod; j++) {
         cism__act8 blk[2]; /* one block, then its two half sums */
         const int64_t m = block_len(n, modb[j]);
