@@ -93,8 +93,18 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
     uint8_t bix[OSLOTS];
     int16_t at[OSLOTS];
     int k, i;
-    if (!pl->q4a) {
-        for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, pl->xf, pl->B, d->ch[k]);
+    if (!pl->q4a) { /* the loop per format (x16_place's arithmetic for a constant format) */
+#define OPLACE_ALL(XF, B) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, B, d->ch[k])
+        switch (pl->xf) {
+        case X16_Q8: OPLACE_ALL(X16_Q8, 32); break;
+        case X16_Q4A: OPLACE_ALL(X16_Q4A, 32); break;
+        case X16_Q6: OPLACE_ALL(X16_Q6, 32); break;
+        case X16_Q5: OPLACE_ALL(X16_Q5, 32); break;
+        case X16_Q3: OPLACE_ALL(X16_Q3, 32); break;
+        case X16_Q2: OPLACE_ALL(X16_Q2, 32); break;
+        default: OPLACE_ALL(X16_Q4S, pl->B); break;
+        }
+#undef OPLACE_ALL
         return;
     }
     for (k = pl->nb = 0; k < d->n; k++) { /* few blocks: a linear search */

@@ -148,7 +148,7 @@ typedef struct ocol {
     int shift, hshift;
 } ocol;
 
-static ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
+CISM__INLINE ocol x16_place(const uint8_t *grp, const struct cism__x16 *g, const int xf, int64_t B, int32_t c) {
     const int q8 = xf == X16_Q8;
     const int64_t b = B == 32 ? c >> 5 : c / B, j = B == 32 ? c & 31 : c % B, half = B / 2; /* most blocks: 32, no division */
     const int64_t byte = q8 ? j : (j < half ? j : j - half);
