@@ -526,17 +526,102 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 #include "x86_quant_float.h"
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
+/* 16 values times the block's factor vi, as int32 codes: rounded half away
+   from zero, NaN (a NaN input, or inf * 0) -> 0, at most 127 in magnitude */
+CISM__INLINE __m512i quant16(__m512 x, __m512 vi) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 v = _mm512_mul_ps(x, vi), av = _mm512_and_ps(v, absmask);
+    const __m512 tr = _mm512_roundscale_ps(av, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(av, tr), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 q = _mm512_mask_add_ps(tr, up, tr, _mm512_set1_ps(1.0f));
+    __m512i qi = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_cvttps_epi32(q));
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    qi = _mm512_min_epi32(qi, _mm512_set1_epi32(127));
+    return _mm512_mask_sub_epi32(qi, neg, _mm512_setzero_si512(), qi);
+}
+
+/* The largest of each of four blocks' 16 lanes (h[b]), in every float of
+   128-bit lane b of the result: one shuffle tree for the four (the same
+   values as four reductions; max is exact). */
+CISM__INLINE __m512 max4_blocks(const __m512 h[4]) {
+    const __m512 t01 = _mm512_max_ps(_mm512_shuffle_f32x4(h[0], h[1], 0x44), _mm512_shuffle_f32x4(h[0], h[1], 0xee));
+    const __m512 t23 = _mm512_max_ps(_mm512_shuffle_f32x4(h[2], h[3], 0x44), _mm512_shuffle_f32x4(h[2], h[3], 0xee));
+    __m512 u = _mm512_max_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+    u = _mm512_max_ps(u, _mm512_permute_ps(u, 0x4e));
+    return _mm512_max_ps(u, _mm512_permute_ps(u, 0xb1));
+}
+
+/* Four whole blocks at x into a[0..3] and their half sums hs[0..7] (stats:
+   m1, m2 of each, as quantize_blocks below; returns the NaN flag). The same
+   operations per value as one block at a time; the block maxima, the codes'
+   byte packing and the half sums (bytes + 128 summed by vpsadbw) each in one
+   pass over the four blocks instead of a reduction per block. */
+CISM__INLINE unsigned quantize4(const float *x, cism__act8 *a, int32_t *hs, float *m1, float *m2, const int stats) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512 v[8], ab[8], hi[4];
+    __m512i q[8], sad[2];
+    __mmask16 ord[8];
+    float mx[16], amax[4];
+    unsigned nan = 0;
+    int i, b;
+    for (i = 0; i < 8; i++) {
+        v[i] = _mm512_loadu_ps(x + 16 * i);
+        ord[i] = _mm512_cmp_ps_mask(v[i], v[i], _CMP_ORD_Q); /* max |x| ignoring NaN (the scalar compare does) */
+        ab[i] = _mm512_maskz_and_ps(ord[i], v[i], absmask);
+    }
+    for (b = 0; b < 4; b++) hi[b] = _mm512_max_ps(ab[2 * b], ab[2 * b + 1]);
+    _mm512_storeu_ps(mx, max4_blocks(hi));
+    for (b = 0; b < 4; b++) {
+        const __m512 vi = _mm512_set1_ps(cism__act8_inv(amax[b] = mx[4 * b]));
+        a[b].d = amax[b] / 127.0f;
+        q[2 * b] = quant16(v[2 * b], vi);
+        q[2 * b + 1] = quant16(v[2 * b + 1], vi);
+    }
+    if (stats) { /* the second: the halves' mins and their maxes but the first lane holding amax */
+        __m512 sel[4];
+        for (b = 0; b < 4; b++) {
+            const __mmask16 at = _mm512_cmp_ps_mask(hi[b], _mm512_set1_ps(amax[b]), _CMP_EQ_OQ);
+            const __m512 lo = _mm512_min_ps(ab[2 * b], ab[2 * b + 1]);
+            sel[b] = _mm512_mask_max_ps(lo, (__mmask16)~(at & (0u - at)), lo, hi[b]);
+            nan |= (unsigned)(__mmask16)~(ord[2 * b] & ord[2 * b + 1]);
+            m1[b] = amax[b];
+        }
+        _mm512_storeu_ps(mx, max4_blocks(sel));
+        for (b = 0; b < 4; b++) m2[b] = mx[4 * b];
+    }
+    for (i = 0; i < 2; i++) { /* blocks 2i, 2i + 1: int32 -> int8 (|code| <= 127, no saturation), in order */
+        const __m512i r = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(_mm512_packs_epi32(q[4 * i], q[4 * i + 1]),
+                                                                              _mm512_packs_epi32(q[4 * i + 2], q[4 * i + 3])));
+        _mm256_storeu_si256((__m256i *)(void *)a[2 * i].q, _mm512_castsi512_si256(r));
+        _mm256_storeu_si256((__m256i *)(void *)a[2 * i + 1].q, _mm512_extracti64x4_epi64(r, 1));
+        /* sums of 8 bytes + 128 each, then of the two per half */
+        sad[i] = _mm512_sad_epu8(_mm512_xor_si512(r, _mm512_set1_epi8((char)0x80)), _mm512_setzero_si512());
+        sad[i] = _mm512_add_epi64(sad[i], _mm512_shuffle_epi32(sad[i], (_MM_PERM_ENUM)0x4e));
+    }
+    { /* halves [q0 q0 q1 q1 q2 q2 q3 q3] and [q4 ..]: interleaved, narrowed, in order, less 16 x 128 */
+        const __m256i s = _mm512_cvtepi64_epi32(_mm512_mask_blend_epi64(0xaa, sad[0], sad[1]));
+        _mm256_storeu_si256((__m256i *)(void *)hs, _mm256_sub_epi32(_mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)),
+                                                                    _mm256_set1_epi32(16 * 128)));
+    }
+    for (b = 0; b < 4; b++) a[b].sum = hs[2 * b] + hs[2 * b + 1];
+    return nan;
+}
+
 /* quantize_act, and with stats quantize_act_top2: each block's two largest
    |x| from the halves' lane-wise max (whose largest is amax) and min, as
    act_block_top2 takes them but on floats with NaN lanes cleared (the same
-   values when x holds no NaN; a NaN is reported instead). */
+   values when x holds no NaN; a NaN is reported instead). Four whole blocks
+   at a time (quantize4), then block by block. */
 CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     unsigned nan = 0;
     int64_t c0;
-    for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
+    for (c0 = 0; c0 + 4 * CISM__A8_BLOCK <= n; c0 += 4 * CISM__A8_BLOCK, a += 4, hs += 8)
+        nan |= quantize4(x + c0, a, hs, stats ? m1 + c0 / CISM__A8_BLOCK : NULL, stats ? m2 + c0 / CISM__A8_BLOCK : NULL, stats);
+    for (; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         int64_t m = n - c0 < 32 ? n - c0 : 32;
         __mmask16 k0 = (__mmask16)(m >= 16 ? 0xffffu : (1u << m) - 1u);
         __mmask16 k1 = (__mmask16)(m >= 32 ? 0xffffu : m > 16 ? (1u << (m - 16)) - 1u : 0u);
@@ -547,10 +632,8 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
         __m512 a1 = _mm512_maskz_and_ps(o1, x1, absmask);
         const __m512 hi = _mm512_max_ps(a0, a1);
         float amax = _mm512_reduce_max_ps(hi);
-        float inv = cism__act8_inv(amax);
-        __m512 vi = _mm512_set1_ps(inv);
+        __m512 vi = _mm512_set1_ps(cism__act8_inv(amax));
         __m512i q0, q1;
-        int h;
         if (stats) { /* the second: the halves' mins and their maxes but the first lane holding amax */
             const __mmask16 at = _mm512_cmp_ps_mask(hi, _mm512_set1_ps(amax), _CMP_EQ_OQ);
             const __m512 lo = _mm512_min_ps(a0, a1);
@@ -559,17 +642,8 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
             m2[c0 / CISM__A8_BLOCK] = _mm512_reduce_max_ps(_mm512_mask_max_ps(lo, (__mmask16)~(at & (0u - at)), lo, hi));
         }
         a->d = amax / 127.0f;
-        for (h = 0; h < 2; h++) {
-            __m512 v = _mm512_mul_ps(h ? x1 : x0, vi), av = _mm512_and_ps(v, absmask);
-            __m512 tr = _mm512_roundscale_ps(av, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(av, tr), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-            __m512 q = _mm512_mask_add_ps(tr, up, tr, _mm512_set1_ps(1.0f));
-            __m512i qi = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_cvttps_epi32(q)); /* NaN -> 0 */
-            __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-            qi = _mm512_min_epi32(qi, _mm512_set1_epi32(127));
-            qi = _mm512_mask_sub_epi32(qi, neg, _mm512_setzero_si512(), qi);
-            if (h) q1 = qi; else q0 = qi;
-        }
+        q0 = quant16(x0, vi);
+        q1 = quant16(x1, vi);
         _mm_storeu_si128((__m128i *)a->q, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(a->q + 16), _mm512_cvtsepi32_epi8(q1));
         hs[0] = _mm512_reduce_add_epi32(q0);
