@@ -2,7 +2,9 @@
  * tier (part of the `neon` tier, ARMv8-A Advanced SIMD only; built, like
  * kernels_neon.c, with -ffp-contract=off):
  *
- *   - quantize_act: per-32 int8 activation blocks, the scalar tier's bytes;
+ *   - quantize_act: per-32 int8 activation blocks, the scalar tier's bytes
+ *     (quantize_act_top2: with the outlier rule's block statistics,
+ *     act_block_top2, in the same pass);
  *   - int8 activations: widening multiplies (SMULL/SMLAL2, SADALP) per
  *     activation block, the loops of neon_quant.h; the fallback for CPUs
  *     without dotprod, bit-identical to the scalar tier;
@@ -25,13 +27,62 @@
 #include <math.h>
 
 /* ---- int8 activation rows ------------------------------------------------------------ */
+/* The two largest magnitudes of a block's 32 values v (the multiset's: a
+   repeated max is also the second), ordered on their bits with the sign
+   cleared as unsigned integers, as the scalar tier's act_block_top2 (a NaN
+   above every number): per lane a tournament over its 8 values, then across
+   the lanes the largest and the larger of the lanes' seconds and of the
+   lanes' largest but one lane holding the top (the top again when two do). */
+CISM__INLINE void top2_bits(const float32x4_t v[8], float *m1, float *m2) {
+    const uint32x4_t abs = vdupq_n_u32(0x7fffffffu);
+    uint32x4_t M[4], S[4], eq;
+    uint32_t top, second;
+    int i, w;
+    for (i = 0; i < 4; i++) {
+        const uint32x4_t a = vandq_u32(vreinterpretq_u32_f32(v[2 * i]), abs), b = vandq_u32(vreinterpretq_u32_f32(v[2 * i + 1]), abs);
+        M[i] = vmaxq_u32(a, b);
+        S[i] = vminq_u32(a, b);
+    }
+    for (w = 2; w >= 1; w /= 2)
+        for (i = 0; i < w; i++) {
+            const uint32x4_t hi = vmaxq_u32(M[i], M[i + w]), lo = vminq_u32(M[i], M[i + w]);
+            S[i] = vmaxq_u32(lo, vmaxq_u32(S[i], S[i + w]));
+            M[i] = hi;
+        }
+    top = vmaxvq_u32(M[0]);
+    eq = vceqq_u32(M[0], vdupq_n_u32(top));
+    second = vmaxvq_u32(S[0]);
+    if (vaddvq_u32(vshrq_n_u32(eq, 31)) > 1) {
+        second = top;
+    } else {
+        const uint32_t rest = vmaxvq_u32(vbicq_u32(M[0], eq));
+        second = rest > second ? rest : second;
+    }
+    memcpy(m1, &top, 4);
+    memcpy(m2, &second, 4);
+}
+
+/* The outlier rule's block statistics (kernels.h act_block_top2) */
+static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+        float32x4_t v[8];
+        int i;
+        for (i = 0; i < 8; i++) v[i] = vld1q_f32(x + b * CISM__A8_BLOCK + 4 * i);
+        top2_bits(v, &m1[b], &m2[b]);
+    }
+}
+
 /* d = max|x| / 127, q = x * (127 / max|x|) rounded half away from zero (FCVTAS),
    sum = sum of q, and after the row's blocks the sums of each half block: the
-   scalar tier's operations, NaN ignored by the max as there */
-static void quantize_act(const float *x, int64_t n, void *out) {
+   scalar tier's operations, NaN ignored by the max as there. With stats
+   (quantize_act_top2) also each block's act_block_top2 statistics and
+   whether x holds a NaN. */
+CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);
     int64_t c0;
+    int nan = 0;
     for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         float buf[CISM__A8_BLOCK], amax, inv;
         const float *p = x + c0;
@@ -48,6 +99,12 @@ static void quantize_act(const float *x, int64_t n, void *out) {
             v[i] = vld1q_f32(p + 4 * i);
             m = vmaxnmq_f32(m, vabsq_f32(v[i]));   /* FMAXNM: a NaN loses to the number */
         }
+        if (stats) {
+            uint32x4_t ok = vceqq_f32(v[0], v[0]);
+            for (i = 1; i < 8; i++) ok = vandq_u32(ok, vceqq_f32(v[i], v[i]));
+            nan |= vminvq_u32(ok) == 0;
+            top2_bits(v, &m1[c0 / CISM__A8_BLOCK], &m2[c0 / CISM__A8_BLOCK]);
+        }
         amax = vmaxnmvq_f32(m);
         a->d = amax / 127.0f;
         inv = cism__act8_inv(amax);
@@ -63,6 +120,13 @@ static void quantize_act(const float *x, int64_t n, void *out) {
         hs[1] = (int32_t)vaddlvq_s8(q1);
         a->sum = hs[0] + hs[1];
     }
+    return nan;
+}
+static void quantize_act(const float *x, int64_t n, void *out) {
+    quantize_blocks(x, n, out, NULL, NULL, 0);
+}
+static int quantize_act_top2(const float *x, int64_t n, void *out, float *m1, float *m2) {
+    return quantize_blocks(x, n, out, m1, m2, 1);
 }
 
 /* ---- float activations ----------------------------------------------------------------- */
@@ -452,4 +516,6 @@ void cism__kernels_fill_neon_quant(cism__kernels *k) {
     k->matmul[CISM_DTYPE_Q2X16] = matmul_q2x16;
     nq_fill_entries(k);
     k->quantize_act = quantize_act;
+    k->act_block_top2 = act_block_top2;
+    k->quantize_act_top2 = quantize_act_top2;
 }
