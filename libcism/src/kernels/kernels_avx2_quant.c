@@ -305,18 +305,52 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 #include "x86_quant_entries.h"
 #include "x86_quant_float.h"
 
-/* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
-/* The largest of 8 floats (none NaN) */
-CISM__INLINE float hmax8_ps(__m256 v) {
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+/* The outlier rule's block statistics (kernels.h act_block_top2) of a block
+   whose magnitudes (sign cleared, compared as unsigned integers: the scalar
+   tier's order) are u[0..3], elements 8i.. of the block: per lane the largest
+   and second largest of its four values (elements i, 8 + i, 16 + i, 24 + i),
+   then across the lanes the largest and the second: the larger of the lanes'
+   seconds and of the lanes' largest but one lane holding the top (the top
+   again when two lanes hold it). */
+CISM__INLINE uint32_t hmax8_epu32(__m256i v) {
+    v = _mm256_max_epu32(v, _mm256_permute2x128_si256(v, v, 1));
+    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0x4e));
+    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0xb1));
+    return (uint32_t)_mm256_cvtsi256_si32(v);
+}
+CISM__INLINE void top2_quarters(const __m256i u[4], float *m1, float *m2) {
+    const __m256i h1 = _mm256_max_epu32(u[0], u[1]), l1 = _mm256_min_epu32(u[0], u[1]);
+    const __m256i h2 = _mm256_max_epu32(u[2], u[3]), l2 = _mm256_min_epu32(u[2], u[3]);
+    const __m256i hi = _mm256_max_epu32(h1, h2);
+    const __m256i lo = _mm256_max_epu32(_mm256_min_epu32(h1, h2), _mm256_max_epu32(l1, l2));
+    const uint32_t top = hmax8_epu32(hi);
+    const __m256i at = _mm256_cmpeq_epi32(hi, _mm256_set1_epi32((int)top));
+    const unsigned held = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(at));
+    uint32_t second = hmax8_epu32(lo);
+    if (held & (held - 1)) {
+        second = top;
+    } else {
+        const uint32_t rest = hmax8_epu32(_mm256_andnot_si256(at, hi));
+        if (rest > second) second = rest;
+    }
+    memcpy(m1, &top, 4);
+    memcpy(m2, &second, 4);
+}
+static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    int64_t b;
+    int i;
+    for (b = 0; b < nb; b++) {
+        __m256i u[4];
+        for (i = 0; i < 4; i++) u[i] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + b * CISM__A8_BLOCK + 8 * i)), abs);
+        top2_quarters(u, &m1[b], &m2[b]);
+    }
 }
 
+/* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 /* quantize_act, and with stats quantize_act_top2: each block's two largest
-   |x| as act_block_top2 takes them (per lane the largest and second of its
-   four values, then across the lanes) but on floats with NaN lanes cleared
-   (the same values when x holds no NaN; a NaN is reported instead). */
+   |x| as act_block_top2 takes them but with NaN lanes cleared (the same
+   values when x holds no NaN; a NaN is reported instead). */
 CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);
@@ -342,31 +376,18 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
                 ord[i] = _mm256_cmp_ps(v[i], v[i], _CMP_ORD_Q);
                 ab[i] = _mm256_and_ps(_mm256_and_ps(v[i], absmask), ord[i]);
             }
-            if (!stats) {
-                mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
-                amax = hmax8_ps(mx);
-            } else { /* lanes: the largest (mx) and second (lo) of elements i, 8 + i, 16 + i, 24 + i */
-                const __m256 h1 = _mm256_max_ps(ab[0], ab[1]), l1 = _mm256_min_ps(ab[0], ab[1]);
-                const __m256 h2 = _mm256_max_ps(ab[2], ab[3]), l2 = _mm256_min_ps(ab[2], ab[3]);
-                __m256 at;
-                unsigned held;
-                float second;
-                const __m256 lo = _mm256_max_ps(_mm256_min_ps(h1, h2), _mm256_max_ps(l1, l2));
-                mx = _mm256_max_ps(h1, h2);
-                amax = hmax8_ps(mx);
-                at = _mm256_cmp_ps(mx, _mm256_set1_ps(amax), _CMP_EQ_OQ);
-                held = (unsigned)_mm256_movemask_ps(at);
-                second = hmax8_ps(lo);
-                if (held & (held - 1)) { /* two lanes hold it */
-                    second = amax;
-                } else {
-                    const float rest = hmax8_ps(_mm256_andnot_ps(at, mx));
-                    second = rest > second ? rest : second;
-                }
+            mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
+            if (stats) { /* ab: magnitudes, NaN cleared (their bits order as the floats) */
+                __m256i u[4];
+                for (i = 0; i < 4; i++) u[i] = _mm256_castps_si256(ab[i]);
                 nan |= _mm256_movemask_ps(_mm256_and_ps(_mm256_and_ps(ord[0], ord[1]), _mm256_and_ps(ord[2], ord[3]))) != 0xff;
-                m1[c0 / CISM__A8_BLOCK] = amax;
-                m2[c0 / CISM__A8_BLOCK] = second;
+                top2_quarters(u, &m1[c0 / CISM__A8_BLOCK], &m2[c0 / CISM__A8_BLOCK]);
             }
+        }
+        {
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         }
         inv = cism__act8_inv(amax);
         a->d = amax / 127.0f;
@@ -403,45 +424,6 @@ static int quantize_act_top2(const float *x, int64_t n, void *out, float *m1, fl
     return quantize_blocks(x, n, out, m1, m2, 1);
 }
 
-/* The outlier rule's block statistics (kernels.h act_block_top2): on the
-   bits with the sign cleared, as unsigned integers (the scalar tier's order),
-   per lane the largest and second largest of its four values (elements i,
-   8 + i, 16 + i, 24 + i), then across the lanes the largest and the second:
-   the larger of the lanes' seconds and of the lanes' largest but one lane
-   holding the top (the top again when two lanes hold it). */
-CISM__INLINE uint32_t hmax8_epu32(__m256i v) {
-    v = _mm256_max_epu32(v, _mm256_permute2x128_si256(v, v, 1));
-    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0x4e));
-    v = _mm256_max_epu32(v, _mm256_shuffle_epi32(v, 0xb1));
-    return (uint32_t)_mm256_cvtsi256_si32(v);
-}
-static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
-    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
-    int64_t b;
-    for (b = 0; b < nb; b++) {
-        const float *p = x + b * CISM__A8_BLOCK;
-        const __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)p), abs);
-        const __m256i c = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 8)), abs);
-        const __m256i d = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 16)), abs);
-        const __m256i e = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 24)), abs);
-        const __m256i h1 = _mm256_max_epu32(a, c), l1 = _mm256_min_epu32(a, c);
-        const __m256i h2 = _mm256_max_epu32(d, e), l2 = _mm256_min_epu32(d, e);
-        const __m256i hi = _mm256_max_epu32(h1, h2);
-        const __m256i lo = _mm256_max_epu32(_mm256_min_epu32(h1, h2), _mm256_max_epu32(l1, l2));
-        const uint32_t top = hmax8_epu32(hi);
-        const __m256i at = _mm256_cmpeq_epi32(hi, _mm256_set1_epi32((int)top));
-        const unsigned held = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(at));
-        uint32_t second = hmax8_epu32(lo);
-        if (held & (held - 1)) {
-            second = top;
-        } else {
-            const uint32_t rest = hmax8_epu32(_mm256_andnot_si256(at, hi));
-            if (rest > second) second = rest;
-        }
-        memcpy(&m1[b], &top, 4);
-        memcpy(&m2[b], &second, 4);
-    }
-}
 
 /* 7 chains of vpmaddubsw (32 multiply-adds each) summed in int16 (as the
    4-bit kernels sum several before widening), their signed operands stepped

@@ -525,6 +525,29 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
 #include "x86_quant_entries.h"
 #include "x86_quant_float.h"
 
+/* The outlier rule's block statistics (kernels.h act_block_top2) of a block
+   whose halves' magnitudes (sign cleared, compared as unsigned integers) are
+   a, c: the lane-wise max and min; the largest is the max of the maxes and the
+   second the max of the mins and of the maxes but the first lane holding the
+   largest (the largest again when two lanes hold it): the two largest of the
+   32, as the C tournament, in two reductions. */
+CISM__INLINE void top2_halves(__m512i a, __m512i c, float *m1, float *m2) {
+    const __m512i hi = _mm512_max_epu32(a, c), lo = _mm512_min_epu32(a, c);
+    const uint32_t top = _mm512_reduce_max_epu32(hi);
+    const uint32_t at = _mm512_cmpeq_epu32_mask(hi, _mm512_set1_epi32((int)top));
+    const __mmask16 rest = (__mmask16)~(at & (0u - at)); /* every lane but the first with the largest */
+    const uint32_t second = _mm512_reduce_max_epu32(_mm512_mask_max_epu32(lo, rest, lo, hi));
+    memcpy(m1, &top, 4);
+    memcpy(m2, &second, 4);
+}
+static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    int64_t b;
+    for (b = 0; b < nb; b++)
+        top2_halves(_mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK)), abs),
+                    _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK + 16)), abs), &m1[b], &m2[b]);
+}
+
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 /* 16 values times the block's factor vi, as int32 codes: rounded half away
    from zero, NaN (a NaN input, or inf * 0) -> 0, at most 127 in magnitude */
@@ -609,8 +632,7 @@ CISM__INLINE unsigned quantize4(const float *x, cism__act8 *a, int32_t *hs, floa
 }
 
 /* quantize_act, and with stats quantize_act_top2: each block's two largest
-   |x| from the halves' lane-wise max (whose largest is amax) and min, as
-   act_block_top2 takes them but on floats with NaN lanes cleared (the same
+   |x| as act_block_top2 takes them but with NaN lanes cleared (the same
    values when x holds no NaN; a NaN is reported instead). Four whole blocks
    at a time (quantize4), then block by block. */
 CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1, float *m2, const int stats) {
@@ -630,17 +652,17 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
         const __mmask16 o0 = _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q), o1 = _mm512_cmp_ps_mask(x1, x1, _CMP_ORD_Q);
         __m512 a0 = _mm512_maskz_and_ps(o0, x0, absmask);
         __m512 a1 = _mm512_maskz_and_ps(o1, x1, absmask);
-        const __m512 hi = _mm512_max_ps(a0, a1);
-        float amax = _mm512_reduce_max_ps(hi);
-        __m512 vi = _mm512_set1_ps(cism__act8_inv(amax));
+        float amax;
+        __m512 vi;
         __m512i q0, q1;
-        if (stats) { /* the second: the halves' mins and their maxes but the first lane holding amax */
-            const __mmask16 at = _mm512_cmp_ps_mask(hi, _mm512_set1_ps(amax), _CMP_EQ_OQ);
-            const __m512 lo = _mm512_min_ps(a0, a1);
+        if (stats) { /* a0, a1: magnitudes, NaN cleared (their bits order as the floats): m1 is amax */
             nan |= (unsigned)(__mmask16)~(o0 & o1);
-            m1[c0 / CISM__A8_BLOCK] = amax;
-            m2[c0 / CISM__A8_BLOCK] = _mm512_reduce_max_ps(_mm512_mask_max_ps(lo, (__mmask16)~(at & (0u - at)), lo, hi));
+            top2_halves(_mm512_castps_si512(a0), _mm512_castps_si512(a1), &m1[c0 / CISM__A8_BLOCK], &m2[c0 / CISM__A8_BLOCK]);
+            amax = m1[c0 / CISM__A8_BLOCK];
+        } else {
+            amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
         }
+        vi = _mm512_set1_ps(cism__act8_inv(amax));
         a->d = amax / 127.0f;
         q0 = quant16(x0, vi);
         q1 = quant16(x1, vi);
@@ -696,27 +718,6 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
 }
 CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
     return x16_col16(grp, p, xf, c->levels, c->smul);
-}
-
-/* The outlier rule's block statistics (kernels.h act_block_top2): per block the
-   lane-wise max and min of its two halves; the largest is the max of the maxes
-   and the second the max of the mins and of the maxes but the first lane
-   holding the largest (the largest again when two lanes hold it): the two
-   largest of the 32, as the C tournament, in two reductions. */
-static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
-    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
-    int64_t b;
-    for (b = 0; b < nb; b++) {
-        const __m512i a = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK)), abs);
-        const __m512i c = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK + 16)), abs);
-        const __m512i hi = _mm512_max_epu32(a, c), lo = _mm512_min_epu32(a, c);
-        const uint32_t top = _mm512_reduce_max_epu32(hi);
-        const uint32_t at = _mm512_cmpeq_epu32_mask(hi, _mm512_set1_epi32((int)top));
-        const __mmask16 rest = (__mmask16)~(at & (0u - at)); /* every lane but the first with the largest */
-        const uint32_t second = _mm512_reduce_max_epu32(_mm512_mask_max_epu32(lo, rest, lo, hi));
-        memcpy(&m1[b], &top, 4);
-        memcpy(&m2[b], &second, 4);
-    }
 }
 
 /* q4a: the dwords of 16 rows gathered, at the block's start (d, m, widened
