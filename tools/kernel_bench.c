@@ -18,8 +18,9 @@
  * --outliers times instead the outlier-channel epilogue of the int8 path
  * (model/act_outliers.c) for each packed dtype: every token's table holds 5
  * channels out of 95 (as SmolLM2-135M's rows do), the kernel alone against
- * the kernel plus the epilogue, and the fused entry (gemv_a8_outliers) where
- * the tier has one: decode (1 token, 1536 rows) and prefill (256 tokens, 256
+ * the kernel plus the epilogue, and the fused entry where the tier has one
+ * (matmul_a8_outliers for the interleaved dtypes, gemv_a8_outliers for q8 and
+ * q4a up to 8 tokens): decode (1 token, 1536 rows) and prefill (256 tokens, 256
  * rows, one model call), L2-resident, CPU time, best of 7.
  * --attention times the split attention kernel as an 8k-context decode of a
  * Qwen2.5-0.5B shape runs it (7 query heads per KV head, head_dim 64), per SIMD
@@ -118,7 +119,8 @@ static double gflops(const cism__kernels *k, int dt, int a8, int64_t rows, int64
     return 2.0 * (double)(rows * cols * nt) / s / 1e9;
 }
 
-/* --outliers: microseconds per call of the kernel alone, with the epilogue, and fused (0: none) */
+/* --outliers: microseconds per call of the kernel alone, with the epilogue, and fused (0: none;
+   interleaved dtypes: matmul_a8_outliers, listing the call's runs itself) */
 static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t cols, int64_t nt, double us[3]) {
     const cism__kernels *sc = cism__kernels_scalar();
     cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : sc->matmul_a8[dt];
@@ -135,13 +137,17 @@ static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t 
     }
     for (m = 0; m < 3; m++) {
         us[m] = 1e30;
-        if (m == 2 && !(k->gemv_a8_outliers[dt] && nt <= CISM__GEMV_OUTL_TOKENS)) {
+        if (m == 2 && !(k->gemv_a8_outliers[dt] && nt <= CISM__GEMV_OUTL_TOKENS) && !k->matmul_a8_outliers[dt]) {
             us[m] = 0;
             continue;
         }
         for (rep = 0; rep < 7; rep++) {
             double t0 = cpu_now(), d;
             for (it = 0; it < calls; it++) {
+                if (m == 2 && k->matmul_a8_outliers[dt]) {
+                    k->matmul_a8_outliers[dt](w, rb, cols, xq, ldq, y, rows, nt, 0, rows, NULL);
+                    continue;
+                }
                 if (m == 2) {
                     k->gemv_a8_outliers[dt](w, rb, cols, xq, ldq, y, rows, nt, 0, rows);
                     continue;
