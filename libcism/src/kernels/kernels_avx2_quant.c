@@ -348,6 +348,13 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
 }
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
+/* The largest of 8 floats (none NaN) */
+CISM__INLINE float hmax8_ps(__m256 v) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
 /* quantize_act, and with stats quantize_act_top2: each block's two largest
    |x| as act_block_top2 takes them but with NaN lanes cleared (the same
    values when x holds no NaN; a NaN is reported instead). */
@@ -360,7 +367,7 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
     for (c0 = 0; c0 < n; c0 += CISM__A8_BLOCK, a++, hs += 2) {
         float buf[32];
         const float *src = x + c0;
-        __m256 v[4], mx;
+        __m256 v[4];
         __m256i q[4];
         float amax, inv;
         int i;
@@ -376,18 +383,15 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
                 ord[i] = _mm256_cmp_ps(v[i], v[i], _CMP_ORD_Q);
                 ab[i] = _mm256_and_ps(_mm256_and_ps(v[i], absmask), ord[i]);
             }
-            mx = _mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3]));
-            if (stats) { /* ab: magnitudes, NaN cleared (their bits order as the floats) */
+            if (stats) { /* ab: magnitudes, NaN cleared (their bits order as the floats): m1 is amax */
                 __m256i u[4];
                 for (i = 0; i < 4; i++) u[i] = _mm256_castps_si256(ab[i]);
                 nan |= _mm256_movemask_ps(_mm256_and_ps(_mm256_and_ps(ord[0], ord[1]), _mm256_and_ps(ord[2], ord[3]))) != 0xff;
                 top2_quarters(u, &m1[c0 / CISM__A8_BLOCK], &m2[c0 / CISM__A8_BLOCK]);
+                amax = m1[c0 / CISM__A8_BLOCK];
+            } else {
+                amax = hmax8_ps(_mm256_max_ps(_mm256_max_ps(ab[0], ab[1]), _mm256_max_ps(ab[2], ab[3])));
             }
-        }
-        {
-            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         }
         inv = cism__act8_inv(amax);
         a->d = amax / 127.0f;
