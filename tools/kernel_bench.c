@@ -262,17 +262,79 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
+/* --mix: what a float multiply costs beside vpdpbusd on this core. Loops of 8
+   independent 512-bit vpdpbusd chains per iteration, alone and with 2 float
+   multiplies, adds or fused multiply-adds (independent chains) per iteration;
+   the extra time per iteration in vpdpbusd slots. An int8 tile's block
+   epilogue is such float work: where it shares the dot product's ports, it
+   caps the tile below the peak (PERFORMANCE.md, "What caps the int8 tiles"). */
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MIX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define MIX_DOTS()                                                                                                    \
+    do {                                                                                                              \
+        a0 = _mm512_dpbusd_epi32(a0, w, x); a1 = _mm512_dpbusd_epi32(a1, w, x);                                       \
+        a2 = _mm512_dpbusd_epi32(a2, w, x); a3 = _mm512_dpbusd_epi32(a3, w, x);                                       \
+        a4 = _mm512_dpbusd_epi32(a4, w, x); a5 = _mm512_dpbusd_epi32(a5, w, x);                                       \
+        a6 = _mm512_dpbusd_epi32(a6, w, x); a7 = _mm512_dpbusd_epi32(a7, w, x);                                       \
+    } while (0)
+#define MIX_KEEP() __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(f0), "+v"(f1))
+/* seconds of CPU time for n iterations of variant v (0: dots alone, 1: + 2 vmulps, 2: + 2 vaddps, 3: + 2 vfmadd) */
+static MIX_TARGET double mix_loop(int v, long n, int *sink) {
+    const __m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
+    const __m512 s = _mm512_set1_ps(1.0000001f), g = _mm512_set1_ps(1e-7f);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512 f0 = _mm512_set1_ps(1.0f), f1 = f0;
+    const double t0 = cpu_now();
+    long i;
+    for (i = 0; i < n; i++) {
+        MIX_DOTS();
+        if (v == 1) { f0 = _mm512_mul_ps(f0, s); f1 = _mm512_mul_ps(f1, s); }
+        if (v == 2) { f0 = _mm512_add_ps(f0, g); f1 = _mm512_add_ps(f1, g); }
+        if (v == 3) { f0 = _mm512_fmadd_ps(f0, s, g); f1 = _mm512_fmadd_ps(f1, s, g); }
+        MIX_KEEP();
+    }
+    a0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                          _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    *sink += _mm512_reduce_add_epi32(a0) + (int)_mm512_reduce_add_ps(_mm512_add_ps(f0, f1));
+    return cpu_now() - t0;
+}
+static void mix_table(void) {
+    static const char *const name[4] = {"8 vpdpbusd", "+ 2 vmulps", "+ 2 vaddps", "+ 2 vfmadd231ps"};
+    const long n = 4000000;
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    int sink = 0, r, v;
+    if (!cism__kernels_tier(CISM_TIER_AVX512)) {
+        printf("--mix: this CPU runs no avx512 tier (vpdpbusd)\n");
+        return;
+    }
+    for (r = 0; r < 7; r++) /* the variants alternated, best of 7 */
+        for (v = 0; v < 4; v++) {
+            const double t = mix_loop(v, n, &sink);
+            if (t < best[v]) best[v] = t;
+        }
+    printf("%-18s | %10s | %s\n", "512-bit loop", "ns / iter", "extra, in vpdpbusd slots (of 8)");
+    for (v = 0; v < 4; v++)
+        printf("%-18s | %10.3f | %+.2f\n", name[v], 1e9 * best[v] / (double)n, 8.0 * (best[v] - best[0]) / best[0]);
+    if (sink == 12345) printf(" \n");
+}
+#else
+static void mix_table(void) { printf("--mix: x86-64 with GCC or Clang only\n"); }
+#endif
+
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: cism-kernel-bench [--dtypes f32,q8,...] [--tiers avx2,avx512] [--a8] [--stream MB [--tokens 2,4,8]] [cols ...]\n"
                "       cism-kernel-bench --outliers [--dtypes ...] [--tiers ...]\n"
                "       cism-kernel-bench --attention [--tiers ...]\n"
+               "       cism-kernel-bench --mix\n"
                "  speed of each kernel tier's matmul per weight dtype (GFLOP/s), prefill and decode;\n"
                "  cols: matrix widths to time (default 576 1536); --stream MB adds decode over a matrix of\n"
                "  MB megabytes (GB/s of weights read); --tokens adds, per count N, the time of one pass of\n"
                "  N tokens over that matrix as a multiple of one token's (batched decode: N sequences per\n"
                "  weight read); --dtypes / --tiers limit the table, --a8 to the int8-activation path; --outliers: the cost of the int8 path's\n"
                "  outlier-channel epilogue per packed dtype (two passes, and the fused entry where there is one);\n"
-               "  --attention: the split attention kernel of a decode at 8k context (f16 and q8 KV), per tier\n");
+               "  --attention: the split attention kernel of a decode at 8k context (f16 and q8 KV), per tier;\n"
+               "  --mix: the cost of float multiplies, adds and FMAs beside 512-bit vpdpbusd on this core\n");
     return rc;
 }
 
@@ -282,7 +344,7 @@ int main(int argc, char **argv) {
     const char *dtypes = NULL, *tiers = NULL;
     double stream_mb = 0;
     int64_t tok_list[8];
-    int n_tok = 0, outliers = 0, attention = 0, only_a8 = 0;
+    int n_tok = 0, outliers = 0, attention = 0, only_a8 = 0, mix = 0;
     for (i = 1; i < argc; i++) {
         char *end = NULL;
         long v;
@@ -292,6 +354,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--outliers")) outliers = 1;
         else if (!strcmp(argv[i], "--a8")) only_a8 = 1;
         else if (!strcmp(argv[i], "--attention")) attention = 1;
+        else if (!strcmp(argv[i], "--mix")) mix = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             char *p = argv[++i];
             for (n_tok = 0; *p && n_tok < 8; n_tok++) {
@@ -334,6 +397,10 @@ int main(int argc, char **argv) {
     }
     if (attention) {
         attention_table(tiers);
+        return 0;
+    }
+    if (mix) {
+        mix_table();
         return 0;
     }
     printf("%-8s %-8s %6s | %16s | %16s%s\n", "tier", "dtype", "cols", "prefill GFLOP/s", "decode GFLOP/s",
