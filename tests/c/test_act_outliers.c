@@ -257,7 +257,8 @@ static void test_dtype(const cism__kernels *k, const cism__kernels *ref, int32_t
    x86 epilogue's passes of 4 groups and the 1 group after them. */
 static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int32_t dt) {
     enum { NT = 600, C2 = 330, T2 = 4 * ((C2 + 31) / 32), LR = 80 };
-    static const float big[5] = {60.0f, -30.0f, 15.0f, -8.0f, 4.0f};
+    /* full mantissas: a product then a sum would differ from a fused multiply-add */
+    static const float big[5] = {60.123457f, -30.345679f, 15.456789f, -8.567891f, 4.678912f};
     int64_t rb = cism_dtype_row_bytes(dt, C2), ldq = ldq_of(C2), r, c, t, got = 0;
     float *w = (float *)malloc(sizeof(float) * LR * C2), x[C2], tmp[T2];
     uint8_t *wq = (uint8_t *)malloc((size_t)(rb * LR)), *xs = (uint8_t *)calloc(NT, (size_t)ldq);
@@ -272,7 +273,7 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         if (t >= 100 && t < 400)
             for (j = 0; j < 5; j++) x[(t * 37 + j * 61 + 5) % C2] = big[j];
         else {
-            x[3] = 30.0f; x[64 + t % 3] = -25.0f;
+            x[3] = 30.123457f; x[64 + t % 3] = -25.345679f;
         }
         cism__act8_quantize_split(ref, x, C2, xs + t * ldq, ldq, tmp);
         for (j = 0; t < 256 && j < ot->n; j++) distinct += !seen[ot->idx[j]]++;
