@@ -58,48 +58,31 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
 }
 
 /* The first block whose gain is the largest, if that exceeds thr (-1: none);
-   its gain at *best. Four independent chains (one chain waited on each
-   comparison), each keeping its largest gain and the first block holding it,
-   without branches; then the largest of the four, ties to the first block:
-   the block a scan keeping the first strictly larger gain picks. */
+   its gain at *best. The gains are finite and >= 0 (the loop runs only on a
+   finite row), so their bits order as int64: the largest first (a max
+   without branches), then the first block holding it: the block a scan
+   keeping the first strictly larger gain picks. */
 static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
-    double mx[4], g;
-    int64_t at[4], b;
-    int i;
-    for (i = 0; i < 4; i++) {
-        mx[i] = thr;
-        at[i] = -1;
-    }
-    for (b = 0; b + 4 <= nb; b += 4)
-        for (i = 0; i < 4; i++) {
-            memcpy(&g, gain + 2 * (b + i), sizeof(g));
-            at[i] = g > mx[i] ? b + i : at[i];
-            mx[i] = g > mx[i] ? g : mx[i];
-        }
-    for (; b < nb; b++) {
+    int64_t mx = 0, g, b;
+    for (b = 0; b < nb; b++) {
         memcpy(&g, gain + 2 * b, sizeof(g));
-        at[0] = g > mx[0] ? b : at[0];
-        mx[0] = g > mx[0] ? g : mx[0];
+        mx = g > mx ? g : mx;
     }
-    for (i = 1; i < 4; i++) /* a chain that never passed thr keeps at -1 and thr */
-        if (at[i] >= 0 && (mx[i] > mx[0] || (mx[i] == mx[0] && (at[0] < 0 || at[i] < at[0])))) {
-            mx[0] = mx[i];
-            at[0] = at[i];
-        }
-    *best = mx[0];
-    return at[0];
+    memcpy(best, &mx, sizeof(mx));
+    if (!(*best > thr)) return -1;
+    for (b = 0;; b++) {
+        memcpy(&g, gain + 2 * b, sizeof(g));
+        if (g == mx) return b;
+    }
 }
 
 /* The position of the first value of block v (32, zero-padded) whose
-   magnitude is m (> 0); 0 if none. The comparisons without branches, then
-   the first hit. */
+   magnitude is m (> 0); 0 if none. */
 static int first_of(const float *v, float m) {
-    char hit[CISM__A8_BLOCK];
-    const char *p;
     int i;
-    for (i = 0; i < CISM__A8_BLOCK; i++) hit[i] = (char)(fabsf(v[i]) == m);
-    p = (const char *)memchr(hit, 1, sizeof(hit));
-    return p ? (int)(p - hit) : 0;
+    for (i = 0; i < CISM__A8_BLOCK; i++)
+        if (fabsf(v[i]) == m) return i;
+    return 0;
 }
 
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
@@ -154,15 +137,17 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         top2(mod[j], 1, &m1[pick], &m2[pick]);
         set_gain(gain, pick, m1[pick], m2[pick]);
     }
-    /* each block that gave up channels again from its copy, over the row as
-       it is (blocks are quantized independently: the bits of quantizing the
-       row with those channels zeroed) */
-    for (j = 0; j < nmod; j++) {
-        cism__act8 blk[2]; /* one block, then its two half sums */
-        const int64_t m = block_len(n, modb[j]);
-        quant(mod[j], m, blk);
-        memcpy((cism__act8 *)(void *)qrow + modb[j], &blk[0], sizeof(cism__act8));
-        memcpy(cism__act8_half_sums(qrow, n) + 2 * modb[j], cism__act8_half_sums(blk, m), 2 * sizeof(int32_t));
+    /* the blocks that gave up channels again, from their copies in one call
+       (blocks are quantized independently and a partial block as if
+       zero-padded: the bits of quantizing the row with those channels zeroed) */
+    if (nmod) {
+        cism__act8 blk[2 * CISM__A8_MAX_OUT]; /* the blocks, then their half sums */
+        const int64_t mn = (int64_t)nmod * CISM__A8_BLOCK;
+        quant(mod[0], mn, blk);
+        for (j = 0; j < nmod; j++) {
+            memcpy((cism__act8 *)(void *)qrow + modb[j], &blk[j], sizeof(cism__act8));
+            memcpy(cism__act8_half_sums(qrow, n) + 2 * modb[j], cism__act8_half_sums(blk, mn) + 2 * j, 2 * sizeof(int32_t));
+        }
     }
     return !(N <= DBL_MAX); /* a block max is NaN or infinite (the squares of finite floats cannot overflow a double) */
 }
