@@ -11,6 +11,11 @@ libcism reads the default import of the pinned GGUF (--model, made from it if mi
 q8x16 tied embedding/head, q4ax16 layers, the same weight bytes as the Q4_1 file);
 llama-bench reads the GGUF itself.
 
+--llama-bench EXE runs another llama-bench instead of the pinned one, e.g. ik_llama.cpp's
+(fetched and built beside the project: docs/PERFORMANCE.md, "The real model against
+ik_llama.cpp"), --peer-args adds its flags (ik_llama.cpp: "-rtr 1", its run-time repacking);
+the header then names that binary and the build commit it reports.
+
 --depth D1,D2,... measures decode at long context instead (issue 18): N single-token evals
 after a context of D tokens, llama-bench `-p 0 -n N -d D -fa on` (flash attention on, its
 f16 KV cache) against a libcism session (f16 KV, its default) that evaluated the text's
@@ -39,10 +44,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from peer_sources import LLAMA_CPP_PYTHON, real_gguf  # noqa: E402  (the pinned peer; the GGUF, cached in build/cache)
 
 
-def llama_bench(exe, gguf, p, n, threads):
+def llama_bench(exe, gguf, p, n, threads, extra=()):
     """llama-bench's prefill and decode tokens/s and its build description."""
-    out = subprocess.run([exe, "-m", gguf, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json"],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([exe, "-m", gguf, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json",
+                          *extra], check=True, capture_output=True, text=True).stdout
     rows = json.loads(out)
     pp = next(r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0)
     tg = next(r for r in rows if r["n_gen"] == n and r["n_prompt"] == 0)
@@ -51,10 +56,10 @@ def llama_bench(exe, gguf, p, n, threads):
     return pp["avg_ts"], tg["avg_ts"], info
 
 
-def llama_bench_depth(exe, gguf, n, depth, threads):
+def llama_bench_depth(exe, gguf, n, depth, threads, extra=()):
     """llama-bench's decode tokens/s after a context of depth tokens, flash attention on."""
     out = subprocess.run([exe, "-m", gguf, "-p", "0", "-n", str(n), "-d", str(depth), "-fa", "on", "-t", str(threads),
-                          "-r", "1", "-o", "json"], check=True, capture_output=True, text=True).stdout
+                          "-r", "1", "-o", "json", *extra], check=True, capture_output=True, text=True).stdout
     row = next(r for r in json.loads(out) if r["n_gen"] == n and r.get("n_depth") == depth)
     info = {k: row.get(k) for k in ("build_commit", "build_number", "cpu_info", "model_type", "n_batch", "n_ubatch",
                                     "flash_attn", "type_k", "type_v")}
@@ -103,14 +108,24 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--depth", default="", help="decode at these context lengths instead (comma-separated)")
+    ap.add_argument("--llama-bench", default="", help="this llama-bench binary instead of the pinned llama.cpp's")
+    ap.add_argument("--peer-args", default="", help="extra llama-bench flags, e.g. \"-rtr 1\" for ik_llama.cpp")
     ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "models", "eval", "war_and_peace_excerpt.txt"))
     a = ap.parse_args()
     if a.prompt < 1 or a.gen < 1 or a.rounds < 1:
         ap.error("--prompt, --gen and --rounds must be at least 1")
-    try:
-        exe = llamacpp.tool("llama-bench")
-    except llamacpp.MissingExtra as e:
-        ap.error(f"{e} (build it with tools/build_llama_tools.sh)")
+    if a.llama_bench:
+        exe = os.path.abspath(a.llama_bench)
+        if not os.access(exe, os.X_OK):
+            ap.error(f"--llama-bench {a.llama_bench}: not an executable file")
+        peer = f"llama-bench {exe}"
+    else:
+        try:
+            exe = llamacpp.tool("llama-bench")
+        except llamacpp.MissingExtra as e:
+            ap.error(f"{e} (build it with tools/build_llama_tools.sh)")
+        peer = f"llama.cpp llama-bench as vendored in llama-cpp-python {LLAMA_CPP_PYTHON}"
+    a.peer, a.extra = peer + (f" {a.peer_args}" if a.peer_args else ""), a.peer_args.split()
     gguf = real_gguf()
     if not os.path.exists(a.model):
         convert_gguf(gguf, a.model)
@@ -129,18 +144,17 @@ def main():
         def measure(th, eng):
             if eng == "cism":
                 return ours(m, toks, a.prompt, a.gen, th)
-            pp, tg, info_ = llama_bench(exe, gguf, a.prompt, a.gen, th)
+            pp, tg, info_ = llama_bench(exe, gguf, a.prompt, a.gen, th, a.extra)
             info.update(info_)
             return pp, tg
 
         med = {th: alternated_medians(a.rounds, "cism", "llama", lambda eng: measure(th, eng)) for th in threads}
         print(f"model: SmolLM2-135M-Instruct; libcism {cism.library_version()} ({a.model}, tier "
-              f"{cism.kernel_tiers()[-1]}); llama.cpp llama-bench as vendored in llama-cpp-python {LLAMA_CPP_PYTHON} (build "
-              f"{info['build_commit']}), "
+              f"{cism.kernel_tiers()[-1]}); {a.peer} (build {info['build_commit']}), "
               f"{info['model_type']}, n_batch {info['n_batch']}, n_ubatch {info['n_ubatch']}, flash_attn "
               f"{info['flash_attn']}, KV {info['type_k']}/{info['type_v']}; cpu {info['cpu_info']}")
         print(f"prefill {a.prompt} tokens, decode {a.gen} tokens from an empty context; {a.rounds} alternated rounds, medians")
-        print(f"{'threads':>7} {'test':>8} {'libcism':>9} {'llama.cpp':>10} {'ratio':>6}")
+        print(f"{'threads':>7} {'test':>8} {'libcism':>9} {'peer':>10} {'ratio':>6}")
         for th in threads:
             for i, test in enumerate(("prefill", "decode")):
                 c, l = med[th]["cism"][i], med[th]["llama"][i]
@@ -153,18 +167,18 @@ def depth_table(a, m, toks, exe, gguf, threads, depths):
     def measure(th, d, eng):
         if eng == "cism":
             return 0.0, ours_depth(m, toks, a.gen, d, th)  # (no prefill, decode): bench_pair's pairs
-        tg, info_ = llama_bench_depth(exe, gguf, a.gen, d, th)
+        tg, info_ = llama_bench_depth(exe, gguf, a.gen, d, th, a.extra)
         info.update(info_)
         return 0.0, tg
 
     med = {(th, d): alternated_medians(a.rounds, "cism", "llama", lambda eng: measure(th, d, eng))
            for th in threads for d in depths}
     print(f"model: SmolLM2-135M-Instruct; libcism {cism.library_version()} ({a.model}, tier "
-          f"{cism.kernel_tiers()[-1]}, KV f16); llama.cpp llama-bench as vendored in llama-cpp-python "
-          f"{LLAMA_CPP_PYTHON} (build {info['build_commit']}), {info['model_type']}, flash_attn {info['flash_attn']}, "
+          f"{cism.kernel_tiers()[-1]}, KV f16); {a.peer} (build {info['build_commit']}), "
+          f"{info['model_type']}, flash_attn {info['flash_attn']}, "
           f"KV {info['type_k']}/{info['type_v']}; cpu {info['cpu_info']}")
     print(f"decode {a.gen} tokens after a context of D tokens; {a.rounds} alternated rounds, medians")
-    print(f"{'threads':>7} {'depth':>6} {'libcism':>9} {'llama.cpp':>10} {'ratio':>6}")
+    print(f"{'threads':>7} {'depth':>6} {'libcism':>9} {'peer':>10} {'ratio':>6}")
     for th in threads:
         for d in depths:
             c, l = med[(th, d)]["cism"][1], med[(th, d)]["llama"][1]
