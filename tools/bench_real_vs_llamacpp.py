@@ -14,7 +14,8 @@ llama-bench reads the GGUF itself.
 --llama-bench EXE runs another llama-bench instead of the pinned one, e.g. ik_llama.cpp's
 (fetched and built beside the project: docs/PERFORMANCE.md, "The real model against
 ik_llama.cpp"), --peer-args adds its flags (ik_llama.cpp: "-rtr 1", its run-time repacking);
-the header then names that binary and the build commit it reports.
+the header then names that binary and the build commit it reports; --peer-depth gp makes
+--depth use ik_llama.cpp's `-gp D,N -fa 1` (it has no -d).
 
 --depth D1,D2,... measures decode at long context instead (issue 18): N single-token evals
 after a context of D tokens, llama-bench `-p 0 -n N -d D -fa on` (flash attention on, its
@@ -44,11 +45,18 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from peer_sources import LLAMA_CPP_PYTHON, real_gguf  # noqa: E402  (the pinned peer; the GGUF, cached in build/cache)
 
 
+def run_peer(cmd):
+    """llama-bench's JSON rows; its failure as a readable error, not a traceback."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
+        sys.exit(f"error: the peer failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
+    return json.loads(r.stdout)
+
+
 def llama_bench(exe, gguf, p, n, threads, extra=()):
     """llama-bench's prefill and decode tokens/s and its build description."""
-    out = subprocess.run([exe, "-m", gguf, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json",
-                          *extra], check=True, capture_output=True, text=True).stdout
-    rows = json.loads(out)
+    rows = run_peer([exe, "-m", gguf, "-p", str(p), "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json", *extra])
     pp = next(r for r in rows if r["n_prompt"] == p and r["n_gen"] == 0)
     tg = next(r for r in rows if r["n_gen"] == n and r["n_prompt"] == 0)
     info = {k: pp.get(k) for k in ("build_commit", "build_number", "cpu_info", "model_type", "n_batch", "n_ubatch",
@@ -56,11 +64,17 @@ def llama_bench(exe, gguf, p, n, threads, extra=()):
     return pp["avg_ts"], tg["avg_ts"], info
 
 
-def llama_bench_depth(exe, gguf, n, depth, threads, extra=()):
-    """llama-bench's decode tokens/s after a context of depth tokens, flash attention on."""
-    out = subprocess.run([exe, "-m", gguf, "-p", "0", "-n", str(n), "-d", str(depth), "-fa", "on", "-t", str(threads),
-                          "-r", "1", "-o", "json", *extra], check=True, capture_output=True, text=True).stdout
-    row = next(r for r in json.loads(out) if r["n_gen"] == n and r.get("n_depth") == depth)
+def llama_bench_depth(exe, gguf, n, depth, threads, extra=(), style="d"):
+    """llama-bench's decode tokens/s after a context of depth tokens, flash attention on: llama.cpp's
+    `-d D -fa on`, or (style "gp") ik_llama.cpp's `-gp D,N -fa 1` (a D-token prompt, untimed, then N)."""
+    if style == "gp":
+        rows = run_peer([exe, "-m", gguf, "-p", "0", "-n", "0", "-gp", f"{depth},{n}", "-fa", "1", "-t", str(threads),
+                         "-r", "1", "-o", "json", *extra])
+        row = next(r for r in rows if r["n_gen"] == n and r["n_prompt"] == depth)
+    else:
+        rows = run_peer([exe, "-m", gguf, "-p", "0", "-n", str(n), "-d", str(depth), "-fa", "on", "-t", str(threads),
+                         "-r", "1", "-o", "json", *extra])
+        row = next(r for r in rows if r["n_gen"] == n and r.get("n_depth") == depth)
     info = {k: row.get(k) for k in ("build_commit", "build_number", "cpu_info", "model_type", "n_batch", "n_ubatch",
                                     "flash_attn", "type_k", "type_v")}
     return row["avg_ts"], info
@@ -109,6 +123,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--depth", default="", help="decode at these context lengths instead (comma-separated)")
     ap.add_argument("--llama-bench", default="", help="this llama-bench binary instead of the pinned llama.cpp's")
+    ap.add_argument("--peer-depth", choices=("d", "gp"), default="d",
+                    help="how the peer takes --depth: llama.cpp's -d (default) or ik_llama.cpp's -gp")
     ap.add_argument("--peer-args", default="", help="extra llama-bench flags, e.g. \"-rtr 1\" for ik_llama.cpp")
     ap.add_argument("--text", default=os.path.join(ROOT, "..", "shared", "models", "eval", "war_and_peace_excerpt.txt"))
     a = ap.parse_args()
@@ -167,7 +183,7 @@ def depth_table(a, m, toks, exe, gguf, threads, depths):
     def measure(th, d, eng):
         if eng == "cism":
             return 0.0, ours_depth(m, toks, a.gen, d, th)  # (no prefill, decode): bench_pair's pairs
-        tg, info_ = llama_bench_depth(exe, gguf, a.gen, d, th, a.extra)
+        tg, info_ = llama_bench_depth(exe, gguf, a.gen, d, th, a.extra, a.peer_depth)
         info.update(info_)
         return 0.0, tg
 
