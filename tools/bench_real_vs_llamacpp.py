@@ -1,5 +1,5 @@
 """The real SmolLM2-135M-Instruct through libcism and llama.cpp's `llama-bench`, alternated
-(docs/PERFORMANCE.md, "The real model against llama-bench"). Each round runs, for each thread
+(docs/PEERS.md, "The real model against llama-bench"). Each round runs, for each thread
 count, llama-bench once (`-p P -n N -r 1`, its defaults otherwise: random tokens, the prefill
 and the decode each from an empty context) and libcism once (a fresh session per test: a
 P-token prefill of the War and Peace excerpt, then, in another fresh session, N single-token
@@ -12,7 +12,7 @@ q8x16 tied embedding/head, q4ax16 layers, the same weight bytes as the Q4_1 file
 llama-bench reads the GGUF itself.
 
 --llama-bench EXE runs another llama-bench instead of the pinned one, e.g. ik_llama.cpp's
-(fetched and built beside the project: docs/PERFORMANCE.md, "The real model against
+(fetched and built beside the project: docs/PEERS.md, "The real model against
 ik_llama.cpp"), --peer-args adds its flags (ik_llama.cpp: "-rtr 1", its run-time repacking);
 the header then names that binary and the build commit it reports; --peer-depth gp makes
 --depth use ik_llama.cpp's `-gp D,N -fa 1` (it has no -d).

@@ -6,7 +6,7 @@ same prompts, same slots/threads/context per slot (a benchmark step, not CI).
         build/venv/bin/python tools/bench_serve.py [--rounds 6] [--json OUT.json]
     build/venv/bin/python tools/bench_serve.py --report OUT.json   # the table again
 
-Results and what they mean: docs/PERFORMANCE.md, "Serving".
+Results and what they mean: docs/PEERS.md, "Serving".
 
 What it does:
   1. llama-server: extracts vendor/llama.cpp from the pinned llama-cpp-python sdist
