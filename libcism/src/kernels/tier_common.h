@@ -20,6 +20,14 @@
    floats) should stay in L2 while every row tile of the thread's rows streams
    past them, so each weight row is read from memory once per block. */
 #define CISM__X_BLOCK_BYTES (256 * 1024)
+/* ... and the rows in panels of about this many weight bytes, each panel's
+   token blocks one after the other, so that a panel stays in L2 while the
+   token blocks pass (a call over a whole matrix, as one thread makes, would
+   otherwise read every weight from memory or L3 once per token block). A
+   call of one token block is one pass over its rows either way. */
+#ifndef CISM__W_PANEL_BYTES
+#define CISM__W_PANEL_BYTES (512 * 1024)
+#endif
 
 /* Decode prefetch of the x86 tiers (measurements: KERNELS.md). The interleaved
    kernels fetch their group stream CISM__X16_PF_DIST bytes ahead into L1; the

@@ -355,45 +355,50 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                       int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs,
                                       cism__matmul_a8_fn mq, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
-    const int64_t tb = cism__orun_block(ldq);
+    const int64_t tb = cism__orun_block(ldq), gp = CISM__W_PANEL_BYTES / (int64_t)(CISM__X16 * rb) > 1
+                                                      ? CISM__W_PANEL_BYTES / (int64_t)(CISM__X16 * rb) : 1;
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
     cism__orun mine;
     ovec col[OGROUPS * OSLOTS];
-    int64_t t0, t1, gi, a, b, ri = 0;
+    int64_t t0, t1, gi, a, b, p0, p1, ri;
     if (nt <= CISM__GEMV_OUTL_TOKENS) {
         gemv_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, xf);
         return;
     }
     oplace_init(&pl, &g, cism__dtype_base(x16_dtype(xf)), rb);
-    for (t0 = 0; t0 < nt; t0 = t1) {
-        const cism__orun *dp = own ? &mine : &runs->run[ri++];
-        const uint8_t *xt;
-        if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
-        t1 = dp->t1;
-        xt = xq + t0 * ldq;
-        if (dp->n) oplace_build(&pl, dp, (const uint8_t *)w);
-        for (a = r0; a < r1; a = b) {
-            const uint8_t *grp;
-            float *yt;
-            int G = 1, i;
-            gi = a / CISM__X16;
-            grp = (const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb;
-            yt = y + t0 * ldy + gi * CISM__X16;
-            b = (gi + 1) * CISM__X16 < r1 ? (gi + 1) * CISM__X16 : r1;
-            if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
+    for (p0 = r0; p0 < r1; p0 = p1) { /* panels of whole groups when there are several token blocks (CISM__W_PANEL_BYTES) */
+        p1 = nt > tb && (p0 / CISM__X16 + gp) * CISM__X16 < r1 ? (p0 / CISM__X16 + gp) * CISM__X16 : r1;
+        ri = 0;
+        for (t0 = 0; t0 < nt; t0 = t1) {
+            const cism__orun *dp = own ? &mine : &runs->run[ri++];
+            const uint8_t *xt;
+            if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
+            t1 = dp->t1;
+            xt = xq + t0 * ldq;
+            if (dp->n) oplace_build(&pl, dp, (const uint8_t *)w);
+            for (a = p0; a < p1; a = b) {
+                const uint8_t *grp;
+                float *yt;
+                int G = 1, i;
+                gi = a / CISM__X16;
+                grp = (const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb;
+                yt = y + t0 * ldy + gi * CISM__X16;
+                b = (gi + 1) * CISM__X16 < p1 ? (gi + 1) * CISM__X16 : p1;
+                if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
+                    mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
+                    if (!dp->n) continue;
+                    oplace_cols(&pl, dp, grp, col, 1);
+                    otab_add_rows(dp, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
+                    continue;
+                }
+                while (G < OGROUPS && (gi + G + 1) * CISM__X16 <= p1) G++; /* whole groups, up to OGROUPS at once */
+                b = (gi + G) * CISM__X16;
                 mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
                 if (!dp->n) continue;
-                oplace_cols(&pl, dp, grp, col, 1);
-                otab_add_rows(dp, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
-                continue;
+                for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
+                otab_add_groups(dp, col, xt, ldq, t1 - t0, yt, ldy, G);
             }
-            while (G < OGROUPS && (gi + G + 1) * CISM__X16 <= r1) G++; /* whole groups, up to OGROUPS at once */
-            b = (gi + G) * CISM__X16;
-            mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
-            if (!dp->n) continue;
-            for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
-            otab_add_groups(dp, col, xt, ldq, t1 - t0, yt, ldy, G);
         }
     }
 }
