@@ -28,6 +28,12 @@
 #ifndef CISM__W_PANEL_BYTES
 #define CISM__W_PANEL_BYTES (512 * 1024)
 #endif
+/* Groups of 16 rows (row_bytes each) per panel of a call of nt tokens in
+   blocks of tb: all n_groups when one block holds every token. */
+static inline int64_t cism__w_panel_groups(uint64_t row_bytes, int64_t nt, int64_t tb, int64_t n_groups) {
+    const int64_t gp = CISM__W_PANEL_BYTES / (int64_t)(16 * row_bytes);
+    return nt <= tb || n_groups <= gp ? n_groups : gp > 1 ? gp : 1;
+}
 
 /* Decode prefetch of the x86 tiers (measurements: KERNELS.md). The interleaved
    kernels fetch their group stream CISM__X16_PF_DIST bytes ahead into L1; the

@@ -355,8 +355,8 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                       int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs,
                                       cism__matmul_a8_fn mq, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
-    const int64_t tb = cism__orun_block(ldq), gp = CISM__W_PANEL_BYTES / (int64_t)(CISM__X16 * rb) > 1
-                                                      ? CISM__W_PANEL_BYTES / (int64_t)(CISM__X16 * rb) : 1;
+    const int64_t tb = cism__orun_block(ldq);
+    const int64_t gp = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
     cism__orun mine;
@@ -368,7 +368,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     }
     oplace_init(&pl, &g, cism__dtype_base(x16_dtype(xf)), rb);
     for (p0 = r0; p0 < r1; p0 = p1) { /* panels of whole groups when there are several token blocks (CISM__W_PANEL_BYTES) */
-        p1 = nt > tb && (p0 / CISM__X16 + gp) * CISM__X16 < r1 ? (p0 / CISM__X16 + gp) * CISM__X16 : r1;
+        p1 = (p0 / CISM__X16 + gp) * CISM__X16 < r1 ? (p0 / CISM__X16 + gp) * CISM__X16 : r1;
         ri = 0;
         for (t0 = 0; t0 < nt; t0 = t1) {
             const cism__orun *dp = own ? &mine : &runs->run[ri++];

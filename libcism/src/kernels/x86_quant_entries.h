@@ -94,16 +94,16 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
                                 int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const x16outl *ol, const int xf) {
     cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t g_end = (r1 + CISM__X16 - 1) / CISM__X16;
-    int64_t tb = CISM__X_BLOCK_BYTES / ldq, gp = CISM__W_PANEL_BYTES / (int64_t)(CISM__X16 * rb), t0, gi, g0, g1;
+    int64_t tb = CISM__X_BLOCK_BYTES / ldq, gp, t0, gi, g0, g1;
     uintptr_t p, end, pf_end;
     cism__x16_rows_span(w, rb, r0, r1, &p, &end);
     pf_end = nt <= CISM__X16_PF_TOKENS ? end : 0; /* 0: no prefetch */
     if (pf_end && CISM__X16_PF_DIST > 0) /* few tokens: the first CISM__X16_PF_DIST bytes of the rows all at once (the tiles' prefetch runs from there) */
         prefetch_range(p, p + CISM__X16_PF_DIST < end ? p + CISM__X16_PF_DIST : end);
     if (tb < TT) tb = TT;
-    if (gp < 1) gp = 1;
+    gp = cism__w_panel_groups(rb, nt, tb, g_end - r0 / CISM__X16);
     for (g0 = r0 / CISM__X16; g0 < g_end; g0 = g1) { /* panels of groups (tier_common.h CISM__W_PANEL_BYTES) */
-        g1 = g_end - g0 < gp || nt <= tb ? g_end : g0 + gp;
+        g1 = g_end - g0 < gp ? g_end : g0 + gp;
         for (t0 = 0; t0 < nt; t0 += tb) {
             int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
             for (gi = g0; gi < g1; gi++) {

@@ -145,7 +145,7 @@ struct cism_session {
 
 /* Tokens per attention unit in prefill (forward.c): each K/V block a unit
    widens to f32 serves its tokens x query heads (4 -> 32: prefill 2048 +7%,
-   512 +3%, 128 unchanged on the real SmolLM2, docs/PERFORMANCE.md). */
+   512 +3%, 128 unchanged on the real SmolLM2, docs/PEERS.md). */
 #define CISM__ATT_TOKENS 32
 /* Split-KV attention (forward.c): KV positions per split, the splits at fixed
    absolute positions [j * SPLIT, (j + 1) * SPLIT); rows of a pass whose
