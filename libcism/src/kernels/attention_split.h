@@ -63,6 +63,15 @@ static void attention_split(const float *q, int64_t ldq, float *out, int64_t ldo
             int64_t na = n_lim + a < n_kv ? n_lim + a : n_kv, nk = na - b0 < bn ? na - b0 : bn;
             for (i = 0; i < n_grp && nk > 0; i++) {
                 if (pk) att_prefetch_step(pk, pk_n, pk_step, &pk_done);
+#ifdef ATT_SCORES_PAIR
+                if (i + 1 < n_grp) { /* two heads of the token at once: each K row loaded once for both */
+                    if (pk) att_prefetch_step(pk, pk_n, pk_step, &pk_done);
+                    att_scores2(q + a * ldq + i * hd, q + a * ldq + (i + 1) * hd, kf, nk, hd, scale,
+                                scores + (a * n_grp + i) * n_kv + b0, scores + (a * n_grp + i + 1) * n_kv + b0);
+                    i++;
+                    continue;
+                }
+#endif
                 att_scores(q + a * ldq + i * hd, kf, nk, hd, scale, scores + (a * n_grp + i) * n_kv + b0);
             }
         }

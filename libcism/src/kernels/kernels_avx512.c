@@ -62,21 +62,27 @@ CISM__INLINE float hsum16(__m512 v) {
    in 30 shuffles and 15 adds (folding one vector at a time costs about twice
    that). Every lane is summed in hsum16's order: f_i = x_i + x_(i+8), then
    ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)). The tree takes a[] in
-   the order 0, 4, 1, 5, 2, 6, 3, 7, 8, 12, ... which lands sum j in lane j. */
-CISM__INLINE __m512 hsum16x16(const __m512 a[16]) {
-    static const int order[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
-    __m512 h[8], p[4], q[2];
+   the order 0, 4, 1, 5, 2, 6, 3, 7, 8, 12, ... which lands sum j in lane j.
+   Rows 0-7 and 8-15 meet only in the last step, so a caller may reduce each
+   half apart (hsum16x16_half) and join them (hsum16x16_join): the same
+   operations, fewer live registers. */
+CISM__INLINE __m512 hsum16x16_half(const __m512 a[8]) {
+    static const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    __m512 h[4], p[2];
     int j;
-    for (j = 0; j < 8; j++) { /* [f of x: lanes 0-3, 4-7; f of y: 0-3, 4-7] */
+    for (j = 0; j < 4; j++) { /* [f of x: lanes 0-3, 4-7; f of y: 0-3, 4-7] */
         __m512 x = a[order[2 * j]], y = a[order[2 * j + 1]];
         h[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
     }
-    for (j = 0; j < 4; j++) /* adjacent pairs: f0 + f1, f2 + f3, ... */
+    for (j = 0; j < 2; j++) /* adjacent pairs: f0 + f1, f2 + f3, ... */
         p[j] = _mm512_add_ps(_mm512_shuffle_ps(h[2 * j], h[2 * j + 1], 0x88), _mm512_shuffle_ps(h[2 * j], h[2 * j + 1], 0xDD));
-    for (j = 0; j < 2; j++) /* (f0 + f1) + (f2 + f3) and (f4 + f5) + (f6 + f7) */
-        q[j] = _mm512_add_ps(_mm512_shuffle_ps(p[2 * j], p[2 * j + 1], 0x88), _mm512_shuffle_ps(p[2 * j], p[2 * j + 1], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x88), _mm512_shuffle_f32x4(q[0], q[1], 0xDD));
+    /* (f0 + f1) + (f2 + f3) and (f4 + f5) + (f6 + f7) */
+    return _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xDD));
 }
+CISM__INLINE __m512 hsum16x16_join(__m512 lo, __m512 hi) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(lo, hi, 0x88), _mm512_shuffle_f32x4(lo, hi, 0xDD));
+}
+CISM__INLINE __m512 hsum16x16(const __m512 a[16]) { return hsum16x16_join(hsum16x16_half(a), hsum16x16_half(a + 8)); }
 
 CISM__INLINE __m512 exp16(__m512 x) {
     __m512 n, r, r2, y;
@@ -146,6 +152,10 @@ CISM__INLINE fvec fv_load_tail(const float *p, int64_t n, float fill) {
 CISM__INLINE void fv_store_tail(float *p, int64_t n, fvec v) { _mm512_mask_storeu_ps(p, mask_below(n), v); }
 CISM__INLINE fvec fv_keep(fvec v, int64_t n) { return _mm512_maskz_mov_ps(mask_below(n), v); }
 #define SCORE_ROWS 16 /* scores per tile: fv_hsum_rows */
+/* fv_hsum_rows in two halves: two queries' score tiles at once (x86_attention.h score_tile2) */
+#define FV_HSUM_HALVES 1
+CISM__INLINE fvec fv_hsum_half(const fvec a[8]) { return hsum16x16_half(a); }
+CISM__INLINE fvec fv_hsum_join(fvec lo, fvec hi) { return hsum16x16_join(lo, hi); }
 #define PV_ACCS 16 /* accumulators of a multi-head PV tile (x86_attention.h) */
 #include "x86_attention.h"
 

@@ -65,6 +65,51 @@ static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, fl
     if (t < n) score_tile(q, k, t, (int)(n - t), hd, scale, dst + t, 0);
 }
 
+#ifdef FV_HSUM_HALVES
+#define ATT_SCORES_PAIR 1
+/* score_tile (hd 64, a full tile) of two queries at once: each K vector loaded
+   once for both. Per query the same FMA chains (lane j: columns j, j + FW, ...
+   in order) and the same reduction, fv_hsum_rows taken as its two halves (the
+   tier's fv_hsum_half / fv_hsum_join), so the bits are score_tile's. */
+CISM__INLINE void score_tile2(const float *q0, const float *q1, const float *k, int64_t t0, float scale, float *d0, float *d1) {
+    fvec qa[4], qb[4], acc[16], lo[2];
+    int h, j, c;
+    for (c = 0; c < 4; c++) {
+        qa[c] = fv_loadu(q0 + FW * c);
+        qb[c] = fv_loadu(q1 + FW * c);
+    }
+    for (h = 0; h < 2; h++) { /* keys 0-7, then 8-15: acc[j] query 0's, acc[8 + j] query 1's */
+        const float *kb = k + (t0 + 8 * h) * 64;
+        for (j = 0; j < 16; j++) acc[j] = fv_zero();
+        for (c = 0; c < 4; c++)
+            for (j = 0; j < 8; j++) {
+                fvec kv = fv_loadu(kb + j * 64 + FW * c);
+                acc[j] = fv_fma(kv, qa[c], acc[j]);
+                acc[8 + j] = fv_fma(kv, qb[c], acc[8 + j]);
+            }
+        if (h == 0) {
+            lo[0] = fv_hsum_half(acc);
+            lo[1] = fv_hsum_half(acc + 8);
+        } else {
+            fv_storeu(d0 + t0, fv_mul(fv_hsum_join(lo[0], fv_hsum_half(acc)), fv_set1(scale)));
+            fv_storeu(d1 + t0, fv_mul(fv_hsum_join(lo[1], fv_hsum_half(acc + 8)), fv_set1(scale)));
+        }
+    }
+}
+
+/* att_scores of two queries against the same n rows (dst0, dst1) */
+static void att_scores2(const float *q0, const float *q1, const float *k, int64_t n, int64_t hd, float scale, float *dst0,
+                        float *dst1) {
+    int64_t t = 0;
+    if (hd == 64 && FW == 16)
+        for (; t + SCORE_ROWS <= n; t += SCORE_ROWS) score_tile2(q0, q1, k, t, scale, dst0, dst1);
+    if (t < n) {
+        att_scores(q0, k + t * hd, n - t, hd, scale, dst0 + t);
+        att_scores(q1, k + t * hd, n - t, hd, scale, dst1 + t);
+    }
+}
+#endif
+
 /* s[0..n) -> exp(s - max), in place; the sum (n >= 1) */
 static float att_exp_sum(float *s, int64_t n, float *mx) {
     fvec vmax = fv_set1(-INFINITY), sum = fv_zero(), m;
@@ -143,7 +188,10 @@ CISM__INLINE void pv_heads(const float *p, int64_t ldp, const float *v, int64_t 
     for (t = 0; t < n; t++) {
         fvec r[4];
         const float *row = v + t * (int64_t)(FW * NV);
-        for (j = 0; j < NV; j++) r[j] = fv_loadu(row + FW * j);
+        for (j = 0; j < NV; j++) {
+            r[j] = fv_loadu(row + FW * j);
+            IN_REG(r[j]); /* one load per V vector, not one per head's FMA (x86_float_tiles.h) */
+        }
         for (h = 0; h < NH; h++) {
             fvec pt = fv_set1(p[h * ldp + t]);
             for (j = 0; j < NV; j++) o[h * NV + j] = fv_fma(pt, r[j], o[h * NV + j]);
