@@ -101,7 +101,7 @@ CISM__INLINE void score_tile2(const float *q0, const float *q1, const float *k, 
 static void att_scores2(const float *q0, const float *q1, const float *k, int64_t n, int64_t hd, float scale, float *dst0,
                         float *dst1) {
     int64_t t = 0;
-    if (hd == 64 && FW == 16)
+    if (hd == 64) /* FV_HSUM_HALVES: the 16-lane tier only */
         for (; t + SCORE_ROWS <= n; t += SCORE_ROWS) score_tile2(q0, q1, k, t, scale, dst0, dst1);
     if (t < n) {
         att_scores(q0, k + t * hd, n - t, hd, scale, dst0 + t);
