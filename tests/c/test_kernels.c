@@ -693,6 +693,20 @@ static void quantize_act_vs_scalar(const cism__kernels *k, const cism__kernels *
     size_t c;
     int i;
     if (!k->quantize_act) return;
+    { /* the floats either side of every half below 127 (and 0.5's), both signs, in blocks of scale 1 */
+        enum { NB = 12 };
+        float h[NB * 32];
+        uint8_t qa[NB * 48], qb[NB * 48];
+        for (i = 0; i < NB * 32; i++) {
+            const int j = i / 32 * 31 + i % 32 - 1, side = (i / 32 + i) % 3; /* side: the half, the float below, above */
+            const float half = (float)(j % 127) + 0.5f, v = side == 0 ? half : side == 1 ? nextafterf(half, 0.0f) : nextafterf(half, 200.0f);
+            h[i] = i % 32 == 0 ? 127.0f : (i % 2 ? -v : v);
+        }
+        ref->quantize_act(h, NB * 32, qa);
+        k->quantize_act(h, NB * 32, qb);
+        CHECK_MSG(memcmp(qa, qb, (size_t)cism__act8_row_bytes(NB * 32)) == 0, "%s quantize_act: a value next to a half rounds "
+                  "unlike the scalar tier", k->name);
+    }
     for (i = 0; i < N; i++) x[i] = (float)((i * 37) % 255 - 127) * 0.5f; /* halves; each block of 32 holds +-127 or less */
     x[0] = 127.0f; x[40] = -127.0f; x[70] = 127.0f;
     for (i = 96; i < 128; i++) x[i] = 0.0f;        /* an all-zero block */

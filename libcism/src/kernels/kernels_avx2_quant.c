@@ -396,15 +396,11 @@ CISM__INLINE int quantize_blocks(const float *x, int64_t n, void *out, float *m1
         inv = cism__act8_inv(amax);
         a->d = amax / 127.0f;
         for (i = 0; i < 4; i++) {
-            __m256 p = _mm256_mul_ps(v[i], _mm256_set1_ps(inv)), ap = _mm256_and_ps(p, absmask);
-            __m256 tr = _mm256_round_ps(ap, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __m256 up = _mm256_cmp_ps(_mm256_sub_ps(ap, tr), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-            __m256i qi = _mm256_cvttps_epi32(_mm256_add_ps(tr, _mm256_and_ps(up, _mm256_set1_ps(1.0f))));
-            qi = _mm256_and_si256(qi, _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_ORD_Q))); /* NaN -> 0 */
-            qi = _mm256_min_epi32(qi, _mm256_set1_epi32(127));
-            q[i] = _mm256_sign_epi32(qi, _mm256_castps_si256(_mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_LT_OQ),
-                                                                                         _mm256_castsi256_ps(_mm256_set1_epi32(-1))),
-                                                                           _mm256_castsi256_ps(_mm256_set1_epi32(1)))));
+            /* rounded half away from zero (CISM__HALF_BELOW with p's sign added, then truncated), NaN -> 0, clamped */
+            const __m256 p = _mm256_mul_ps(v[i], _mm256_set1_ps(inv));
+            const __m256 s = _mm256_add_ps(p, _mm256_or_ps(_mm256_andnot_ps(absmask, p), _mm256_set1_ps(CISM__HALF_BELOW)));
+            __m256i qi = _mm256_and_si256(_mm256_cvttps_epi32(s), _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_ORD_Q)));
+            q[i] = _mm256_max_epi32(_mm256_min_epi32(qi, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
         }
         { /* 32 int32 -> 32 int8 in order */
             __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);

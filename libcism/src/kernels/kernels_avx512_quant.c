@@ -550,17 +550,14 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
 
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 /* 16 values times the block's factor vi, as int32 codes: rounded half away
-   from zero, NaN (a NaN input, or inf * 0) -> 0, at most 127 in magnitude */
+   from zero (quant.h CISM__HALF_BELOW), NaN (a NaN input, or inf * 0) -> 0,
+   clamped to [-127, 127] */
 CISM__INLINE __m512i quant16(__m512 x, __m512 vi) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512 v = _mm512_mul_ps(x, vi), av = _mm512_and_ps(v, absmask);
-    const __m512 tr = _mm512_roundscale_ps(av, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(av, tr), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m512 q = _mm512_mask_add_ps(tr, up, tr, _mm512_set1_ps(1.0f));
-    __m512i qi = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_cvttps_epi32(q));
-    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-    qi = _mm512_min_epi32(qi, _mm512_set1_epi32(127));
-    return _mm512_mask_sub_epi32(qi, neg, _mm512_setzero_si512(), qi);
+    const __m512 v = _mm512_mul_ps(x, vi);
+    const __m512 s = _mm512_add_ps(v, _mm512_or_ps(_mm512_and_ps(v, _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN))),
+                                                  _mm512_set1_ps(CISM__HALF_BELOW)));
+    const __m512i qi = _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), s);
+    return _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
 }
 
 /* The largest of each of four blocks' 16 lanes (h[b]), in every float of

@@ -176,6 +176,15 @@ static inline int32_t *cism__act8_half_sums(void *row, int64_t cols) {
     return (int32_t *)(void *)((uint8_t *)row + (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)sizeof(cism__act8));
 }
 
+/* The float just below 0.5 (0.5 - 2^-25). For |v| < 2^31, truncating
+   v + copysign(CISM__HALF_BELOW, v) rounds v half away from zero exactly: a
+   fraction below one half stays below the next integer after the addition's
+   rounding (it is at least an ulp of v plus 2^-25 short of it), a fraction of
+   one half reaches it (2^-25 short: half an ulp or less there, ties to even
+   at 1), a larger one passes it. The x86 quantizers use it; the scalar tier
+   tests the fraction itself. */
+#define CISM__HALF_BELOW 0.49999997f
+
 /* The factor a block of activations with max |x| = amax is quantized by (q =
    round(x * inv)), the same on every tier: 127 / amax, or 0 (every code 0) for
    an all-zero block and for one whose max is so small (below 127 / FLT_MAX,
