@@ -447,6 +447,47 @@ static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
     }
 }
 
+/* The tier's act_block_take (where it has one) against its rule written
+   out: on finite blocks with repeated maxima and seconds, signed zeros and
+   subnormals, channels taken one after another until the block is all zero,
+   the same positions, statistics and changed blocks as a search and the
+   scalar tier's act_block_top2. */
+static void test_take(const cism__kernels *k, const cism__kernels *ref) {
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f800000u, 0xbf800000u};
+    int b, i, s, takes = 0;
+    if (!k->act_block_take) return;
+    for (b = 0; b < 200; b++) {
+        float v[32], c[32], out[32], m1, m2, r1, r2;
+        uint32_t taken = 0, rtaken = 0;
+        for (i = 0; i < 32; i++) {
+            uint32_t u;
+            v[i] = frand() * (b % 3 ? 1.0f : 4.0f);
+            if (b % 4 == 1 && i % 6 == 2) v[i] = i % 12 == 2 ? 5.0f : -5.0f; /* the max repeated, both signs */
+            if (b % 5 == 2 && i % 9 == 4) v[i] = -0.5f;                        /* a repeated value below it */
+            memcpy(&u, &v[i], 4);
+            if (b % 7 == 3 && i % 4 == 1) u = special[(b + i) % 6];
+            memcpy(&v[i], &u, 4);
+        }
+        ref->act_block_top2(v, 1, &m1, &m2);
+        r1 = m1;
+        r2 = m2;
+        for (s = 0; s < 32 && r1 > 0.0f; s++, takes++) {
+            int at, want;
+            for (i = 0; i < 32; i++) c[i] = (rtaken >> i) & 1u ? 0.0f : v[i];
+            for (want = 0; fabsf(c[want]) != r1; want++) {}
+            c[want] = 0.0f;
+            rtaken |= 1u << want;
+            ref->act_block_top2(c, 1, &r1, &r2);
+            at = k->act_block_take(v, &taken, &m1, &m2, out);
+            CHECK_MSG(at == want && taken == rtaken && memcmp(&m1, &r1, 4) == 0 && memcmp(&m2, &r2, 4) == 0 &&
+                      memcmp(out, c, sizeof(c)) == 0,
+                      "%s: act_block_take, block %d, take %d: position %d (want %d), statistics %g %g (want %g %g)", k->name, b,
+                      s, at, want, (double)m1, (double)m2, (double)r1, (double)r2);
+        }
+    }
+    CHECK(takes > 1000);
+}
+
 int main(void) {
     const cism__kernels *ref = cism__kernels_scalar();
     int32_t t;
@@ -457,6 +498,7 @@ int main(void) {
         if (!k) continue;
         printf("tier %s\n", k->name);
         test_top2(k, ref);
+        test_take(k, ref);
         for (d = 0; d < sizeof(DT) / sizeof(DT[0]); d++) {
             test_dtype(k, ref, DT[d]);
             test_long_call(k, ref, DT[d]);

@@ -134,6 +134,14 @@ typedef struct cism__kernels {
        gives them. Returns 1 when x holds a NaN, and then m1, m2 are
        unspecified (out is still quantize_act's). NULL: the two apart. */
     int (*quantize_act_top2)(const float *x, int64_t n, void *out, float *m1, float *m2);
+    /* One channel taken out of a block by the outlier split: v, 32 finite
+       floats, is the block with the positions of the bits of *taken read as
+       0, and *m1 (> 0), *m2 are its act_block_top2 statistics; the first
+       position holding magnitude *m1 is added to *taken, *m1 and *m2 become
+       the changed block's statistics, out (32 floats) the changed block, and
+       the position is returned. NULL: act_outliers.c's C code (a search, then
+       act_block_top2). */
+    int (*act_block_take)(const float *v, uint32_t *taken, float *m1, float *m2, float *out);
     /* Split attention (cism__attention_split_fn; forward.c combines the ranges). */
     cism__attention_split_fn attention_split;
     /* Up to CISM__GEMV_OUTL_TOKENS tokens (decode, batched decode, short

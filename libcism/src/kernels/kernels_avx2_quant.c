@@ -347,6 +347,53 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
     }
 }
 
+/* kernels.h act_block_take, as the AVX-512 tier's: the block read from v
+   (eight lanes per quarter, the lanes taken cleared), the first lane holding
+   the largest found by compares, the largest after it is cleared the old
+   second, and the second that value again if two lanes hold it, else the
+   largest of the others: one reduction. */
+CISM__INLINE __m256i lanes_kept(uint32_t taken, int q) { /* all ones in the lanes of quarter q not in taken */
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)((taken >> (8 * q)) & 0xffu)), bit), _mm256_setzero_si256());
+}
+CISM__INLINE uint32_t lanes_equal(const __m256i u[4], uint32_t x) { /* the lanes holding x, as bits */
+    const __m256i s = _mm256_set1_epi32((int)x);
+    uint32_t m = 0;
+    int q;
+    for (q = 0; q < 4; q++) m |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(u[q], s))) << (8 * q);
+    return m;
+}
+static int act_block_take(const float *v, uint32_t *taken, float *m1, float *m2, float *out) {
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    __m256i raw[4], u[4];
+    uint32_t top, sec, at, eq;
+    int i, q;
+    memcpy(&top, m1, 4);
+    memcpy(&sec, m2, 4);
+    for (q = 0; q < 4; q++) {
+        raw[q] = _mm256_loadu_si256((const __m256i *)(const void *)(v + 8 * q));
+        u[q] = _mm256_and_si256(_mm256_and_si256(raw[q], abs), lanes_kept(*taken, q));
+    }
+    at = lanes_equal(u, top);
+    i = cism__low_bit(at);
+    *taken |= at & (0u - at);
+    for (q = 0; q < 4; q++) {
+        const __m256i keep = lanes_kept(*taken, q);
+        _mm256_storeu_si256((__m256i *)(void *)(out + 8 * q), _mm256_and_si256(raw[q], keep)); /* whole vectors: the quantizer's loads forward */
+        u[q] = _mm256_and_si256(u[q], keep);
+    }
+    eq = lanes_equal(u, sec);
+    memcpy(m1, &sec, 4);
+    if (!(eq & (eq - 1))) { /* one lane (or none: sec is 0) holds it: the largest of the others */
+        __m256i r = _mm256_setzero_si256();
+        for (q = 0; q < 4; q++)
+            r = _mm256_max_epu32(r, _mm256_andnot_si256(_mm256_cmpeq_epi32(u[q], _mm256_set1_epi32((int)sec)), u[q]));
+        sec = hmax8_epu32(r);
+        memcpy(m2, &sec, 4);
+    }
+    return i;
+}
+
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 /* The largest of 8 floats (none NaN) */
 CISM__INLINE float hmax8_ps(__m256 v) {
@@ -536,5 +583,6 @@ void cism__fill_avx2_quant(cism__kernels *k) {
     fill_qint_float_entries(k);
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
+    k->act_block_take = act_block_take;
     k->quantize_act_top2 = quantize_act_top2;
 }

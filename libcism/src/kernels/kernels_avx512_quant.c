@@ -548,6 +548,41 @@ static void act_block_top2(const float *x, int64_t nb, float *m1, float *m2) {
                     _mm512_and_si512(_mm512_loadu_si512((const void *)(x + b * CISM__A8_BLOCK + 16)), abs), &m1[b], &m2[b]);
 }
 
+/* kernels.h act_block_take: the block read from v with the lanes taken
+   cleared (x itself: no store just before the load), the first lane holding
+   the largest found by two compares, not a search; after it is cleared the largest is the old second
+   (the largest of the rest of the multiset), and the second is that value
+   again if two lanes still hold it, else the largest of the lanes below it:
+   one reduction where act_block_top2 takes two. */
+static int act_block_take(const float *v, uint32_t *taken, float *m1, float *m2, float *out) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    const __m512i v0 = _mm512_loadu_si512((const void *)v), v1 = _mm512_loadu_si512((const void *)(v + 16));
+    __m512i a = _mm512_maskz_and_epi32((__mmask16)~*taken, v0, abs);
+    __m512i c = _mm512_maskz_and_epi32((__mmask16)~(*taken >> 16), v1, abs);
+    uint32_t top, sec, at, eq;
+    int i;
+    memcpy(&top, m1, 4);
+    memcpy(&sec, m2, 4);
+    at = (uint32_t)_mm512_cmpeq_epu32_mask(a, _mm512_set1_epi32((int)top)) |
+         (uint32_t)_mm512_cmpeq_epu32_mask(c, _mm512_set1_epi32((int)top)) << 16;
+    i = cism__low_bit(at);
+    at &= 0u - at;
+    *taken |= at;
+    _mm512_storeu_si512((void *)out, _mm512_maskz_mov_epi32((__mmask16)~*taken, v0)); /* whole vectors: the quantizer's loads forward */
+    _mm512_storeu_si512((void *)(out + 16), _mm512_maskz_mov_epi32((__mmask16)~(*taken >> 16), v1));
+    a = _mm512_maskz_mov_epi32((__mmask16)~at, a);
+    c = _mm512_maskz_mov_epi32((__mmask16)~(at >> 16), c);
+    eq = (uint32_t)_mm512_cmpeq_epu32_mask(a, _mm512_set1_epi32((int)sec)) |
+         (uint32_t)_mm512_cmpeq_epu32_mask(c, _mm512_set1_epi32((int)sec)) << 16;
+    memcpy(m1, &sec, 4);
+    if (!(eq & (eq - 1))) { /* one lane (or none: sec is 0) holds it: the largest of the others */
+        const uint32_t rest = _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_maskz_mov_epi32((__mmask16)~eq, a),
+                                                                       _mm512_maskz_mov_epi32((__mmask16)~(eq >> 16), c)));
+        memcpy(m2, &rest, 4);
+    }
+    return i;
+}
+
 /* ---- activation quantization (bit-identical to the scalar tier) ---------------------------- */
 /* 16 values times the block's factor vi, as int32 codes: rounded half away
    from zero (quant.h CISM__HALF_BELOW), NaN (a NaN input, or inf * 0) -> 0,
@@ -748,4 +783,5 @@ void cism__fill_avx512_quant(cism__kernels *k) {
     k->quantize_act = quantize_act;
     k->act_block_top2 = act_block_top2;
     k->quantize_act_top2 = quantize_act_top2;
+    k->act_block_take = act_block_take;
 }

@@ -328,4 +328,12 @@ CISM__SCALAR_X16_DECL(q2x16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2);
 
+/* The position of the lowest set bit of x (x != 0): a de Bruijn sequence's
+   5-bit windows are all distinct, so the product's top 5 bits name the bit. */
+static inline int cism__low_bit(uint32_t x) {
+    static const uint8_t pos[32] = {0,  1,  28, 2,  29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8,
+                                    31, 27, 13, 23, 21, 19, 16, 7, 26, 12, 18, 6,  11, 5,  10, 9};
+    return pos[((x & (0u - x)) * 0x077CB531u) >> 27];
+}
+
 #endif

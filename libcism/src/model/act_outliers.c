@@ -63,26 +63,43 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
    without branches), then the first block holding it: the block a scan
    keeping the first strictly larger gain picks. */
 static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
-    int64_t mx = 0, g, b;
-    for (b = 0; b < nb; b++) {
+    int64_t mx[4] = {0, 0, 0, 0}, g, b; /* four running maxima: four short chains, not one long one */
+    int i;
+    for (b = 0; b + 4 <= nb; b += 4)
+        for (i = 0; i < 4; i++) {
+            memcpy(&g, gain + 2 * (b + i), sizeof(g));
+            mx[i] = g > mx[i] ? g : mx[i];
+        }
+    for (; b < nb; b++) {
         memcpy(&g, gain + 2 * b, sizeof(g));
-        mx = g > mx ? g : mx;
+        mx[0] = g > mx[0] ? g : mx[0];
     }
-    memcpy(best, &mx, sizeof(mx));
+    mx[0] = mx[1] > mx[0] ? mx[1] : mx[0];
+    mx[2] = mx[3] > mx[2] ? mx[3] : mx[2];
+    mx[0] = mx[2] > mx[0] ? mx[2] : mx[0];
+    memcpy(best, &mx[0], sizeof(mx[0]));
     if (!(*best > thr)) return -1;
     for (b = 0;; b++) {
         memcpy(&g, gain + 2 * b, sizeof(g));
-        if (g == mx) return b;
+        if (g == mx[0]) return b;
     }
 }
 
-/* The position of the first value of block v (32, zero-padded) whose
-   magnitude is m (> 0); 0 if none. */
-static int first_of(const float *v, float m) {
+/* Block v (32 values) with the positions in taken set to 0, into c */
+static void block_without(const float *v, uint32_t taken, float *c) {
+    memcpy(c, v, CISM__A8_BLOCK * sizeof(float));
+    for (; taken; taken &= taken - 1) c[cism__low_bit(taken)] = 0.0f;
+}
+
+/* kernels.h act_block_take where the tier has none: the C code of its rule. */
+static int block_take(top2_fn top2, const float *v, uint32_t *taken, float *m1, float *m2, float *out) {
     int i;
-    for (i = 0; i < CISM__A8_BLOCK; i++)
-        if (fabsf(v[i]) == m) return i;
-    return 0;
+    block_without(v, *taken, out);
+    for (i = 0; i < CISM__A8_BLOCK - 1 && fabsf(out[i]) != *m1; i++) {}
+    out[i] = 0.0f;
+    *taken |= 1u << i;
+    top2(out, 1, m1, m2);
+    return i;
 }
 
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
@@ -90,13 +107,17 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     const cism__kernels *sc = cism__kernels_scalar();
     void (*quant)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : sc->quantize_act;
     const top2_fn top2 = k->act_block_top2 ? k->act_block_top2 : sc->act_block_top2;
+    int (*const take)(const float *, uint32_t *, float *, float *, float *) = k->act_block_take;
     cism__act8_out *o = table_of(qrow, ldq);
     const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK, full = n / CISM__A8_BLOCK;
     float *m1 = tmp, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
     float *gain = m2 + nb; /* per block a double (2 floats, memcpy: tmp may be 4-byte aligned), m1^2 - m2^2: the drop of N */
-    /* the blocks that gave up channels: copies (zero-padded) with those channels set to 0 */
-    float mod[CISM__A8_MAX_OUT][CISM__A8_BLOCK];
+    /* the blocks that gave up channels, those channels (bits) and the blocks
+       with them zeroed; a partial last block zero-padded in pad */
+    float pad[CISM__A8_BLOCK], mod[CISM__A8_MAX_OUT][CISM__A8_BLOCK];
     int64_t modb[CISM__A8_MAX_OUT];
+    uint32_t taken[CISM__A8_MAX_OUT];
+    const float *src;
     double N = 0.0;
     int64_t b;
     int j, i, nmod = 0;
@@ -124,21 +145,23 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         m = block_len(n, pick);
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
         if (j == nmod) {
-            if (m == CISM__A8_BLOCK) memcpy(mod[j], x + pick * CISM__A8_BLOCK, sizeof(mod[j]));
-            else for (i = 0; i < CISM__A8_BLOCK; i++) mod[j][i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
-            modb[nmod++] = pick;
+            if (m < CISM__A8_BLOCK)
+                for (i = 0; i < CISM__A8_BLOCK; i++) pad[i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
+            modb[nmod] = pick;
+            taken[nmod++] = 0;
         }
-        i = first_of(mod[j], m1[pick]); /* the first index of its max */
+        /* the first index of its max among the channels not yet taken, taken
+           out (read from x: no store to wait for) */
+        src = m < CISM__A8_BLOCK ? pad : x + pick * CISM__A8_BLOCK;
+        i = take ? take(src, &taken[j], &m1[pick], &m2[pick], mod[j]) : block_take(top2, src, &taken[j], &m1[pick], &m2[pick], mod[j]);
         o->idx[o->n] = (int32_t)(pick * CISM__A8_BLOCK + i);
-        o->val[o->n] = mod[j][i];
+        o->val[o->n] = x[pick * CISM__A8_BLOCK + i];
         o->n++;
-        mod[j][i] = 0.0f;
         N -= best;
-        top2(mod[j], 1, &m1[pick], &m2[pick]);
         set_gain(gain, pick, m1[pick], m2[pick]);
     }
-    /* the blocks that gave up channels again, from their copies in one call
-       (blocks are quantized independently and a partial block as if
+    /* the blocks that gave up channels again, with those channels zeroed, in
+       one call (blocks are quantized independently and a partial block as if
        zero-padded: the bits of quantizing the row with those channels zeroed) */
     if (nmod) {
         cism__act8 blk[2 * CISM__A8_MAX_OUT]; /* the blocks, then their half sums */
