@@ -108,6 +108,7 @@ def test_flt_max_norm_int8_path(tmp_path, q8_model):
     with pytest.raises(FormatError, match="blk.1.attn_norm"):
         cism.Model(path, check_weights=True)
     _eval_error(path)                 # int8 activations (the default for q8) mapped the Inf to 0 before
+    _eval_error(path, act_outliers=False)   # plain int8 activations: the quantizer's own scan for NaN / Inf
     _eval_error(path, act_quant=False)
 
 
@@ -121,6 +122,7 @@ def test_nan_q8_scales(tmp_path, q8_model):
     with pytest.raises(FormatError, match="blk.0.ffn_down.*NaN"):
         cism.Model(path, check_weights=True)
     _eval_error(path)                 # gave finite, plausible, wrong logits before
+    _eval_error(path, act_outliers=False)
     _eval_error(path, act_quant=False)
 
 

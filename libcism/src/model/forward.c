@@ -103,16 +103,13 @@ const uint8_t *cism__fwd_qrow(const cism__work *w, int64_t t) {
    NaN/Inf (the int8 blocks would turn them into 0 and hide them). */
 static void quantize_row(cism__work *w, const float *x, int64_t cols, int64_t j, int64_t row, int ith) {
     void (*quant)(const float *, int64_t, void *) = w->k->quantize_act ? w->k->quantize_act : cism__kernels_scalar()->quantize_act;
-    int64_t i;
     if (w->act_outliers) { /* its block maxima show a NaN or infinity */
         if (cism__act8_quantize_split(w->k, x, cols, w->xq + j * w->xq_row_bytes, w->xq_row_bytes,
                                        w->xo_tmp + ith * w->xo_floats))
             w->bad[row] = 1;
         return;
     }
-    if (!w->bad[row])
-        for (i = 0; i < cols; i++)
-            if (!isfinite(x[i])) { w->bad[row] = 1; break; }
+    if (!w->bad[row] && !cism__all_finite(x, cols)) w->bad[row] = 1;
     quant(x, cols, w->xq + j * w->xq_row_bytes);
 }
 
