@@ -119,20 +119,26 @@ static double gflops(const cism__kernels *k, int dt, int a8, int64_t rows, int64
     return 2.0 * (double)(rows * cols * nt) / s / 1e9;
 }
 
+/* --outliers: token t's activations, cols values with five large channels (as SmolLM2-135M's rows) */
+static void outlier_row(float *x, int64_t cols, int64_t t) {
+    int64_t i;
+    for (i = 0; i < cols; i++) x[i] = (float)((i * 7 + t * 13) % 29) * 0.03f - 0.42f;
+    for (i = 0; i < 5; i++) x[((t * 7 + i * 13) % 95) * 6151 % cols] = 30.0f + (float)i;
+}
+
 /* --outliers: microseconds per call of the kernel alone, with the epilogue, and fused (0: none;
    interleaved dtypes: matmul_a8_outliers, listing the call's runs itself) */
 static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t cols, int64_t nt, double us[3]) {
     const cism__kernels *sc = cism__kernels_scalar();
     cism__matmul_a8_fn mq = k->matmul_a8[dt] ? k->matmul_a8[dt] : sc->matmul_a8[dt];
-    int64_t ldq = (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64, i, t;
+    int64_t ldq = (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64, t;
     uint64_t rb;
     uint8_t *w = make_weights(dt, rows, cols, &rb), *xq = (uint8_t *)calloc((size_t)nt, (size_t)ldq);
     float *x = (float *)malloc((size_t)cols * 4), *tmp = (float *)malloc((size_t)(4 * (cols / 32 + 1)) * 4);
     float *y = (float *)malloc((size_t)(nt * rows) * 4);
     int calls = (int)(1e8 / (double)(rows * cols * nt)) + 1, rep, it, m; /* ~10-20 ms per run */
     for (t = 0; t < nt; t++) {
-        for (i = 0; i < cols; i++) x[i] = (float)((i * 7 + t * 13) % 29) * 0.03f - 0.42f;
-        for (i = 0; i < 5; i++) x[((t * 7 + i * 13) % 95) * 6151 % cols] = 30.0f + (float)i;
+        outlier_row(x, cols, t);
         cism__act8_quantize_split(sc, x, cols, xq + t * ldq, ldq, tmp);
     }
     for (m = 0; m < 3; m++) {
@@ -162,6 +168,38 @@ static void outlier_times(const cism__kernels *k, int dt, int64_t rows, int64_t 
     free(w); free(xq); free(x); free(tmp); free(y);
 }
 
+/* --outliers, the split itself: nanoseconds per row of the tier's quantize_act
+   and of cism__act8_quantize_split (which also picks the row's outlier
+   channels) on 256 rows of cols values with five large channels each (as
+   above), best of 7; *entries: the table entries per row */
+static void split_times(const cism__kernels *k, int64_t cols, double ns[2], double *entries) {
+    const int64_t nt = 256, ldq = (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
+    void (*quant)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : cism__kernels_scalar()->quantize_act;
+    uint8_t *xq = (uint8_t *)calloc((size_t)nt, (size_t)ldq);
+    float *x = (float *)malloc((size_t)(nt * cols) * 4), *tmp = (float *)malloc((size_t)(4 * (cols / 32 + 1)) * 4);
+    int64_t t;
+    int m, rep;
+    for (t = 0; t < nt; t++) outlier_row(x + t * cols, cols, t);
+    for (m = 0; m < 2; m++) {
+        ns[m] = 1e30;
+        for (rep = 0; rep < 7; rep++) {
+            double t0 = cpu_now(), d;
+            int it;
+            for (it = 0; it < 20; it++)
+                for (t = 0; t < nt; t++) {
+                    if (m) cism__act8_quantize_split(k, x + t * cols, cols, xq + t * ldq, ldq, tmp);
+                    else quant(x + t * cols, cols, xq + t * ldq);
+                }
+            d = (cpu_now() - t0) / (20.0 * (double)nt) * 1e9;
+            if (d < ns[m]) ns[m] = d;
+        }
+    }
+    for (*entries = 0, t = 0; t < nt; t++)
+        *entries += ((const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out)))->n;
+    *entries /= (double)nt;
+    free(xq); free(x); free(tmp);
+}
+
 static int in_list(const char *list, const char *name);
 
 static void outlier_table(const char *tiers, const char *dtypes) {
@@ -182,6 +220,18 @@ static void outlier_table(const char *tiers, const char *dtypes) {
                 else printf(" | %10s %8s\n", "-", "");
                 fflush(stdout);
             }
+        }
+    }
+    printf("\n%-8s %-22s | %13s | %13s %8s | %s\n", "tier", "split of a row", "quantize ns", "split ns", "cost", "entries per row");
+    for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++) {
+        const cism__kernels *k = cism__kernels_tier(t);
+        if (!k || !in_list(tiers, k->name)) continue;
+        for (p = 0; p < 2; p++) {
+            double ns[2], e;
+            split_times(k, p ? 1536 : 576, ns, &e);
+            printf("%-8s %-22s | %13.1f | %13.1f %+7.1f%% | %.2f\n", k->name, p ? "1536 values" : "576 values", ns[0], ns[1],
+                   100 * (ns[1] - ns[0]) / ns[0], e);
+            fflush(stdout);
         }
     }
 }
