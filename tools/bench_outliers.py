@@ -1,9 +1,9 @@
-"""What the outlier channels cost (issue 19; docs/PERFORMANCE.md "What the outlier channels
-cost"): int8 activations with outlier channels (the default) against plain int8 activations on
-the same model file, in one process. Each repetition times, for both settings in alternating
-order, a prefill of --prompt tokens of an eval text (after BOS) and then --gen single-token
-evals of the text's next tokens (the same tokens for both: no sampling); a fresh session per
-measurement, its creation not timed. Prints the medians and the on/off ratios.
+"""What the outlier channels cost (issue 19; docs/OUTLIER_COST.md): int8 activations with outlier
+channels (the default) against plain int8 activations on the same model file, in one process. Each
+repetition times, for both settings in alternating order, a prefill of --prompt tokens of an eval
+text (after BOS) and then --gen single-token evals of the text's next tokens (the same tokens for
+both: no sampling); a fresh session per measurement, its creation not timed. Prints the medians and
+the on/off ratios.
 
     PYTHONPATH=bindings_py CISM_LIB=build/release/libcism/libcism.so build/venv/bin/python \\
         tools/bench_outliers.py --model build/cache/smol-q8.cism --threads 1,2 --reps 7
