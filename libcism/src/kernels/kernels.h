@@ -139,8 +139,7 @@ typedef struct cism__kernels {
        0, and *m1 (> 0), *m2 are its act_block_top2 statistics; the first
        position holding magnitude *m1 is added to *taken, *m1 and *m2 become
        the changed block's statistics, out (32 floats) the changed block, and
-       the position is returned. NULL: act_outliers.c's C code (a search, then
-       act_block_top2). */
+       the position is returned. */
     int (*act_block_take)(const float *v, uint32_t *taken, float *m1, float *m2, float *out);
     /* Split attention (cism__attention_split_fn; forward.c combines the ranges). */
     cism__attention_split_fn attention_split;

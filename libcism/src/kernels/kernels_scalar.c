@@ -254,7 +254,7 @@ static const cism__kernels g_scalar = {
     NULL, /* outliers_q4a: the same */
     cism__act_block_top2_scalar,
     NULL, /* quantize_act_top2: quantize_act and act_block_top2 apart */
-    NULL, /* act_block_take: act_outliers.c's search, then the tier's act_block_top2 */
+    cism__act_block_take_scalar,
     attention_split,
     {NULL}, /* gemv_a8_outliers: the two passes */
     {NULL}, /* matmul_a8_outliers: the same */

@@ -144,6 +144,20 @@ void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m
     }
 }
 
+/* kernels.h act_block_take: the block with the lanes taken zeroed, the first
+   position of magnitude *m1 zeroed and taken, the statistics of what is left */
+int cism__act_block_take_scalar(const float *v, uint32_t *taken, float *m1, float *m2, float *out) {
+    uint32_t t;
+    int i;
+    memcpy(out, v, CISM__A8_BLOCK * sizeof(float));
+    for (t = *taken; t; t &= t - 1) out[cism__low_bit(t)] = 0.0f;
+    for (i = 0; i < CISM__A8_BLOCK - 1 && fabsf(out[i]) != *m1; i++) {}
+    out[i] = 0.0f;
+    *taken |= 1u << i;
+    cism__act_block_top2_scalar(out, 1, m1, m2);
+    return i;
+}
+
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out) {
     cism__act8 *a = (cism__act8 *)out;
     int32_t *hs = cism__act8_half_sums(out, n);

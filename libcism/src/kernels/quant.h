@@ -327,6 +327,7 @@ CISM__SCALAR_X16_DECL(q3x16)
 CISM__SCALAR_X16_DECL(q2x16)
 void cism__quantize_act_scalar(const float *x, int64_t n, void *out);
 void cism__act_block_top2_scalar(const float *x, int64_t nb, float *m1, float *m2);
+int cism__act_block_take_scalar(const float *v, uint32_t *taken, float *m1, float *m2, float *out);
 
 /* The position of the lowest set bit of x (x != 0): a de Bruijn sequence's
    5-bit windows are all distinct, so the product's top 5 bits name the bit. */

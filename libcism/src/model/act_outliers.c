@@ -34,22 +34,14 @@ static cism__act8_out *table_of(uint8_t *qrow, int64_t ldq) {
 
 typedef void (*top2_fn)(const float *x, int64_t nb, float *m1, float *m2);
 
-/* Elements of block b of a row of n (the last block may be partial) */
-static int64_t block_len(int64_t n, int64_t b) {
-    return n - b * CISM__A8_BLOCK < CISM__A8_BLOCK ? n - b * CISM__A8_BLOCK : CISM__A8_BLOCK;
-}
-
-/* Block b's two largest |t| (elements 32b .. 32b+31 below n; a partial block
-   padded with zeros). */
-static void block_stats(top2_fn top2, const float *t, int64_t n, int64_t b, float *m1, float *m2) {
-    float c[CISM__A8_BLOCK];
-    int64_t i, m = block_len(n, b);
-    if (m == CISM__A8_BLOCK) {
-        top2(t + b * CISM__A8_BLOCK, 1, m1, m2);
-        return;
-    }
-    for (i = 0; i < CISM__A8_BLOCK; i++) c[i] = i < m ? t[b * CISM__A8_BLOCK + i] : 0.0f;
-    top2(c, 1, m1, m2);
+/* Block b of a row of n values at x: x itself for a whole block, else its
+   elements copied into pad (32 floats) and padded with zeros */
+static const float *block_of(const float *x, int64_t n, int64_t b, float *pad) {
+    const int64_t m = n - b * CISM__A8_BLOCK;
+    int64_t i;
+    if (m >= CISM__A8_BLOCK) return x + b * CISM__A8_BLOCK;
+    for (i = 0; i < CISM__A8_BLOCK; i++) pad[i] = i < m ? x[b * CISM__A8_BLOCK + i] : 0.0f;
+    return pad;
 }
 
 static void set_gain(float *gain, int64_t b, float m1, float m2) {
@@ -85,29 +77,13 @@ static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best
     }
 }
 
-/* Block v (32 values) with the positions in taken set to 0, into c */
-static void block_without(const float *v, uint32_t taken, float *c) {
-    memcpy(c, v, CISM__A8_BLOCK * sizeof(float));
-    for (; taken; taken &= taken - 1) c[cism__low_bit(taken)] = 0.0f;
-}
-
-/* kernels.h act_block_take where the tier has none: the C code of its rule. */
-static int block_take(top2_fn top2, const float *v, uint32_t *taken, float *m1, float *m2, float *out) {
-    int i;
-    block_without(v, *taken, out);
-    for (i = 0; i < CISM__A8_BLOCK - 1 && fabsf(out[i]) != *m1; i++) {}
-    out[i] = 0.0f;
-    *taken |= 1u << i;
-    top2(out, 1, m1, m2);
-    return i;
-}
-
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
                               float *tmp) {
     const cism__kernels *sc = cism__kernels_scalar();
     void (*quant)(const float *, int64_t, void *) = k->quantize_act ? k->quantize_act : sc->quantize_act;
     const top2_fn top2 = k->act_block_top2 ? k->act_block_top2 : sc->act_block_top2;
-    int (*const take)(const float *, uint32_t *, float *, float *, float *) = k->act_block_take;
+    int (*const take)(const float *, uint32_t *, float *, float *, float *) =
+        k->act_block_take ? k->act_block_take : sc->act_block_take;
     cism__act8_out *o = table_of(qrow, ldq);
     const int64_t nb = (n + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK, full = n / CISM__A8_BLOCK;
     float *m1 = tmp, *m2 = m1 + nb; /* per block: the largest |x| and the second largest */
@@ -117,7 +93,6 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     float pad[CISM__A8_BLOCK], mod[CISM__A8_MAX_OUT][CISM__A8_BLOCK];
     int64_t modb[CISM__A8_MAX_OUT];
     uint32_t taken[CISM__A8_MAX_OUT];
-    const float *src;
     double N = 0.0;
     int64_t b;
     int j, i, nmod = 0;
@@ -129,7 +104,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         if (k->quantize_act_top2(x, n, qrow, m1, m2)) return 1;
     } else {
         top2(x, full, m1, m2);
-        if (full < nb) block_stats(top2, x, n, full, &m1[full], &m2[full]);
+        if (full < nb) top2(block_of(x, n, full, pad), 1, &m1[full], &m2[full]);
         quant(x, n, qrow);
     }
     for (b = 0; b < nb; b++) {
@@ -140,20 +115,16 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
         double best;
-        int64_t pick = best_gain(gain, nb, CISM__A8_OUT_GAIN * N / (double)nb, &best), m;
+        const int64_t pick = best_gain(gain, nb, CISM__A8_OUT_GAIN * N / (double)nb, &best);
         if (pick < 0) break;
-        m = block_len(n, pick);
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
         if (j == nmod) {
-            if (m < CISM__A8_BLOCK)
-                for (i = 0; i < CISM__A8_BLOCK; i++) pad[i] = i < m ? x[pick * CISM__A8_BLOCK + i] : 0.0f;
             modb[nmod] = pick;
             taken[nmod++] = 0;
         }
         /* the first index of its max among the channels not yet taken, taken
            out (read from x: no store to wait for) */
-        src = m < CISM__A8_BLOCK ? pad : x + pick * CISM__A8_BLOCK;
-        i = take ? take(src, &taken[j], &m1[pick], &m2[pick], mod[j]) : block_take(top2, src, &taken[j], &m1[pick], &m2[pick], mod[j]);
+        i = take(block_of(x, n, pick, pad), &taken[j], &m1[pick], &m2[pick], mod[j]);
         o->idx[o->n] = (int32_t)(pick * CISM__A8_BLOCK + i);
         o->val[o->n] = x[pick * CISM__A8_BLOCK + i];
         o->n++;
