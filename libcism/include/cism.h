@@ -129,7 +129,7 @@ enum {
                                    1 = the session sums the squares of every weight matrix's inputs
                                    per column (cism_session_act_stats); G >= 2 = also the G x G
                                    blocks along the diagonal of their Gram matrix (cism_session_act_gram) */
-    CISM_PARAM_ACT_OUTLIERS = 10, /* int bool, default 1: with int8 activations, up to 8 channels of a
+    CISM_PARAM_ACT_OUTLIERS = 10, /* int bool, default 1: with int8 activations, up to 10 channels of a
                                    row that dominate their blocks of 32 are left out of the int8
                                    blocks and their products computed exactly in float
                                    (docs/QUANTIZATION.md, "Outlier channels") */
