@@ -81,9 +81,9 @@ class Session:
     set: every tier is tested against "scalar"),
     act_quant (None: the library default, int8 activations and integer dot
     products for packed weights; False: float activations; True: int8).
-    act_outliers (None: the library default, on: with int8 activations the
-    few channels above 8x their row's RMS are computed exactly in float;
-    False: off).
+    act_outliers (None: the library default, on: with int8 activations up to
+    10 channels of a row that dominate their blocks of 32 are computed
+    exactly in float, docs/QUANTIZATION.md "Outlier channels"; False: off).
     act_stats (experimental, quantization calibration: 1 sums the squares of
     every matrix's inputs per column, read by act_stats(); G >= 2 also the
     G x G blocks along the diagonal of their Gram matrix, read by act_gram()).
