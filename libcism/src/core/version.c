@@ -38,7 +38,7 @@ const char *cism_build_info(void) {
            "; " COMPILER "; build " CISM_BUILD_TYPE "; tiers " CISM_TIERS;
 }
 
-static char g_sysinfo[512];
+static char g_sysinfo[1024]; /* room for every field at its longest (cpu name 63, features 255, tiers 127) */
 static cism__once g_once = CISM__ONCE_INIT;
 
 static void make_sysinfo(void) {
@@ -55,7 +55,7 @@ static void make_sysinfo(void) {
         size_t m = 0;
         int32_t t;
         for (t = CISM_TIER_SCALAR; cism_kernel_tier_name(t); t++)
-            if (cism_kernel_tier_supported(t))
+            if (cism_kernel_tier_supported(t) && m < sizeof(tiers) - 16)
                 m += (size_t)snprintf(tiers + m, sizeof(tiers) - m, "%s%s", m ? " " : "", cism_kernel_tier_name(t));
         char llc[48] = "unknown";
         if (c->llc_bytes > 0) snprintf(llc, sizeof(llc), "%lld KiB", c->llc_bytes / 1024);

@@ -74,6 +74,7 @@ static void att_scores(const float *q, const float *k, int64_t n, int64_t hd, fl
 CISM__INLINE void score_tile2(const float *q0, const float *q1, const float *k, int64_t t0, float scale, float *d0, float *d1) {
     fvec qa[4], qb[4], acc[16], lo[2];
     int h, j, c;
+    lo[0] = lo[1] = fv_zero(); /* set at h = 0; this only tells the compiler so */
     for (c = 0; c < 4; c++) {
         qa[c] = fv_loadu(q0 + FW * c);
         qb[c] = fv_loadu(q1 + FW * c);
