@@ -448,10 +448,11 @@ static void test_top2(const cism__kernels *k, const cism__kernels *ref) {
 }
 
 /* The tier's act_block_take (every tier has one; the scalar tier's is the C
-   code of the rule) against its rule written out: on finite blocks with repeated maxima and seconds, signed zeros and
-   subnormals, channels taken one after another until the block is all zero,
-   the same positions, statistics and changed blocks as a search and the
-   scalar tier's act_block_top2. */
+   code of the rule) against its rule written out: on finite blocks with
+   repeated maxima and seconds, signed zeros and subnormals, channels taken
+   one after another until the block is all zero, the same positions,
+   statistics and changed blocks as a search and the scalar tier's
+   act_block_top2. */
 static void test_take(const cism__kernels *k, const cism__kernels *ref) {
     static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f800000u, 0xbf800000u};
     int b, i, s, takes = 0;
