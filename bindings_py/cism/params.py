@@ -25,7 +25,7 @@ KEYS: Dict[str, int] = {
 }
 TIERS: Dict[str, int] = {"auto": _lib.TIER_AUTO, "scalar": _lib.TIER_SCALAR, "avx2": _lib.TIER_AVX2,
                          "avx512": _lib.TIER_AVX512, "neon": _lib.TIER_NEON, "neon_dotprod": _lib.TIER_NEON_DOTPROD,
-                         "neon_i8mm": _lib.TIER_NEON_I8MM}
+                         "neon_i8mm": _lib.TIER_NEON_I8MM, "avx512_amx": _lib.TIER_AVX512_AMX}
 DTYPES: Dict[str, int] = {"f32": _lib.DTYPE_F32, "f16": _lib.DTYPE_F16, "bf16": _lib.DTYPE_BF16,
                           "q8": _lib.DTYPE_Q8, "q4": _lib.DTYPE_Q4, "q4a": _lib.DTYPE_Q4A}
 from .kvtypes import KV_TYPES, kv_type_arg, split_kv_type  # noqa: F401 (re-exported)

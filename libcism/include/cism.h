@@ -156,8 +156,8 @@ CISM_API cism_status cism_params_get_int(const cism_params *params, cism_param k
 /* ---- kernel tiers -------------------------------------------------------- */
 /* The instruction-set tier the compute kernels use. CISM_TIER_AUTO picks the
    best tier compiled in that this CPU runs, once per process; the environment
-   variable CISM_ISA (scalar, avx2, avx512, neon, neon_dotprod, neon_i8mm)
-   forces a lower one (a tier the CPU lacks is refused with a logged warning).
+   variable CISM_ISA (scalar, avx2, avx512, avx512_amx, neon, neon_dotprod,
+   neon_i8mm) forces a lower one (a tier the CPU lacks is refused with a logged warning).
    A session created with an explicit tier the CPU cannot run fails with
    CISM_ERR_UNSUPPORTED. Every tier is tested against the scalar one:
    docs/KERNELS.md states the bounds. */
@@ -169,7 +169,8 @@ enum {
     CISM_TIER_AVX512       = 3,  /* x86-64 AVX-512 F/BW/VL/DQ + VNNI */
     CISM_TIER_NEON         = 4,  /* ARM64 Advanced SIMD */
     CISM_TIER_NEON_DOTPROD = 5,  /* ARM64 + SDOT/UDOT (ARMv8.2 dotprod) */
-    CISM_TIER_NEON_I8MM    = 6   /* ARM64 + dotprod + SMMLA (i8mm) */
+    CISM_TIER_NEON_I8MM    = 6,  /* ARM64 + dotprod + SMMLA (i8mm) */
+    CISM_TIER_AVX512_AMX   = 7   /* avx512 + AMX-INT8 tiles for prefill (Linux) */
 };
 /* Static name ("scalar", ...) or NULL for an unknown value; CISM_TIER_AUTO
    gives the name of the tier AUTO resolves to. */
@@ -186,7 +187,8 @@ CISM_API cism_status cism_measure_read_bandwidth(int32_t n_threads, int64_t buff
 
 /* Measures the int8 multiply-adds per second one core does with the
    dot-product instructions of a kernel tier's int8 kernels (AVX-512 VNNI
-   vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, NEON smull + sadalp, SDOT, SMMLA;
+   vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, NEON smull + sadalp, SDOT, SMMLA,
+   AMX TDPBSSD;
    CISM_TIER_AUTO: the tier in use), on register operands, on the calling
    thread: the ceiling prefill is compared against (docs/PERFORMANCE.md).
    Takes about 0.2 s. CISM_ERR_UNSUPPORTED for a tier this CPU cannot run. */

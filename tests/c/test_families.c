@@ -74,7 +74,7 @@ static void check_model(const char *name, int act_quant, const int32_t *tok) {
     int32_t tiers[8], t, n_tiers = 0;
     CHECK_OK(cism_model_load(fixture_path(name), NULL, &m));
     if (!m) return;
-    for (t = CISM_TIER_SCALAR; t <= CISM_TIER_NEON_I8MM; t++)
+    for (t = CISM_TIER_SCALAR; t <= CISM_TIER_AVX512_AMX; t++)
         if (cism_kernel_tier_supported((cism_kernel_tier)t)) tiers[n_tiers++] = t;
     ref = prefill(m, CISM_TIER_SCALAR, 1, 0, act_quant, tok);
     for (t = 0; t < n_tiers; t++) {

@@ -131,7 +131,7 @@ cism_status cism_params_set_int(cism_params *params, cism_param key, int64_t val
              value == CISM_DTYPE_Q4A;
         break;
     case CISM_PARAM_N_BATCH: ok = value >= 1 && value <= 65536; break;
-    case CISM_PARAM_KERNEL_TIER: ok = value >= CISM_TIER_AUTO && value <= CISM_TIER_NEON_I8MM; break;
+    case CISM_PARAM_KERNEL_TIER: ok = value >= CISM_TIER_AUTO && value <= CISM_TIER_AVX512_AMX; break;
     case CISM_PARAM_ACT_STATS: ok = value >= 0 && value <= 4096; break;
     default: ok = value == 0 || value == 1; break;
     }

@@ -48,6 +48,7 @@ static void make_sysinfo(void) {
 #define FEAT(flag, label) if (c->flag && n < sizeof(feats) - 16) n += (size_t)snprintf(feats + n, sizeof(feats) - n, "%s%s", n ? " " : "", label)
     FEAT(avx2, "avx2"); FEAT(fma, "fma"); FEAT(f16c, "f16c"); FEAT(avx512f, "avx512f"); FEAT(avx512bw, "avx512bw");
     FEAT(avx512vl, "avx512vl"); FEAT(avx512vnni, "avx512vnni"); FEAT(avx512bf16, "avx512bf16"); FEAT(avxvnni, "avxvnni");
+    FEAT(amx_int8, "amx_int8");
     FEAT(neon, "neon"); FEAT(dotprod, "dotprod"); FEAT(i8mm, "i8mm"); FEAT(fp16, "fp16");
 #undef FEAT
     {

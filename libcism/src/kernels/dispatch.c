@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_TIERS (CISM_TIER_NEON_I8MM + 1)
+#define N_TIERS (CISM_TIER_AVX512_AMX + 1)
 
-static const char *const g_names[N_TIERS] = {NULL, "scalar", "avx2", "avx512", "neon", "neon_dotprod", "neon_i8mm"};
+static const char *const g_names[N_TIERS] = {NULL, "scalar", "avx2", "avx512", "neon", "neon_dotprod", "neon_i8mm",
+                                              "avx512_amx"};
 
 static cism__once g_once = CISM__ONCE_INIT;
 static cism__kernels g_tables[N_TIERS];
@@ -31,6 +32,9 @@ static int tier_runs(const cism__cpu *c, int tier) {
 #if defined(CISM__HAVE_AVX512)
     case CISM_TIER_AVX512:
         return c->avx2 && c->fma && c->f16c && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512vnni;
+#endif
+#if defined(CISM__HAVE_AMX)
+    case CISM_TIER_AVX512_AMX: return tier_runs(c, CISM_TIER_AVX512) && c->amx_int8;
 #endif
 #if defined(CISM__HAVE_NEON)
     case CISM_TIER_NEON: return c->neon;
@@ -53,6 +57,12 @@ static void build(int tier) {
 #endif
 #if defined(CISM__HAVE_AVX512)
     case CISM_TIER_AVX512: g_tables[tier] = g_tables[CISM_TIER_AVX2]; cism__kernels_fill_avx512(&g_tables[tier]); break;
+#endif
+#if defined(CISM__HAVE_AMX)
+    case CISM_TIER_AVX512_AMX:
+        g_tables[tier] = g_tables[CISM_TIER_AVX512];
+        cism__kernels_fill_avx512_amx(&g_tables[tier]);
+        break;
 #endif
 #if defined(CISM__HAVE_NEON)
     case CISM_TIER_NEON: g_tables[tier] = g_tables[CISM_TIER_SCALAR]; cism__kernels_fill_neon(&g_tables[tier]); break;

@@ -350,10 +350,13 @@ static void otab_add_rows(const cism__orun *d, const ovec *col, const uint8_t *x
    OGROUPS groups at a time: the kernel mq (the
    tier's matmul_a8 of the dtype, called, not inlined, so that its tiles keep
    their registers) for the run's tokens, then at once those groups' distinct
-   columns decoded and the run's entries added. */
+   columns decoded and the run's entries added. whole: mq once over each
+   panel's rows for all nt tokens first, then the runs' entries (for a kernel
+   that pays per call, as the AMX tiles do for runs of few tokens; the same
+   bits: each output still gets its run's entries after the kernel's sum). */
 CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                       int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs,
-                                      cism__matmul_a8_fn mq, const int xf) {
+                                      cism__matmul_a8_fn mq, const int whole, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t tb = cism__orun_block(ldq);
     const int64_t gp = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
@@ -370,6 +373,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     for (p0 = r0; p0 < r1; p0 = p1) { /* panels of whole groups when there are several token blocks (CISM__W_PANEL_BYTES) */
         p1 = (p0 / CISM__X16 + gp) * CISM__X16 < r1 ? (p0 / CISM__X16 + gp) * CISM__X16 : r1;
         ri = 0;
+        if (whole) mq(w, rb, cols, xq, ldq, y, ldy, nt, p0, p1);
         for (t0 = 0; t0 < nt; t0 = t1) {
             const cism__orun *dp = own ? &mine : &runs->run[ri++];
             const uint8_t *xt;
@@ -386,7 +390,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                 yt = y + t0 * ldy + gi * CISM__X16;
                 b = (gi + 1) * CISM__X16 < p1 ? (gi + 1) * CISM__X16 : p1;
                 if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
-                    mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
+                    if (!whole) mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
                     if (!dp->n) continue;
                     oplace_cols(&pl, dp, grp, col, 1);
                     otab_add_rows(dp, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
@@ -394,7 +398,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                 }
                 while (G < OGROUPS && (gi + G + 1) * CISM__X16 <= p1) G++; /* whole groups, up to OGROUPS at once */
                 b = (gi + G) * CISM__X16;
-                mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
+                if (!whole) mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
                 if (!dp->n) continue;
                 for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
                 otab_add_groups(dp, col, xt, ldq, t1 - t0, yt, ldy, G);
@@ -406,7 +410,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     static void matmul_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, \
                                      float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,               \
                                      const cism__oruns *runs) {                                               \
-        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, XF);              \
+        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, 0, XF);              \
     }
 X16_OUTL_ENTRY(q8x16, X16_Q8)
 X16_OUTL_ENTRY(q4sx16, X16_Q4S)

@@ -45,8 +45,22 @@ static long long cache_bytes(unsigned leaf) {
     return best;
 }
 
+/* AMX's tile data is off for a Linux process until it asks for it
+   (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA; Linux 5.16+, the
+   whole process): 1 if granted. Elsewhere the avx512_amx tier stays off. */
+static int amx_permitted(void) {
+#if defined(__linux__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    long ret;
+    __asm__ __volatile__("syscall" : "=a"(ret) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+    return ret == 0;
+#else
+    return 0;
+#endif
+}
+
 static void detect(cism__cpu *c) {
     unsigned r[4], max_leaf, ext_max;
+    unsigned long long xcr0 = 0;
     int os_avx = 0, os_avx512 = 0;
     cpuid(0, 0, r);
     max_leaf = r[0];
@@ -55,7 +69,7 @@ static void detect(cism__cpu *c) {
     c->fma = (r[2] >> 12) & 1;
     c->f16c = (r[2] >> 29) & 1;
     if ((r[2] >> 27) & 1) { /* OSXSAVE: the OS saves the registers we are about to check */
-        unsigned long long xcr0 = xgetbv0();
+        xcr0 = xgetbv0();
         os_avx = (xcr0 & 0x6) == 0x6;
         os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
     }
@@ -69,6 +83,9 @@ static void detect(cism__cpu *c) {
         c->avx512bw = c->avx512f && ((r[1] >> 30) & 1);
         c->avx512vl = c->avx512f && ((r[1] >> 31) & 1);
         c->avx512vnni = c->avx512f && ((r[2] >> 11) & 1);
+        /* AMX-TILE (EDX 24), AMX-INT8 (EDX 25), the OS saving XTILECFG and XTILEDATA (XCR0 17, 18) */
+        c->amx_int8 = c->avx512f && ((r[3] >> 24) & 1) && ((r[3] >> 25) & 1) && (xcr0 & 0x60000ull) == 0x60000ull &&
+                      amx_permitted();
         cpuid(7, 1, r);
         c->avxvnni = c->avx2 && ((r[0] >> 4) & 1);
         c->avx512bf16 = c->avx512f && ((r[0] >> 5) & 1);
