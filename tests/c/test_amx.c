@@ -1,7 +1,7 @@
 /* test_amx.c - the avx512_amx tier (kernels_amx.c): q8x16 and q4ax16 on AMX
  * tiles give the scalar tier's bits, and the avx512 tier's, for every token
- * count (full tiles of 16, a last tile of fewer rows, calls of up to 8 tokens
- * that take the avx512 kernels), row ranges off the 16-row grid, and rows of
+ * count (full tiles of 16, a last tile of fewer rows, calls of fewer than 32
+ * tokens that take the avx512 kernels), row ranges off the 16-row grid, and rows of
  * more blocks than the q4ax16 unpacking takes at once (64); a token alone
  * gives the bits it gives inside a prompt; with outlier channels, the tier's
  * entry gives the scalar kernel followed by the C epilogue.
@@ -29,7 +29,7 @@ static int64_t ldq_of(int64_t cols) {
 enum { ROWS = 48, MAXT = 100 }; /* three groups of 16 */
 
 static void test_dtype(const cism__kernels *amx, const cism__kernels *ref, const cism__kernels *avx, int32_t dt, int64_t cols) {
-    static const int64_t counts[] = {1, 8, 9, 16, 17, 31, 48, MAXT};
+    static const int64_t counts[] = {1, 8, 16, 31, 32, 33, 47, 48, 80, MAXT};
     static const int64_t ranges[][2] = {{0, ROWS}, {5, 37}, {16, 32}};
     const int64_t rb = cism_dtype_row_bytes(dt, cols), ldq = ldq_of(cols), tmp_n = 4 * ((cols + 31) / 32);
     float *w = (float *)malloc(sizeof(float) * ROWS * (size_t)cols), *x = (float *)malloc(sizeof(float) * (size_t)cols);

@@ -15,8 +15,11 @@
  * tile's, operation for operation: the same bits as the avx512 tier for
  * every token, whichever path takes it (test_amx.c).
  *
- * Calls of up to 8 tokens (decode, batched decode, short verifies) take the
- * avx512 tier's kernels. */
+ * Calls of fewer than 32 tokens (decode, batched decode, verifies, short
+ * prompts, and with outlier channels their short runs) take the avx512
+ * tier's kernels and entries: there the tiles' fixed costs (a group's A tile
+ * loads and q4ax16 unpacking per call) made the real SmolLM2's prefill of 16
+ * tokens 13% slower; from 32 tokens on, the tiles are faster. */
 #include "kernels.h"
 #include "tier_common.h"
 #include "quant.h"
@@ -26,8 +29,8 @@
 #include <string.h>
 
 #define AMX_T 16     /* tokens per tile */
+#define AMX_MIN_NT 32 /* fewer tokens: the avx512 kernels (faster there on the real SmolLM2) */
 #define AMX_CHUNK 64 /* q4ax16: blocks unpacked at a time (32 KiB) */
-#define AMX_SPAN 16  /* blocks whose sums wait for the combine (16 KiB) */
 
 /* The tile configuration (palette 1) for nr <= 16 tokens: tiles 0-3 the
    int32 sums of nr tokens x 16 rows (four blocks in flight); 4, 5 the
@@ -59,6 +62,9 @@ static void amx_config(int nr) {
 
 /* The avx512 tier's kernels, for what the tiles do not take */
 static cism__matmul_a8_fn g_fb_q8, g_fb_q4a;
+typedef void (*outl_fn)(const void *, uint64_t, int64_t, const uint8_t *, int64_t, float *, int64_t, int64_t, int64_t, int64_t,
+                        const struct cism__oruns *);
+static outl_fn g_fb_outl_q8, g_fb_outl_q4a;
 
 /* The int8 activations of block b of token row t */
 static inline const cism__act8 *act_at(const uint8_t *xq, int64_t ldq, int64_t t, int64_t b) {
@@ -126,30 +132,28 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
    blocks' terms added in order to 0 (b0 = 0) or to what y holds (the earlier
    blocks' sum, stored and loaded exactly: the same sequence of additions).
    wb: block b0 as a B tile, the next ones 512 bytes apart (q4ax16: unpacked;
-   q8x16: NULL, the codes in place). The tiles run up to AMX_SPAN blocks
-   ahead of the combine (four C tiles in turn, their sums kept in s): the
-   tile stores and the float work then overlap instead of waiting on each
-   other block by block. */
+   q8x16: NULL, the codes in place). Each block's sums are combined right
+   after its tiles; four C tiles (and sum buffers) in turn let the next
+   blocks' tiles start before the combine is done. (Running the tiles 2, 4
+   or 16 blocks ahead of the combine measured the same for q8x16 and 10-15%
+   slower for q4ax16.) */
 CISM__INLINE void amx_group(const uint8_t *grp, const cism__x16 *g, const uint8_t *wb, int64_t b0, int64_t b1, const uint8_t *xq,
                             int64_t ldq, float *y, int64_t ldy, __mmask16 m, const int nr, const int q4a) {
-    int32_t s[AMX_SPAN][AMX_T * 16];
+    int32_t s[4][AMX_T * 16];
     const uint8_t *qa = xq + offsetof(cism__act8, q);
     __m512 acc[AMX_T];
-    int64_t b, c0, c1;
+    int64_t b;
     int t;
     for (t = 0; t < nr; t++) acc[t] = b0 ? _mm512_maskz_loadu_ps(m, y + t * ldy) : _mm512_setzero_ps();
-    for (c0 = b0; c0 < b1; c0 = c1) {
-        c1 = b1 - c0 < AMX_SPAN ? b1 : c0 + AMX_SPAN;
-        for (b = c0; b < c1; b++) { /* C tile b % 4, A and B tiles b % 2 */
-            const uint8_t *wp = q4a ? wb + (b - b0) * 512 : cism__x16_codes(g, grp, b);
-            switch ((b - c0) & 3) {
-            case 0: AMX_BLOCK(0, 4, 6, wp, s[b - c0]); break;
-            case 1: AMX_BLOCK(1, 5, 7, wp, s[b - c0]); break;
-            case 2: AMX_BLOCK(2, 4, 6, wp, s[b - c0]); break;
-            default: AMX_BLOCK(3, 5, 7, wp, s[b - c0]); break;
-            }
+    for (b = b0; b < b1; b++) { /* C tile and sums b % 4, A and B tiles b % 2 */
+        const uint8_t *wp = q4a ? wb + (b - b0) * 512 : cism__x16_codes(g, grp, b);
+        switch (b & 3) {
+        case 0: AMX_BLOCK(0, 4, 6, wp, s[0]); break;
+        case 1: AMX_BLOCK(1, 5, 7, wp, s[1]); break;
+        case 2: AMX_BLOCK(2, 4, 6, wp, s[2]); break;
+        default: AMX_BLOCK(3, 5, 7, wp, s[3]); break;
         }
-        for (b = c0; b < c1; b++) combine(acc, s[b - c0], cism__x16_scales(g, grp, b), xq, ldq, b, nr, q4a);
+        combine(acc, s[b & 3], cism__x16_scales(g, grp, b), xq, ldq, b, nr, q4a);
     }
     for (t = 0; t < nr; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
@@ -176,19 +180,18 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
     }
 }
 
-/* Rows [r0, r1) of a q8x16 / q4ax16 matrix for nt tokens: up to
-   CISM__GEMV_OUTL_TOKENS the avx512 tier's kernel fb (decode, short
-   verifies); more on tiles, in panels of groups whose weights stay in L2
-   while token blocks whose activations stay in L2 pass over them (as
-   matmul_a8_x16), the last nt % 16 tokens of the last block on tiles of
-   that many rows (the tile configuration loaded again). */
+/* Rows [r0, r1) of a q8x16 / q4ax16 matrix for nt tokens: fewer than
+   AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of
+   groups whose weights stay in L2 while token blocks whose activations stay
+   in L2 pass over them (as matmul_a8_x16), the last nt % 16 tokens of a
+   block on tiles of that many rows (the tile configuration loaded again). */
 static void matmul_amx(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                        int64_t nt, int64_t r0, int64_t r1, const int q4a) {
     const cism__x16 g = cism__x16_geom(q4a ? CISM_DTYPE_Q4AX16 : CISM_DTYPE_Q8X16, rb);
     const int64_t g_end = (r1 + CISM__X16 - 1) / CISM__X16;
     int64_t tb = CISM__X_BLOCK_BYTES / ldq / AMX_T * AMX_T, gp, g0, g1, t0, t1, full;
     uint8_t unpacked[AMX_CHUNK * 512];
-    if (nt <= CISM__GEMV_OUTL_TOKENS) {
+    if (nt < AMX_MIN_NT) {
         (q4a ? g_fb_q4a : g_fb_q8)(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
         return;
     }
@@ -223,15 +226,22 @@ static void matmul_a8_q4ax16(const void *w, uint64_t rb, int64_t cols, const voi
     matmul_amx(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, 1);
 }
 
-/* With outlier channels: the avx512 tier's run-by-run path, its kernel these tiles */
+/* With outlier channels: fewer than AMX_MIN_NT tokens the avx512 tier's
+   entry; else its run-by-run path around these tiles, once per panel */
 static void matmul_outliers_q8x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                   int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs) {
-    cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q8x16, CISM_DTYPE_Q8X16);
+    if (nt < AMX_MIN_NT)
+        g_fb_outl_q8(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
+    else
+        cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q8x16, CISM_DTYPE_Q8X16);
 }
 
 static void matmul_outliers_q4ax16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                    int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs) {
-    cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q4ax16, CISM_DTYPE_Q4AX16);
+    if (nt < AMX_MIN_NT)
+        g_fb_outl_q4a(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
+    else
+        cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q4ax16, CISM_DTYPE_Q4AX16);
 }
 
 /* The probe (cism_measure_int8_mac_peak): four independent TDPBSSD chains of
@@ -275,6 +285,8 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
 void cism__kernels_fill_avx512_amx(cism__kernels *k) {
     g_fb_q8 = k->matmul_a8[CISM_DTYPE_Q8X16];
     g_fb_q4a = k->matmul_a8[CISM_DTYPE_Q4AX16];
+    g_fb_outl_q8 = k->matmul_a8_outliers[CISM_DTYPE_Q8X16];
+    g_fb_outl_q4a = k->matmul_a8_outliers[CISM_DTYPE_Q4AX16];
     k->matmul_a8[CISM_DTYPE_Q8X16] = matmul_a8_q8x16;
     k->matmul_a8[CISM_DTYPE_Q4AX16] = matmul_a8_q4ax16;
     k->matmul_a8_outliers[CISM_DTYPE_Q8X16] = matmul_outliers_q8x16;
