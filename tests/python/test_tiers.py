@@ -34,6 +34,17 @@ def test_tier_list():
     assert set(tiers) <= set(TIERS)
 
 
+def test_amx_opt_out():
+    """CISM_AMX=0: the library does not ask Linux for the AMX tile state, so the
+    avx512_amx tier is not offered (on an AMX machine, where it otherwise is)."""
+    import subprocess
+    import sys
+    code = "import cism; print(' '.join(cism.kernel_tiers()))"
+    env = dict(os.environ, CISM_AMX="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "scalar" and "avx512_amx" not in out.split()
+
+
 def prefill(model, tier, threads, tokens, act_quant=False):
     with model.session(kv_type="f32", logits_all=True, n_threads=threads, kernel_tier=tier, act_quant=act_quant) as s:
         s.eval(tokens)

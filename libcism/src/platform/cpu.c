@@ -5,6 +5,7 @@
 #include "platform.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
@@ -47,10 +48,15 @@ static long long cache_bytes(unsigned leaf) {
 
 /* AMX's tile data is off for a Linux process until it asks for it
    (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA; Linux 5.16+, the
-   whole process): 1 if granted. Elsewhere the avx512_amx tier stays off. */
+   whole process): 1 if granted. Elsewhere the avx512_amx tier stays off.
+   The permission enlarges the process's signal frames (Linux then refuses
+   a sigaltstack smaller than them), so a host that keeps small alternate
+   signal stacks can set CISM_AMX=0 to have the library not ask. */
 static int amx_permitted(void) {
 #if defined(__linux__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const char *env = getenv("CISM_AMX");
     long ret;
+    if (env && strcmp(env, "0") == 0) return 0;
     __asm__ __volatile__("syscall" : "=a"(ret) : "a"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
     return ret == 0;
 #else
