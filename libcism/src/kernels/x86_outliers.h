@@ -410,7 +410,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     static void matmul_outliers_##nm(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, \
                                      float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,               \
                                      const cism__oruns *runs) {                                               \
-        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, 0, XF);              \
+        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, 0, XF);           \
     }
 X16_OUTL_ENTRY(q8x16, X16_Q8)
 X16_OUTL_ENTRY(q4sx16, X16_Q4S)
