@@ -228,20 +228,23 @@ static void matmul_a8_q4ax16(const void *w, uint64_t rb, int64_t cols, const voi
 
 /* With outlier channels: fewer than AMX_MIN_NT tokens the avx512 tier's
    entry; else its run-by-run path around these tiles, once per panel */
+static void outliers_amx(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y, int64_t ldy,
+                         int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs, const int q4a) {
+    if (nt < AMX_MIN_NT)
+        (q4a ? g_fb_outl_q4a : g_fb_outl_q8)(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
+    else
+        cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, q4a ? matmul_a8_q4ax16 : matmul_a8_q8x16,
+                                  q4a ? CISM_DTYPE_Q4AX16 : CISM_DTYPE_Q8X16);
+}
+
 static void matmul_outliers_q8x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                   int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs) {
-    if (nt < AMX_MIN_NT)
-        g_fb_outl_q8(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
-    else
-        cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q8x16, CISM_DTYPE_Q8X16);
+    outliers_amx(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, 0);
 }
 
 static void matmul_outliers_q4ax16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                    int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs) {
-    if (nt < AMX_MIN_NT)
-        g_fb_outl_q4a(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs);
-    else
-        cism__avx512_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_q4ax16, CISM_DTYPE_Q4AX16);
+    outliers_amx(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, 1);
 }
 
 /* The probe (cism_measure_int8_mac_peak): four independent TDPBSSD chains of
