@@ -16,10 +16,11 @@
  * every token, whichever path takes it (test_amx.c).
  *
  * Calls of fewer than 32 tokens (decode, batched decode, verifies, short
- * prompts, and with outlier channels their short runs) take the avx512
- * tier's kernels and entries: there the tiles' fixed costs (a group's A tile
- * loads and q4ax16 unpacking per call) made the real SmolLM2's prefill of 16
- * tokens 13% slower; from 32 tokens on, the tiles are faster. */
+ * prompts) take the avx512 tier's kernels and entries: there the tiles'
+ * fixed costs (a group's A tile loads and q4ax16 unpacking per call) made
+ * the real SmolLM2's prefill of 16 tokens 13% slower; from 32 tokens on, the
+ * tiles are faster. A longer call with outlier channels runs the tiles over
+ * all its tokens, whatever its runs (outliers_amx). */
 #include "kernels.h"
 #include "tier_common.h"
 #include "quant.h"
