@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "avx512_x16_scales.h"
+
 #define AMX_T 16     /* tokens per tile */
 #define AMX_MIN_NT 32 /* fewer tokens: the avx512 kernels (faster there on the real SmolLM2) */
 #define AMX_CHUNK 64 /* q4ax16: blocks unpacked at a time (32 KiB) */
@@ -67,11 +69,6 @@ typedef void (*outl_fn)(const void *, uint64_t, int64_t, const uint8_t *, int64_
                         const struct cism__oruns *);
 static outl_fn g_fb_outl_q8, g_fb_outl_q4a;
 
-/* The int8 activations of block b of token row t */
-static inline const cism__act8 *act_at(const uint8_t *xq, int64_t ldq, int64_t t, int64_t b) {
-    return (const cism__act8 *)(const void *)(xq + t * ldq) + b;
-}
-
 /* q4ax16: blocks [b0, b1) of a group, their nibbles as bytes, block b at
    out + 512 (b - b0) (B tiles) */
 static void unpack_q4a(const uint8_t *grp, const cism__x16 *g, int64_t b0, int64_t b1, uint8_t *out) {
@@ -94,22 +91,20 @@ static void unpack_q4a(const uint8_t *grp, const cism__x16 *g, int64_t b0, int64
    acc + (d_w * s + m_w * sum) * d_a */
 CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, const uint8_t *xq, int64_t ldq, int64_t b,
                           const int nr, const int q4a) {
+    __m512 mn = _mm512_setzero_ps();
+    const __m512 sc = x16_scales(scales, q4a ? X16_Q4A : X16_Q8, &mn);
     int t;
-    if (q4a) { /* row i's d at 4i, m at 4i + 2 */
-        const __m512i dm = _mm512_loadu_si512((const void *)scales);
-        const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-        const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+    if (q4a) {
         for (t = 0; t < nr; t++) {
-            const cism__act8 *a = act_at(xq, ldq, t, b);
+            const cism__act8 *a = cism__act8_row(xq, ldq, t) + b;
             const __m512 v = _mm512_add_ps(_mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(s + 16 * t)))),
                                            _mm512_mul_ps(mn, _mm512_set1_ps((float)a->sum)));
             acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(v, _mm512_set1_ps(a->d)));
         }
     } else {
-        const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)scales));
         for (t = 0; t < nr; t++) {
             const __m512 s_f = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(s + 16 * t)));
-            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(s_f, _mm512_mul_ps(sc, _mm512_set1_ps(act_at(xq, ldq, t, b)->d))));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(s_f, _mm512_mul_ps(sc, _mm512_set1_ps(cism__act8_row(xq, ldq, t)[b].d))));
         }
     }
 }
@@ -167,16 +162,13 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
     int64_t gi, t, b0, b1;
     for (gi = g0; gi < g1; gi++) {
         const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * rb;
-        const int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
-        uint32_t mm = 0xffffu;
-        if (lo > 0) mm &= ~((1u << lo) - 1u);
-        if (hi < 16) mm &= (1u << hi) - 1u;
+        const __mmask16 mm = (__mmask16)cism__x16_row_mask(gi, r0, r1);
         for (b0 = 0; b0 < g->nb; b0 = b1) { /* q8x16: all blocks at once */
             b1 = !q4a || g->nb - b0 <= AMX_CHUNK ? g->nb : b0 + AMX_CHUNK;
             if (q4a) unpack_q4a(grp, g, b0, b1, unpacked);
             for (t = t0; t < t1; t += nr)
-                amx_group(grp, g, q4a ? unpacked : NULL, b0, b1, xq + t * ldq, ldq, y + t * ldy + gi * CISM__X16, ldy,
-                          (__mmask16)mm, nr, q4a);
+                amx_group(grp, g, q4a ? unpacked : NULL, b0, b1, xq + t * ldq, ldq, y + t * ldy + gi * CISM__X16, ldy, mm, nr,
+                          q4a);
         }
     }
 }

@@ -39,6 +39,7 @@
 #define TT 8          /* tokens of the prefill register tile */
 
 #include "x86_quant.h"
+#include "avx512_x16_scales.h"
 
 /* level + 128 of each code, for the codebook formats */
 static const int8_t g_nl4_u[16] = {16, 38, 57, 73, 87, 101, 113, 125, -119, -107, -94, -80, -65, -47, -27, -1};
@@ -298,23 +299,6 @@ CISM__INLINE void tile(const panel *p, const cism__act8 *const *a, int64_t jb0, 
 }
 
 /* ---- interleaved dtypes: 16 rows per 512-bit register */
-/* The 16 rows' scales of block b as f32 (xf: X16_Q8, X16_Q6, X16_Q5, X16_Q3, X16_Q2: f16;
-   X16_Q4S: E4M3; X16_Q4A: the scale line's d, and its minimums m into *mn) */
-CISM__INLINE __m512 x16_scales(const uint8_t *scales, const int xf, __m512 *mn) {
-    __m256i h, nan;
-    if (xf == X16_Q8 || X16_QINT(xf)) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
-    if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
-        const __m512i dm = _mm512_loadu_si512((const void *)scales);
-        *mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-    }
-    h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scales));
-    nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f)); /* 0x7f, 0xff: NaN */
-    h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(h, 8), _mm256_set1_epi16((short)0x8000)),
-                        _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(0x3f80)));
-    return _mm512_cvtph_ps(_mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00))));
-}
-
 CISM__INLINE __m512i bcast4(const int8_t *q) {
     int32_t v;
     memcpy(&v, q, 4);
@@ -508,13 +492,13 @@ CISM__INLINE void x16_group(const uint8_t *grp, const cism__x16 *g, const void *
     int i;
     for (t = t0; t + TT <= t1; t += TT) {
         for (i = 0; i < TT; i++) {
-            a[i] = act_row(xq, ldq, t + i);
+            a[i] = cism__act8_row(xq, ldq, t + i);
             hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
         }
         x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, ol, t, TT, xf);
     }
     for (i = 0; t + i < t1; i++) {
-        a[i] = act_row(xq, ldq, t + i);
+        a[i] = cism__act8_row(xq, ldq, t + i);
         hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
     }
 #define X16_TILE_T(T) x16_tile(grp, g, a, hs, y + t * ldy, ldy, m, pf_end, ol, t, T, xf)

@@ -185,7 +185,7 @@ CISM__INLINE void nq_scales(const int dt, const int R, const uint8_t *p, uint64_
 
 /* ---- activations --------------------------------------------------------------------- */
 CISM__INLINE const cism__act8 *nq_act(const uint8_t *xq, int64_t ldq, int64_t t, int64_t j) {
-    return (const cism__act8 *)(const void *)(xq + t * ldq) + j;
+    return cism__act8_row(xq, ldq, t) + j;
 }
 
 /* [a.d[0] | b.d[0]] and [a.d[1] | b.d[1]] */

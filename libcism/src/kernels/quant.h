@@ -172,6 +172,10 @@ typedef struct cism__act8_out {
 static inline int64_t cism__act8_row_bytes(int64_t cols) {
     return (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)(sizeof(cism__act8) + 2 * sizeof(int32_t));
 }
+/* Row t of quantized activation rows ldq bytes apart, from xq */
+static inline const cism__act8 *cism__act8_row(const void *xq, int64_t ldq, int64_t t) {
+    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
+}
 static inline int32_t *cism__act8_half_sums(void *row, int64_t cols) {
     return (int32_t *)(void *)((uint8_t *)row + (cols + CISM__A8_BLOCK - 1) / CISM__A8_BLOCK * (int64_t)sizeof(cism__act8));
 }
@@ -259,6 +263,16 @@ static inline const uint8_t *cism__x16_scales(const cism__x16 *g, const uint8_t 
     const int64_t s = b >> g->sb_shift, j = b - (s << g->sb_shift), first = s << g->sb_shift;
     const int64_t n = g->nb - first < ((int64_t)1 << g->sb_shift) ? g->nb - first : (int64_t)1 << g->sb_shift;
     return grp + (uint64_t)s * g->sb_bytes + (uint64_t)(n * CISM__X16 * g->code_bytes + j * CISM__X16 * g->scale_bytes);
+}
+
+/* The rows of group gi (16 rows from 16 gi) inside [r0, r1), one bit each:
+   the rows a kernel that computes the whole group stores. */
+static inline uint32_t cism__x16_row_mask(int64_t gi, int64_t r0, int64_t r1) {
+    const int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
+    uint32_t m = 0xffffu;
+    if (lo > 0) m &= ~((1u << lo) - 1u);
+    if (hi < CISM__X16) m &= (1u << hi) - 1u;
+    return m;
 }
 
 /* Decode prefetch of the interleaved kernels (the x86 tiers). The groups that

@@ -2,7 +2,7 @@
  * the x86 tier files (kernels_avx2_quant.c, kernels_avx512_quant.c) through
  * x86_quant_entries.h, after the tier's gemv8_b32_t (T tokens x 8 rows, each
  * token's arithmetic that of the one-token kernel), gemv1_b32 and
- * GEMV_TOKENS_MAX (act_row, g_fmt, F_*: x86_quant.h).
+ * GEMV_TOKENS_MAX (g_fmt, F_*: x86_quant.h).
  *
  * Up to GEMV_TOKENS(F) tokens, a block-32 format takes gemv8_b32_t rather
  * than the panel GEMM, which pays for packing its panels only with more
@@ -39,7 +39,7 @@ CISM__INLINE void gemv_tokens(const uint8_t *w, uint64_t rb, int64_t cols, const
     const cism__act8 *a[GEMV_TOKENS_MAX];
     int64_t nb = (cols + 31) / 32, r, t;
     const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);
-    for (t = 0; t < nt; t++) a[t] = act_row(xq, ldq, t);
+    for (t = 0; t < nt; t++) a[t] = cism__act8_row(xq, ldq, t);
     for (r = r0; r + 8 <= r1; r += 8) {
         const uint8_t *wr = w + (uint64_t)r * rb;
         rows_prefetch8(wr, rb, end);

@@ -277,7 +277,7 @@ CISM__INLINE void gemv_outliers(const uint8_t *w, uint64_t rb, int64_t cols, con
     int64_t r, t;
     int k;
     for (t = 0; t < nt; t++) {
-        a[t] = act_row(xq, ldq, t);
+        a[t] = cism__act8_row(xq, ldq, t);
         o[t] = cism__out_table(xq, ldq, t);
     }
     const uintptr_t end = rows_prefetch_start(w, rb, r0, r1);

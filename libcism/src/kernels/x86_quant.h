@@ -60,10 +60,6 @@ static const int8_t g_fp4_l[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
     }
 #endif
 
-CISM__INLINE const cism__act8 *act_row(const void *xq, int64_t ldq, int64_t t) {
-    return (const cism__act8 *)(const void *)((const uint8_t *)xq + t * ldq);
-}
-
 CISM__INLINE short ld16(const uint8_t *p) {
     uint16_t v;
     memcpy(&v, p, 2);
@@ -119,16 +115,7 @@ CISM__INLINE __m256i bcast4y(const int8_t *q) {
     return _mm256_set1_epi32(v);
 }
 
-/* The interleaved formats (xf): the 256-bit kernels of x86_x16.h, the drivers, the outlier columns */
-enum { X16_Q8, X16_Q4S, X16_Q4A, X16_Q6, X16_Q5, X16_Q3, X16_Q2 };
-#define X16_PLANE(xf) ((xf) == X16_Q3 || (xf) == X16_Q2) /* q3x16, q2x16: codes from the 2-bit plane, no nibbles */
-#define X16_QINT(xf) ((xf) == X16_Q6 || (xf) == X16_Q5 || X16_PLANE(xf)) /* q6x16, q5x16, q3x16, q2x16: fp16 scales, codes = level + H */
-#define X16_HALF(xf) cism__qint_half(x16_dtype(xf)) /* H: level = code - H */
-CISM__INLINE int32_t x16_dtype(const int xf) {
-    return xf == X16_Q8 ? CISM_DTYPE_Q8X16 : xf == X16_Q4S ? CISM_DTYPE_Q4SX16 : xf == X16_Q4A ? CISM_DTYPE_Q4AX16
-           : xf == X16_Q6 ? CISM_DTYPE_Q6X16 : xf == X16_Q5 ? CISM_DTYPE_Q5X16 : xf == X16_Q3 ? CISM_DTYPE_Q3X16
-                                                                                : CISM_DTYPE_Q2X16;
-}
+#include "x86_x16_fmt.h"
 
 /* ---- block decode (256-bit) ------------------------------------------------------------- */
 /* 16 code bytes (low nibble: element j, high: j + 16) -> the 32 codes in order */

@@ -21,10 +21,10 @@ CISM__INLINE void tiles(const panel *p, const void *xq, int64_t ldq, int64_t t0,
     int64_t t;
     int i;
     for (t = t0; t + TT <= t1; t += TT) {
-        for (i = 0; i < TT; i++) a[i] = act_row(xq, ldq, t + i);
+        for (i = 0; i < TT; i++) a[i] = cism__act8_row(xq, ldq, t + i);
         tile(p, a, jb0, y + t * ldy, ldy, m, first, TT, B, asym);
     }
-    for (i = 0; t + i < t1; i++) a[i] = act_row(xq, ldq, t + i);
+    for (i = 0; t + i < t1; i++) a[i] = cism__act8_row(xq, ldq, t + i);
 #define TILE_T(T) tile(p, a, jb0, y + t * ldy, ldy, m, first, T, B, asym)
     X86_TOKEN_TAIL(t1 - t, TILE_T)
 #undef TILE_T
@@ -70,7 +70,7 @@ static void gemm(const uint8_t *w, uint64_t rb, int64_t cols, const void *xq, in
             gemv_tokens((const uint8_t *)w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, F);                                \
             return;                                                                                                   \
         }                                                                                                             \
-        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, act_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
+        for (t = 0; t < nt; t++) gemv((const uint8_t *)w, rb, cols, cism__act8_row(xq, ldq, t), y + t * ldy, r0, r1, F);    \
     }
 A8_KERNEL(q8, F_Q8)
 A8_KERNEL(q4, F_Q4)
@@ -106,14 +106,9 @@ CISM__INLINE void matmul_a8_x16(const void *w, uint64_t rb, int64_t cols, const 
         g1 = g_end - g0 < gp ? g_end : g0 + gp;
         for (t0 = 0; t0 < nt; t0 += tb) {
             int64_t t1 = nt - t0 < tb ? nt : t0 + tb;
-            for (gi = g0; gi < g1; gi++) {
-                int64_t lo = r0 - gi * CISM__X16, hi = r1 - gi * CISM__X16;
-                uint32_t mm = 0xffffu;
-                if (lo > 0) mm &= ~((1u << lo) - 1u);
-                if (hi < 16) mm &= (1u << hi) - 1u;
+            for (gi = g0; gi < g1; gi++)
                 x16_group((const uint8_t *)w + (uint64_t)gi * CISM__X16 * rb, &g, xq, ldq, cols, t0, t1, y + gi * CISM__X16,
-                          ldy, (x16mask)mm, pf_end, ol, xf);
-            }
+                          ldy, (x16mask)cism__x16_row_mask(gi, r0, r1), pf_end, ol, xf);
         }
     }
 }

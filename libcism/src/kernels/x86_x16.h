@@ -391,7 +391,7 @@ CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void 
     int64_t t;
     int i, h;
     if (t1 - t0 == 1) { /* decode: both halves in one pass */
-        a[0] = act_row(xq, ldq, t0);
+        a[0] = cism__act8_row(xq, ldq, t0);
         x16h_decode(grp, g, a[0], cism__act8_half_sums((void *)(uintptr_t)a[0], cols), y + t0 * ldy, x16h_keep(mask, 0),
                     x16h_keep(mask, 1), pf_end, ol, t0, xf);
         return;
@@ -403,7 +403,7 @@ CISM__INLINE void x16h_group(const uint8_t *grp, const cism__x16 *g, const void 
         for (t = t0; t < t1; t += XT) {
             const int n = t1 - t < XT ? (int)(t1 - t) : XT;
             for (i = 0; i < n; i++) {
-                a[i] = act_row(xq, ldq, t + i);
+                a[i] = cism__act8_row(xq, ldq, t + i);
                 hs[i] = cism__act8_half_sums((void *)(uintptr_t)a[i], cols);
             }
             switch (n) { /* T constant in each call: the tile's loops unroll */
