@@ -1,10 +1,11 @@
-/* test_amx.c - the avx512_amx tier (kernels_amx.c): q8x16 and q4ax16 on AMX
- * tiles give the scalar tier's bits, and the avx512 tier's, for every token
- * count (full tiles of 16, a last tile of fewer rows, calls of fewer than 32
- * tokens that take the avx512 kernels), row ranges off the 16-row grid, and rows of
- * more blocks than the q4ax16 unpacking takes at once (64); a token alone
- * gives the bits it gives inside a prompt; with outlier channels, the tier's
- * entry gives the scalar kernel followed by the C epilogue.
+/* test_amx.c - the avx512_amx tier (kernels_amx.c): q8x16, q4ax16 and q4sx16
+ * on AMX tiles give the scalar tier's bits, and the avx512 tier's, for every
+ * token count (full tiles of 16, a last tile of fewer rows, calls of fewer
+ * than 32 tokens that take the avx512 kernels), row ranges off the 16-row
+ * grid, and rows of more blocks than the nibble unpacking takes at once (64
+ * of q4ax16, 128 of q4sx16); a token alone gives the bits it gives inside a
+ * prompt; with outlier channels, the tier's entry gives the scalar kernel
+ * followed by the C epilogue.
  * Exits 77 (skipped) where the tier cannot run: a CPU without AMX-INT8, or an
  * OS that does not grant the tiles (platform/cpu.c). */
 #include "cism.h"
@@ -84,7 +85,8 @@ static void test_dtype(const cism__kernels *amx, const cism__kernels *ref, const
 }
 
 int main(void) {
-    static const int64_t widths[] = {40, 330, 2100}; /* 2 blocks (the last partial), 11, 66 (more than 64) */
+    /* 2 blocks of 32 (the last partial), 11, 66 (more than the 64 unpacked at once); q4sx16: 3, 21, 132 of 16 (128) */
+    static const int64_t widths[] = {40, 330, 2100};
     const cism__kernels *amx = cism__kernels_tier(CISM_TIER_AVX512_AMX), *avx = cism__kernels_tier(CISM_TIER_AVX512);
     const cism__kernels *ref = cism__kernels_scalar();
     size_t i;
@@ -95,6 +97,7 @@ int main(void) {
     for (i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
         test_dtype(amx, ref, avx, CISM_DTYPE_Q8X16, widths[i]);
         test_dtype(amx, ref, avx, CISM_DTYPE_Q4AX16, widths[i]);
+        test_dtype(amx, ref, avx, CISM_DTYPE_Q4SX16, widths[i]);
     }
     return test_finish("test_amx");
 }

@@ -759,15 +759,17 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
 
 #include "x86_outliers.h"
 
-/* The run-by-run outlier path of q8x16 or q4ax16 (dtype) around the kernel
-   mq of a tier built on this one (kernels_amx.c), mq called once per panel */
+/* The run-by-run outlier path of q8x16, q4ax16 or q4sx16 (dtype) around the
+   kernel mq of a tier built on this one (kernels_amx.c), mq called once per
+   panel */
 void cism__avx512_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs,
                                cism__matmul_a8_fn mq, int32_t dtype) {
-    if (dtype == CISM_DTYPE_Q4AX16)
-        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q4A);
-    else
-        matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q8);
+    switch (dtype) {
+    case CISM_DTYPE_Q4AX16: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q4A); break;
+    case CISM_DTYPE_Q4SX16: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q4S); break;
+    default: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q8); break;
+    }
 }
 
 void cism__fill_avx512_quant(cism__kernels *k) {
