@@ -1,5 +1,5 @@
-/* test_amx.c - the avx512_amx tier (kernels_amx.c): q8x16, q4ax16 and q4sx16
- * on AMX tiles give the scalar tier's bits, and the avx512 tier's, for every
+/* test_amx.c - the avx512_amx tier (kernels_amx.c): every interleaved format
+ * on AMX tiles gives the scalar tier's bits, and the avx512 tier's, for every
  * token count (full tiles of 16, a last tile of fewer rows, calls of fewer
  * than 32 tokens that take the avx512 kernels), row ranges off the 16-row
  * grid, and rows of more blocks than the nibble unpacking takes at once (64
@@ -89,15 +89,15 @@ int main(void) {
     static const int64_t widths[] = {40, 330, 2100};
     const cism__kernels *amx = cism__kernels_tier(CISM_TIER_AVX512_AMX), *avx = cism__kernels_tier(CISM_TIER_AVX512);
     const cism__kernels *ref = cism__kernels_scalar();
-    size_t i;
+    static const int32_t dtypes[] = {CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16,
+                                     CISM_DTYPE_Q5X16,  CISM_DTYPE_Q3X16,  CISM_DTYPE_Q2X16};
+    size_t i, j;
     if (!amx || !avx) {
         printf("test_amx: skipped, this build or CPU has no avx512_amx tier\n");
         return 77;
     }
     for (i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
-        test_dtype(amx, ref, avx, CISM_DTYPE_Q8X16, widths[i]);
-        test_dtype(amx, ref, avx, CISM_DTYPE_Q4AX16, widths[i]);
-        test_dtype(amx, ref, avx, CISM_DTYPE_Q4SX16, widths[i]);
+        for (j = 0; j < sizeof(dtypes) / sizeof(dtypes[0]); j++) test_dtype(amx, ref, avx, dtypes[j], widths[i]);
     }
     return test_finish("test_amx");
 }

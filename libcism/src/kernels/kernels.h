@@ -201,9 +201,9 @@ void cism__kernels_fill_avx2(cism__kernels *k);
 void cism__kernels_fill_avx512(cism__kernels *k);
 /* avx512_amx: call on the avx512 tier's table (kernels_amx.c) */
 void cism__kernels_fill_avx512_amx(cism__kernels *k);
-/* The avx512 tier's run-by-run outlier path of q8x16, q4ax16 or q4sx16
-   (dtype; anything else is taken as q8x16) around another kernel mq of that
-   dtype (the avx512_amx tier's tiles) */
+/* The avx512 tier's run-by-run outlier path of an interleaved dtype (one of
+   the x16 formats; anything else is taken as q8x16) around another kernel mq
+   of that dtype (the avx512_amx tier's tiles) */
 void cism__avx512_outliers_x16(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs,
                                cism__matmul_a8_fn mq, int32_t dtype);

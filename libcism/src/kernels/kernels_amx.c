@@ -1,21 +1,21 @@
 /* kernels_amx.c - the avx512_amx tier: the AVX-512 tier's table, with the
- * prefill of the interleaved int8 formats q8x16, q4ax16 and q4sx16 on AMX
- * tiles (Intel Sapphire Rapids and later; Linux, which must grant the
- * process the tile state: platform/cpu.c).
+ * prefill of every interleaved int8 format (q8x16, q4sx16, q4ax16, q6x16,
+ * q5x16, q3x16, q2x16) on AMX tiles (Intel Sapphire Rapids and later; Linux,
+ * which must grant the process the tile state: platform/cpu.c).
  *
  * One block of 32 weights of a group of 16 rows is already an AMX B tile:
  * q8x16 keeps, per block, 8 chunks of 64 bytes, chunk c holding elements
  * 4c..4c+3 of each of the 16 rows (4 bytes per row), which is the layout
- * TDPBSSD reads (B row c, column r: 4 bytes of row r). q4ax16's 4 chunks hold
- * elements 4c..4c+3 in the low nibbles and 16 + 4c.. in the high ones: they
- * are unpacked once per group into 8 chunks of bytes (codes 0..15, read
- * unsigned by TDPBSUD). q4sx16's blocks are 16 weights, 2
- * chunks (high nibbles 8 + 4c..): unpacked into 4 chunks of levels
- * (code - 8, signed), a product of K = 16. The A tile is 16 tokens' int8
- * activations of the block (32 or 16 bytes each, the rows ldq apart). Each
- * product is one block's exact int32 sum per (token, row), so the combine
- * after it is the AVX-512 tile's, operation for operation: the same bits as
- * the avx512 tier for every token, whichever path takes it (test_amx.c).
+ * TDPBSSD reads (B row c, column r: 4 bytes of row r). The other formats are
+ * unpacked once per group into such rows (avx512_x16_block.h, the avx512
+ * tier's decode): q4ax16's codes 0..15, read unsigned by TDPBSUD; the others'
+ * levels (code - 8 for q4sx16, code - H for q6/q5/q3/q2), signed. q4sx16's
+ * blocks are 16 weights: 4 rows, a product of K = 16. The A tile is 16
+ * tokens' int8 activations of the block (32 or 16 bytes each, the rows ldq
+ * apart). Each product is one block's exact int32 sum per (token, row), so
+ * the combine after it is the AVX-512 tile's, operation for operation: the
+ * same bits as the avx512 tier for every token, whichever path takes it
+ * (test_amx.c).
  *
  * Calls of fewer than 32 tokens (decode, batched decode, verifies, short
  * prompts) take the avx512 tier's kernels and entries: there the tiles'
@@ -31,12 +31,12 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "avx512_x16_scales.h"
+#include "avx512_x16_block.h"
 
 #define AMX_T 16                   /* tokens per tile */
 #define AMX_MIN_NT 32              /* fewer tokens: the avx512 kernels (faster there on the real SmolLM2) */
-#define AMX_UNPACK (32 * 1024)     /* q4ax16, q4sx16: bytes of B tiles unpacked at a time */
-#define AMX_XF 3                   /* the formats on tiles: X16_Q8, X16_Q4S, X16_Q4A */
+#define AMX_UNPACK (32 * 1024)     /* all but q8x16: bytes of B tiles unpacked at a time */
+#define AMX_XF 7                   /* the formats on tiles: X16_Q8 .. X16_Q2 */
 #define KB(xf) ((xf) == X16_Q4S ? 16 : 32) /* bytes of a token's activations per block (K) */
 
 /* The tile configuration (palette 1) for nr <= 16 tokens and blocks of kb
@@ -74,28 +74,30 @@ typedef void (*outl_fn)(const void *, uint64_t, int64_t, const uint8_t *, int64_
                         const struct cism__oruns *);
 static outl_fn g_fb_outl[AMX_XF];
 
-/* q4ax16 / q4sx16: blocks [b0, b1) of a group as B tiles, block b at
-   out + 16 KB(xf) (b - b0): chunk c's low nibbles to B row c, its high ones
-   to row nc + c (nc chunks); q4sx16's as levels (code - 8) */
+/* Blocks [b0, b1) of a group as B tiles (not q8x16), block b at
+   out + 16 KB(xf) (b - b0): each chunk's two rows (avx512_x16_block.h), q4ax16's
+   as codes, the others' as signed levels (code - 8, code - H) */
 static void unpack(const uint8_t *grp, const cism__x16 *g, int64_t b0, int64_t b1, uint8_t *out, const int xf) {
-    const int nc = KB(xf) / 8;
-    const __m512i m = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(xf == X16_Q4S ? 8 : 0);
+    const int nc = x16_nibble_chunks(xf);
+    const __m512i off = _mm512_set1_epi8((char)(xf == X16_Q4A ? 0 : xf == X16_Q4S ? 8 : X16_HALF(xf)));
     int64_t b;
     int c;
     for (b = b0; b < b1; b++) {
         const uint8_t *cb = cism__x16_codes(g, grp, b);
+        const x16_planes pl = x16_planes_of(cb, xf);
         uint8_t *o = out + (b - b0) * 16 * KB(xf);
         for (c = 0; c < nc; c++) {
-            const __m512i v = _mm512_loadu_si512((const void *)(cb + c * 64));
-            _mm512_storeu_si512((void *)(o + c * 64), _mm512_sub_epi8(_mm512_and_si512(v, m), off));
-            _mm512_storeu_si512((void *)(o + (nc + c) * 64), _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), off));
+            __m512i lo, hi;
+            x16_chunk_rows(cb, &pl, c, xf, &lo, &hi);
+            _mm512_storeu_si512((void *)(o + c * 64), _mm512_sub_epi8(lo, off));
+            _mm512_storeu_si512((void *)(o + (nc + c) * 64), _mm512_sub_epi8(hi, off));
         }
     }
 }
 
 /* One block's sums (s: 16 tokens x 16 rows) added to the tokens' outputs, as
-   kernels_avx512_quant.c's x16_tile: q8 and q4s acc + s * (d_w * d_a); q4a
-   acc + (d_w * s + m_w * sum) * d_a */
+   kernels_avx512_quant.c's x16_tile: q4a acc + (d_w * s + m_w * sum) * d_a,
+   the others acc + s * (d_w * d_a) */
 CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, const uint8_t *xq, int64_t ldq, int64_t b,
                           const int nr, const int xf) {
     __m512 mn = _mm512_setzero_ps();
@@ -132,8 +134,8 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
    [b0, b1) of one group: y[t * ldy + i] for the rows i in mask m, the
    blocks' terms added in order to 0 (b0 = 0) or to what y holds (the earlier
    blocks' sum, stored and loaded exactly: the same sequence of additions).
-   wb: block b0 as a B tile, the next ones 16 KB(xf) bytes apart (q4ax16,
-   q4sx16: unpacked; q8x16: NULL, the codes in place). Each block's sums are
+   wb: block b0 as a B tile, the next ones 16 KB(xf) bytes apart (unpacked;
+   q8x16: NULL, the codes in place). Each block's sums are
    combined right after its tiles; four C tiles (and sum buffers) in turn let
    the next blocks' tiles start before the combine is done. (Running the
    tiles 2, 4 or 16 blocks ahead of the combine measured the same for q8x16
@@ -181,7 +183,7 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
     }
 }
 
-/* Rows [r0, r1) of a q8x16 / q4ax16 / q4sx16 matrix for nt tokens: fewer
+/* Rows [r0, r1) of an interleaved matrix for nt tokens: fewer
    than AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of
    groups whose weights stay in L2 while token blocks whose activations stay
    in L2 pass over them (as matmul_a8_x16), the last nt % 16 tokens of a
@@ -235,6 +237,10 @@ CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const voi
 AMX_ENTRIES(q8x16, X16_Q8)
 AMX_ENTRIES(q4sx16, X16_Q4S)
 AMX_ENTRIES(q4ax16, X16_Q4A)
+AMX_ENTRIES(q6x16, X16_Q6)
+AMX_ENTRIES(q5x16, X16_Q5)
+AMX_ENTRIES(q3x16, X16_Q3)
+AMX_ENTRIES(q2x16, X16_Q2)
 
 /* The probe (cism_measure_int8_mac_peak): four independent TDPBSSD chains of
    whole tiles (16 x 16 x 64 multiply-adds each); the kernels above use half
@@ -275,8 +281,11 @@ static int64_t int8_mac_loop(int64_t iters, int32_t *sink) {
 }
 
 void cism__kernels_fill_avx512_amx(cism__kernels *k) {
-    static const cism__matmul_a8_fn mq[AMX_XF] = {matmul_a8_q8x16, matmul_a8_q4sx16, matmul_a8_q4ax16};
-    static const outl_fn mo[AMX_XF] = {matmul_outliers_q8x16, matmul_outliers_q4sx16, matmul_outliers_q4ax16};
+    static const cism__matmul_a8_fn mq[AMX_XF] = {matmul_a8_q8x16, matmul_a8_q4sx16, matmul_a8_q4ax16, matmul_a8_q6x16,
+                                                  matmul_a8_q5x16, matmul_a8_q3x16, matmul_a8_q2x16};
+    static const outl_fn mo[AMX_XF] = {matmul_outliers_q8x16, matmul_outliers_q4sx16, matmul_outliers_q4ax16,
+                                       matmul_outliers_q6x16, matmul_outliers_q5x16,  matmul_outliers_q3x16,
+                                       matmul_outliers_q2x16};
     int xf;
     for (xf = 0; xf < AMX_XF; xf++) {
         const int32_t dt = x16_dtype(xf);

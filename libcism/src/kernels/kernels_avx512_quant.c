@@ -39,7 +39,7 @@
 #define TT 8          /* tokens of the prefill register tile */
 
 #include "x86_quant.h"
-#include "avx512_x16_scales.h"
+#include "avx512_x16_block.h"
 
 /* level + 128 of each code, for the codebook formats */
 static const int8_t g_nl4_u[16] = {16, 38, 57, 73, 87, 101, 113, 125, -119, -107, -94, -80, -65, -47, -27, -1};
@@ -305,15 +305,6 @@ CISM__INLINE __m512i bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
-/* q5x16's bit 4 (v 0x10) / q3x16's bit 2 (v 4) of 16 rows: v in the bytes of
-   each row's dword whose bit is set, byte i taking bit 4 * odd + i of the
-   dword's byte `byte` (hq: the block's chunk 0, bit e of a row's dword element e's) */
-CISM__INLINE __m512i qh_bits16(__m512i hq, const int byte, const int odd, const char v) {
-    const __m512i sel = _mm512_add_epi8(_mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0), _mm512_set1_epi8((char)byte));
-    const __m512i bit = _mm512_set1_epi32(odd ? (int)0x80402010u : 0x08040201);
-    return _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(_mm512_shuffle_epi8(hq, sel), bit), _mm512_set1_epi8(v));
-}
-
 /* x86_x16.h: ocol and x16_place (a column's place in a group) and x16outl (a
    call's outlier entries); its 256-bit kernels are the AVX2 tier's */
 #include "x86_x16.h"
@@ -371,10 +362,10 @@ CISM__INLINE __m512 x16_col16(const uint8_t *grp, const ocol *p, const int xf, _
 /* Tokens t < T against one group of 16 rows: y[t * ldy + i] for the rows i in
    mask m. Each int32 lane sums one row's block exactly (the chunks' order does
    not matter); NA independent accumulators per token keep vpdpbusd's latency
-   hidden when T is small. Blocks of 32 (q4ax16, q6x16, q5x16; x86_x16.h has
-   the layout): nibble chunk c's low nibbles against activations 4c.., its high
-   ones against 16 + 4c.., with q6's plane bits 4-5 or q5's bit 4 ORed in, so
-   codes 0..15 (q4a, as they are), level + 32 (q6), level + 16 (q5). */
+   hidden when T is small. A block's weights are B rows (avx512_x16_block.h:
+   row k holds elements 4k..4k+3 of the 16 rows as level + c), each against
+   the tokens' activations 4k..; the accumulator starts at -c times their sum
+   (q4s: its half block's). */
 CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__act8 *const *a, const int32_t *const *hs,
                            float *y, int64_t ldy, __mmask16 m, uintptr_t pf_end, const x16outl *ol, int64_t ot, const int T,
                            const int xf) {
@@ -398,64 +389,22 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             /* sweep covers every line of the following groups                                                */
             x16_prefetch_block(g, grp, b, pf_end);
         }
-        if (xf == X16_Q8) {
+        if (xf == X16_Q8) { /* B row c (16 rows' elements 4c..4c+3, level + 128) against activations 4c.. */
             for (c = 0; c < 8; c++) {
                 __m512i wv = _mm512_xor_si512(_mm512_loadu_si512((const void *)(cb + c * 64)), _mm512_set1_epi8((char)0x80));
                 for (t = 0; t < T; t++) iacc[t][c % NA] = _mm512_dpbusd_epi32(iacc[t][c % NA], wv, bcast4(a[t][b].q + 4 * c));
             }
-        } else if (xf == X16_Q6 || xf == X16_Q5) {
-            const uint8_t *nc = cb + (xf == X16_Q5 ? 64 : 0);
-            const __m512i m3 = _mm512_set1_epi8(0x30);
-            const __m512i p4 = _mm512_loadu_si512((const void *)(cb + (xf == X16_Q6 ? 256 : 0)));
-            const __m512i p5 = xf == X16_Q6 ? _mm512_loadu_si512((const void *)(cb + 320)) : p4;
-            for (c = 0; c < 4; c++) {
-                __m512i v = _mm512_loadu_si512((const void *)(nc + c * 64));
-                __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
-                if (xf == X16_Q6) { /* elements 4c + i: plane byte 4 (c & 1) + i, bits 2 (c / 2); 16 + 4c + i: bits 4 + 2 (c / 2) */
-                    const __m512i pl = c & 1 ? p5 : p4;
-                    lo = _mm512_or_si512(lo, _mm512_and_si512(c < 2 ? _mm512_slli_epi16(pl, 4) : _mm512_slli_epi16(pl, 2), m3));
-                    hi = _mm512_or_si512(hi, _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3));
-                } else { /* p4: chunk 0, the bits 4 */
-                    lo = _mm512_or_si512(lo, qh_bits16(p4, c >> 1, c & 1, 0x10));
-                    hi = _mm512_or_si512(hi, qh_bits16(p4, 2 + (c >> 1), c & 1, 0x10));
-                }
-                for (t = 0; t < T; t++) {
-                    iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
-                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));
-                }
-            }
-        } else if (X16_PLANE(xf)) { /* no nibbles: elements 4c + i take plane byte 4 (c & 1) + i (q3: chunk 1 + (c & 1),
-                                       q2: c & 1), bits 2 (c / 2), 16 + 4c + i bits 4 + 2 (c / 2); q3's bit 2 from chunk 0
-                                       as q5's bit 4 */
-            const uint8_t *pc = cb + (xf == X16_Q3 ? 64 : 0);
-            const __m512i m3 = _mm512_set1_epi8(3), hq = xf == X16_Q3 ? _mm512_loadu_si512((const void *)cb) : m3;
-            const __m512i p1 = _mm512_loadu_si512((const void *)pc), p2 = _mm512_loadu_si512((const void *)(pc + 64));
-            for (c = 0; c < 4; c++) {
-                const __m512i pl = c & 1 ? p2 : p1;
-                __m512i lo = _mm512_and_si512(c < 2 ? pl : _mm512_srli_epi16(pl, 2), m3);
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(pl, c < 2 ? 4 : 6), m3);
-                if (xf == X16_Q3) {
-                    lo = _mm512_or_si512(lo, qh_bits16(hq, c >> 1, c & 1, 4));
-                    hi = _mm512_or_si512(hi, qh_bits16(hq, 2 + (c >> 1), c & 1, 4));
-                }
-                for (t = 0; t < T; t++) {
-                    iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(a[t][b].q + 4 * c));
-                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(a[t][b].q + 16 + 4 * c));
-                }
-            }
-        } else {
-            /* q4sx16: blocks of 16, two chunks, the high nibbles 8 on; q4ax16: blocks of 32, four chunks, 16 on */
-            const int nc = xf == X16_Q4A ? 4 : 2, hi_off = xf == X16_Q4A ? 16 : 8;
+        } else { /* chunk c's rows c and nc + c, each against its activations, as they are decoded */
+            const x16_planes pl = x16_planes_of(cb, xf);
+            const int nc = x16_nibble_chunks(xf);
             const int8_t *q[TT];
-            for (t = 0; t < T; t++) q[t] = xf == X16_Q4A ? a[t][b].q : a[t][b / 2].q + (b & 1) * 16;
+            for (t = 0; t < T; t++) q[t] = xf == X16_Q4S ? a[t][b / 2].q + (b & 1) * 16 : a[t][b].q;
             for (c = 0; c < nc; c++) {
-                __m512i v = _mm512_loadu_si512((const void *)(cb + c * 64));
-                __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+                __m512i lo, hi;
+                x16_chunk_rows(cb, &pl, c, xf, &lo, &hi);
                 for (t = 0; t < T; t++) {
                     iacc[t][(2 * c) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c) % NA], lo, bcast4(q[t] + 4 * c));
-                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(q[t] + hi_off + 4 * c));
+                    iacc[t][(2 * c + 1) % NA] = _mm512_dpbusd_epi32(iacc[t][(2 * c + 1) % NA], hi, bcast4(q[t] + 4 * (nc + c)));
                 }
             }
         }
@@ -759,17 +708,22 @@ CISM__INLINE ovec ov_q4a_code(const uint8_t *p, const oq4a *c, int64_t j, ovec d
 
 #include "x86_outliers.h"
 
-/* The run-by-run outlier path of q8x16, q4ax16 or q4sx16 (dtype) around the
-   kernel mq of a tier built on this one (kernels_amx.c), mq called once per
-   panel */
+/* The run-by-run outlier path of an interleaved dtype around the kernel mq
+   of a tier built on this one (kernels_amx.c), mq called once per panel */
 void cism__avx512_outliers_x16(const void *w, uint64_t rb, int64_t cols, const uint8_t *xq, int64_t ldq, float *y,
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs,
                                cism__matmul_a8_fn mq, int32_t dtype) {
+#define OUTL_WHOLE(XF) matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, XF)
     switch (dtype) {
-    case CISM_DTYPE_Q4AX16: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q4A); break;
-    case CISM_DTYPE_Q4SX16: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q4S); break;
-    default: matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, X16_Q8); break;
+    case CISM_DTYPE_Q4SX16: OUTL_WHOLE(X16_Q4S); break;
+    case CISM_DTYPE_Q4AX16: OUTL_WHOLE(X16_Q4A); break;
+    case CISM_DTYPE_Q6X16: OUTL_WHOLE(X16_Q6); break;
+    case CISM_DTYPE_Q5X16: OUTL_WHOLE(X16_Q5); break;
+    case CISM_DTYPE_Q3X16: OUTL_WHOLE(X16_Q3); break;
+    case CISM_DTYPE_Q2X16: OUTL_WHOLE(X16_Q2); break;
+    default: OUTL_WHOLE(X16_Q8); break;
     }
+#undef OUTL_WHOLE
 }
 
 void cism__fill_avx512_quant(cism__kernels *k) {
