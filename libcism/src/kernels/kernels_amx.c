@@ -39,10 +39,10 @@
 #define AMX_XF 7                   /* the formats on tiles: X16_Q8 .. X16_Q2 */
 #define KB(xf) ((xf) == X16_Q4S ? 16 : 32) /* bytes of a token's activations per block (K) */
 
-/* The tile configuration (palette 1) for nr <= 16 tokens and blocks of kb
-   weights: tiles 0-3 the int32 sums of nr tokens x 16 rows (four blocks in
-   flight); 4, 5 the activations (nr x kb bytes); 6, 7 a block of weights
-   (kb / 4 x 64 bytes). */
+/* The tile configuration (palette 1) for 16 tokens and blocks of kb weights:
+   tiles 0-3 the int32 sums of 16 tokens x 16 rows (four blocks in flight);
+   4, 5 the activations (16 x kb bytes); 6, 7 a block of weights (kb / 4 x 64
+   bytes). */
 typedef struct amx_cfg {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -50,17 +50,17 @@ typedef struct amx_cfg {
 } amx_cfg;
 typedef char amx_cfg_is_64_bytes[sizeof(amx_cfg) == 64 ? 1 : -1];
 
-static void amx_config(int nr, int kb) {
+static void amx_config(int kb) {
     amx_cfg c;
     int i;
     memset(&c, 0, sizeof(c));
     c.palette = 1;
     for (i = 0; i < 4; i++) {
-        c.rows[i] = (uint8_t)nr;
+        c.rows[i] = AMX_T;
         c.colsb[i] = 64;
     }
     for (i = 4; i < 6; i++) {
-        c.rows[i] = (uint8_t)nr;
+        c.rows[i] = AMX_T;
         c.colsb[i] = (uint16_t)kb;
         c.rows[i + 2] = (uint8_t)(kb / 4);
         c.colsb[i + 2] = 64;
@@ -99,11 +99,11 @@ static void unpack(const uint8_t *grp, const cism__x16 *g, int64_t b0, int64_t b
    kernels_avx512_quant.c's x16_tile: q4a acc + (d_w * s + m_w * sum) * d_a,
    the others acc + s * (d_w * d_a) */
 CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, const uint8_t *xq, int64_t ldq, int64_t b,
-                          const int nr, const int xf) {
+                          const int xf) {
     __m512 mn = _mm512_setzero_ps();
     const __m512 sc = x16_scales(scales, xf, &mn);
     int t;
-    for (t = 0; t < nr; t++) {
+    for (t = 0; t < AMX_T; t++) {
         const __m512 s_f = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(s + 16 * t)));
         if (xf == X16_Q4A) {
             const cism__act8 *a = cism__act8_row(xq, ldq, t) + b;
@@ -116,7 +116,7 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
     }
 }
 
-/* One block of a group on tiles: C = A (nr tokens' activations of the block,
+/* One block of a group on tiles: C = A (16 tokens' activations of the block,
    at ap) times B (the block's weights, at wp), stored into sb */
 #define AMX_BLOCK(C, A, B, ap, wp, sb) \
     do {                               \
@@ -130,10 +130,12 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
         _tile_stored(C, sb, 64);       \
     } while (0)
 
-/* nr tokens (as configured; xq: the first one's row) against blocks
-   [b0, b1) of one group: y[t * ldy + i] for the rows i in mask m, the
-   blocks' terms added in order to 0 (b0 = 0) or to what y holds (the earlier
-   blocks' sum, stored and loaded exactly: the same sequence of additions).
+/* 16 tokens (xq: the first one's row) against blocks [b0, b1) of one group:
+   y[t * ldy + i] for the tokens t >= t_first and the rows i in mask m (the
+   tokens before t_first are computed, not stored: another tile has them),
+   the blocks' terms added in order to 0 (b0 = 0) or to what y holds (the
+   earlier blocks' sum, stored and loaded exactly: the same sequence of
+   additions).
    wb: block b0 as a B tile, the next ones 16 KB(xf) bytes apart (unpacked;
    q8x16: NULL, the codes in place). Each block's sums are
    combined right after its tiles; four C tiles (and sum buffers) in turn let
@@ -141,13 +143,13 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
    tiles 2, 4 or 16 blocks ahead of the combine measured the same for q8x16
    and 10-15% slower for q4ax16.) */
 CISM__INLINE void amx_group(const uint8_t *grp, const cism__x16 *g, const uint8_t *wb, int64_t b0, int64_t b1, const uint8_t *xq,
-                            int64_t ldq, float *y, int64_t ldy, __mmask16 m, const int nr, const int xf) {
+                            int64_t ldq, float *y, int64_t ldy, __mmask16 m, int t_first, const int xf) {
     int32_t s[4][AMX_T * 16];
     const uint8_t *qa = xq + offsetof(cism__act8, q);
     __m512 acc[AMX_T];
     int64_t b;
     int t;
-    for (t = 0; t < nr; t++) acc[t] = b0 ? _mm512_maskz_loadu_ps(m, y + t * ldy) : _mm512_setzero_ps();
+    for (t = 0; t < AMX_T; t++) acc[t] = b0 ? _mm512_maskz_loadu_ps(m, y + t * ldy) : _mm512_setzero_ps();
     for (b = b0; b < b1; b++) { /* C tile and sums b % 4, A and B tiles b % 2 */
         const uint8_t *wp = wb ? wb + (b - b0) * 16 * KB(xf) : cism__x16_codes(g, grp, b);
         const uint8_t *ap = qa + (xf == X16_Q4S ? (b >> 1) * (int64_t)sizeof(cism__act8) + (b & 1) * 16 /* half a block */
@@ -158,27 +160,36 @@ CISM__INLINE void amx_group(const uint8_t *grp, const cism__x16 *g, const uint8_
         case 2: AMX_BLOCK(2, 4, 6, ap, wp, s[2]); break;
         default: AMX_BLOCK(3, 5, 7, ap, wp, s[3]); break;
         }
-        combine(acc, s[b & 3], cism__x16_scales(g, grp, b), xq, ldq, b, nr, xf);
+        combine(acc, s[b & 3], cism__x16_scales(g, grp, b), xq, ldq, b, xf);
     }
-    for (t = 0; t < nr; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+    for (t = 0; t < AMX_T; t++)
+        if (t >= t_first) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
 
-/* Tokens [t0, t1) (nr at a time, as configured) against groups [g0, g1)
-   of rows [r0, r1) (a group partly outside computed whole, stored masked) */
+/* Tokens [t0, t1) against groups [g0, g1) of rows [r0, r1) (a group partly
+   outside computed whole, stored masked), 16 at a time; the last t1 - t0 mod
+   16 by the tile of the 16 tokens that end at t1, storing only those (its
+   first rows are tokens of the tile before, or of the token block before:
+   the call has 32 tokens or more). Recomputing a token gives its bits again,
+   and every token is stored once, so the blocks unpacked for a group serve
+   all its tiles and the configuration stays. */
 CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, const uint8_t *xq, int64_t ldq, float *y,
                              int64_t ldy, int64_t t0, int64_t t1, int64_t g0, int64_t g1, int64_t r0, int64_t r1,
-                             uint8_t *unpacked, const int nr, const int xf) {
+                             uint8_t *unpacked, const int xf) {
     const int64_t chunk = AMX_UNPACK / (16 * KB(xf)); /* blocks unpacked at a time */
+    const uint8_t *wb = xf == X16_Q8 ? NULL : unpacked;  /* q8x16: the codes in place */
     int64_t gi, t, b0, b1;
     for (gi = g0; gi < g1; gi++) {
         const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * rb;
         const __mmask16 mm = (__mmask16)cism__x16_row_mask(gi, r0, r1);
         for (b0 = 0; b0 < g->nb; b0 = b1) { /* q8x16: all blocks at once */
             b1 = xf == X16_Q8 || g->nb - b0 <= chunk ? g->nb : b0 + chunk;
-            if (xf != X16_Q8) unpack(grp, g, b0, b1, unpacked, xf);
-            for (t = t0; t < t1; t += nr)
-                amx_group(grp, g, xf == X16_Q8 ? NULL : unpacked, b0, b1, xq + t * ldq, ldq, y + t * ldy + gi * CISM__X16,
-                          ldy, mm, nr, xf);
+            if (wb) unpack(grp, g, b0, b1, unpacked, xf);
+            for (t = t0; t + AMX_T <= t1; t += AMX_T)
+                amx_group(grp, g, wb, b0, b1, xq + t * ldq, ldq, y + t * ldy + gi * CISM__X16, ldy, mm, 0, xf);
+            if (t < t1)
+                amx_group(grp, g, wb, b0, b1, xq + (t1 - AMX_T) * ldq, ldq, y + (t1 - AMX_T) * ldy + gi * CISM__X16, ldy, mm,
+                          (int)(AMX_T - (t1 - t)), xf);
         }
     }
 }
@@ -186,13 +197,12 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
 /* Rows [r0, r1) of an interleaved matrix for nt tokens: fewer
    than AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of
    groups whose weights stay in L2 while token blocks whose activations stay
-   in L2 pass over them (as matmul_a8_x16), the last nt % 16 tokens of a
-   block on tiles of that many rows (the tile configuration loaded again). */
+   in L2 pass over them (as matmul_a8_x16). */
 CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                              int64_t nt, int64_t r0, int64_t r1, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t g_end = (r1 + CISM__X16 - 1) / CISM__X16;
-    int64_t tb = CISM__X_BLOCK_BYTES / ldq / AMX_T * AMX_T, gp, g0, g1, t0, t1, full;
+    int64_t tb = CISM__X_BLOCK_BYTES / ldq / AMX_T * AMX_T, gp, g0, g1, t0, t1;
     uint8_t unpacked[AMX_UNPACK];
     if (nt < AMX_MIN_NT) {
         g_fb[xf](w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
@@ -200,20 +210,12 @@ CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const voi
     }
     if (tb < AMX_T) tb = AMX_T;
     gp = cism__w_panel_groups(rb, nt, tb, g_end - r0 / CISM__X16);
-    amx_config(AMX_T, KB(xf));
+    amx_config(KB(xf));
     for (g0 = r0 / CISM__X16; g0 < g_end; g0 = g1) {
         g1 = g_end - g0 < gp ? g_end : g0 + gp;
         for (t0 = 0; t0 < nt; t0 = t1) {
             t1 = nt - t0 < tb ? nt : t0 + tb;
-            full = t0 + (t1 - t0) / AMX_T * AMX_T;
-            amx_groups((const uint8_t *)w, rb, &g, (const uint8_t *)xq, ldq, y, ldy, t0, full, g0, g1, r0, r1, unpacked,
-                       AMX_T, xf);
-            if (full < t1) {
-                amx_config((int)(t1 - full), KB(xf));
-                amx_groups((const uint8_t *)w, rb, &g, (const uint8_t *)xq, ldq, y, ldy, full, t1, g0, g1, r0, r1, unpacked,
-                           (int)(t1 - full), xf);
-                amx_config(AMX_T, KB(xf));
-            }
+            amx_groups((const uint8_t *)w, rb, &g, (const uint8_t *)xq, ldq, y, ldy, t0, t1, g0, g1, r0, r1, unpacked, xf);
         }
     }
     _tile_release();
