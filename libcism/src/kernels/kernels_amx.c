@@ -137,11 +137,11 @@ CISM__INLINE void combine(__m512 *acc, const int32_t *s, const uint8_t *scales, 
    earlier blocks' sum, stored and loaded exactly: the same sequence of
    additions).
    wb: block b0 as a B tile, the next ones 16 KB(xf) bytes apart (unpacked;
-   q8x16: NULL, the codes in place). Each block's sums are
-   combined right after its tiles; four C tiles (and sum buffers) in turn let
-   the next blocks' tiles start before the combine is done. (Running the
-   tiles 2, 4 or 16 blocks ahead of the combine measured the same for q8x16
-   and 10-15% slower for q4ax16.) */
+   q8x16: NULL, the codes in place). Each block's sums are combined right
+   after its tiles; four C tiles (and sum buffers) in turn let the next
+   blocks' tiles start before the combine is done. (Running the tiles 2, 4
+   or 16 blocks ahead of the combine measured the same for q8x16 and 10-15%
+   slower for q4ax16.) */
 CISM__INLINE void amx_group(const uint8_t *grp, const cism__x16 *g, const uint8_t *wb, int64_t b0, int64_t b1, const uint8_t *xq,
                             int64_t ldq, float *y, int64_t ldy, __mmask16 m, int t_first, const int xf) {
     int32_t s[4][AMX_T * 16];
@@ -177,7 +177,7 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
                              int64_t ldy, int64_t t0, int64_t t1, int64_t g0, int64_t g1, int64_t r0, int64_t r1,
                              uint8_t *unpacked, const int xf) {
     const int64_t chunk = AMX_UNPACK / (16 * KB(xf)); /* blocks unpacked at a time */
-    const uint8_t *wb = xf == X16_Q8 ? NULL : unpacked;  /* q8x16: the codes in place */
+    const uint8_t *wb = xf == X16_Q8 ? NULL : unpacked; /* q8x16: the codes in place */
     int64_t gi, t, b0, b1;
     for (gi = g0; gi < g1; gi++) {
         const uint8_t *grp = w + (uint64_t)gi * CISM__X16 * rb;
@@ -194,10 +194,10 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
     }
 }
 
-/* Rows [r0, r1) of an interleaved matrix for nt tokens: fewer
-   than AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of
-   groups whose weights stay in L2 while token blocks whose activations stay
-   in L2 pass over them (as matmul_a8_x16). */
+/* Rows [r0, r1) of an interleaved matrix for nt tokens: fewer than
+   AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of groups
+   whose weights stay in L2 while token blocks whose activations stay in L2
+   pass over them (as matmul_a8_x16). */
 CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                              int64_t nt, int64_t r0, int64_t r1, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
