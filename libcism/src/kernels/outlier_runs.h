@@ -14,7 +14,12 @@
 #include "quant.h"
 #include "tier_common.h"
 
-enum { CISM__ORUN_SLOTS = 128, CISM__ORUN_TOKENS = 256 };
+/* SLOTS: 256 since 2026-12-07 (128 before): the down projection's runs of
+   the real SmolLM2 held 13-30 tokens at 128, so each column was decoded
+   about as often as it was added (docs/OUTLIER_COST.md). A slot is a byte
+   (ix). */
+enum { CISM__ORUN_SLOTS = 256, CISM__ORUN_TOKENS = 256 };
+typedef char cism__orun_slots_fit_a_byte[CISM__ORUN_SLOTS <= 256 ? 1 : -1];
 
 typedef struct cism__orun {
     int64_t t0, t1; /* its tokens */
