@@ -50,7 +50,7 @@ typedef struct x16_planes {
     __m512i p1, p2; /* q3, q2: the 2-bit plane's two halves */
 } x16_planes;
 
-CISM__INLINE int x16_nibble_chunks(const int xf) { return xf == X16_Q4S ? 2 : 4; }
+CISM__INLINE int x16_nibble_chunks(const int xf) { return X16_BLOCK(xf) / 8; }
 
 CISM__INLINE x16_planes x16_planes_of(const uint8_t *cb, const int xf) {
     x16_planes p;

@@ -37,7 +37,7 @@
 #define AMX_MIN_NT 32              /* fewer tokens: the avx512 kernels (faster there on the real SmolLM2) */
 #define AMX_UNPACK (32 * 1024)     /* all but q8x16: bytes of B tiles unpacked at a time */
 #define AMX_XF 7                   /* the formats on tiles: X16_Q8 .. X16_Q2 */
-#define KB(xf) ((xf) == X16_Q4S ? 16 : 32) /* bytes of a token's activations per block (K) */
+#define KB(xf) X16_BLOCK(xf) /* bytes of a token's activations per block (K) */
 
 /* The tile configuration (palette 1) for 16 tokens and blocks of kb weights:
    tiles 0-3 the int32 sums of 16 tokens x 16 rows (four blocks in flight);

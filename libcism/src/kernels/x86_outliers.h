@@ -80,11 +80,9 @@ typedef struct oplace {
 
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
-    pl->xf = base == CISM_DTYPE_Q8 ? X16_Q8 : base == CISM_DTYPE_Q4A ? X16_Q4A : base == CISM_DTYPE_Q6 ? X16_Q6
-             : base == CISM_DTYPE_Q5 ? X16_Q5 : base == CISM_DTYPE_Q3 ? X16_Q3
-             : base == CISM_DTYPE_Q2 ? X16_Q2 : X16_Q4S;
+    pl->xf = x16_xf_of(base);
     pl->g = g;
-    pl->B = pl->xf == X16_Q4S ? cism__fmt4_of(base)->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
+    pl->B = X16_BLOCK(pl->xf);
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
