@@ -128,8 +128,18 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
    block, its scales once. */
 static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
-    if (!pl->q4a) {
-        for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], pl->xf, &pl->cc);
+    if (!pl->q4a) { /* the loop per format (ov_x16_col's decode for a constant format) */
+#define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], XF, &pl->cc)
+        switch (pl->xf) {
+        case X16_Q8: OCOLS_ALL(X16_Q8); break;
+        case X16_Q4A: OCOLS_ALL(X16_Q4A); break;
+        case X16_Q6: OCOLS_ALL(X16_Q6); break;
+        case X16_Q5: OCOLS_ALL(X16_Q5); break;
+        case X16_Q3: OCOLS_ALL(X16_Q3); break;
+        case X16_Q2: OCOLS_ALL(X16_Q2); break;
+        default: OCOLS_ALL(X16_Q4S); break;
+        }
+#undef OCOLS_ALL
         return;
     }
     for (i = 0; i < pl->nb; i++) {
