@@ -26,7 +26,9 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xffffffu) / 8388608.0f - 1.0f;
 }
 
-enum { ROWS = 48, COLS = 200, TMP = 4 * ((COLS + 31) / 32) };
+/* COLS: 8 whole blocks of 32 and a partial one (the search for the largest
+   drop keeps four running maxima, blocks b % 4: two whole blocks each) */
+enum { ROWS = 48, COLS = 264, TMP = 4 * ((COLS + 31) / 32) };
 static const int32_t DT[] = {CISM_DTYPE_Q8, CISM_DTYPE_Q4, CISM_DTYPE_FP4, CISM_DTYPE_NL4, CISM_DTYPE_Q4S,
                              CISM_DTYPE_Q8X16, CISM_DTYPE_Q4SX16, CISM_DTYPE_Q4A, CISM_DTYPE_Q6, CISM_DTYPE_Q5,
                              CISM_DTYPE_Q4AX16, CISM_DTYPE_Q6X16, CISM_DTYPE_Q5X16, CISM_DTYPE_Q3, CISM_DTYPE_Q3X16,
@@ -118,6 +120,16 @@ static void test_table(const cism__kernels *ref) {
     for (i = 0; i < 12; i++) x[3 + 2 * i] = 1000.0f / (float)(1 << i); /* one block */
     x[150] = -700.0f;
     check_table(ref, x, q, ldq, tmp, CISM__A8_MAX_OUT);
+    /* equal drops in blocks 1, 4 and 5: the first block first (1 before 4, the maximum of
+       another chain, and before 5, later in its own chain) */
+    for (i = 0; i < COLS; i++) x[i] = 0.1f * frand();
+    for (r = 1; r < 6; r += r == 1 ? 3 : 1) {
+        for (i = r * 32; i < r * 32 + 32; i++) x[i] = 0.0f;
+        x[r * 32 + r] = 50.0f;
+        x[r * 32 + 20] = 0.5f;
+    }
+    check_table(ref, x, q, ldq, tmp, -1);
+    CHECK(o->n >= 3 && o->idx[0] == 33 && o->idx[1] == 132 && o->idx[2] == 165);
     /* random rows, plain and heavy-tailed */
     for (r = 0; r < 200; r++) {
         for (i = 0; i < COLS; i++) {

@@ -51,30 +51,31 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
 
 /* The first block whose gain is the largest, if that exceeds thr (-1: none);
    its gain at *best. The gains are finite and >= 0 (the loop runs only on a
-   finite row), so their bits order as int64: the largest first (a max
-   without branches), then the first block holding it: the block a scan
-   keeping the first strictly larger gain picks. */
+   finite row), so their bits order as int64. Four chains (blocks b with
+   b % 4 = i) keep each its largest gain and the first block holding it;
+   then the largest of the four, ties to the smaller block: the block a scan
+   keeping the first strictly larger gain picks, in one pass. */
 static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
-    int64_t mx[4] = {0, 0, 0, 0}, g, b; /* four running maxima: four short chains, not one long one */
+    int64_t mx[4] = {-1, -1, -1, -1}, at[4] = {0, 0, 0, 0}, g, b;
     int i;
     for (b = 0; b + 4 <= nb; b += 4)
         for (i = 0; i < 4; i++) {
             memcpy(&g, gain + 2 * (b + i), sizeof(g));
+            at[i] = g > mx[i] ? b + i : at[i];
             mx[i] = g > mx[i] ? g : mx[i];
         }
-    for (; b < nb; b++) {
+    for (i = 0; b < nb; b++, i++) {
         memcpy(&g, gain + 2 * b, sizeof(g));
-        mx[0] = g > mx[0] ? g : mx[0];
+        at[i] = g > mx[i] ? b : at[i];
+        mx[i] = g > mx[i] ? g : mx[i];
     }
-    mx[0] = mx[1] > mx[0] ? mx[1] : mx[0];
-    mx[2] = mx[3] > mx[2] ? mx[3] : mx[2];
-    mx[0] = mx[2] > mx[0] ? mx[2] : mx[0];
+    for (i = 1; i < 4; i++)
+        if (mx[i] > mx[0] || (mx[i] == mx[0] && at[i] < at[0])) {
+            mx[0] = mx[i];
+            at[0] = at[i];
+        }
     memcpy(best, &mx[0], sizeof(mx[0]));
-    if (!(*best > thr)) return -1;
-    for (b = 0;; b++) {
-        memcpy(&g, gain + 2 * b, sizeof(g));
-        if (g == mx[0]) return b;
-    }
+    return *best > thr ? at[0] : -1;
 }
 
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
