@@ -1,7 +1,7 @@
 /* test_amx.c - the avx512_amx tier (kernels_amx.c): every interleaved format
  * on AMX tiles gives the scalar tier's bits, and the avx512 tier's, for every
  * token count (full tiles of 16, a last tile of fewer rows, calls of fewer
- * than 32 tokens that take the avx512 kernels), row ranges off the 16-row
+ * than 32 tokens that take the avx512 kernels, several token blocks), row ranges off the 16-row
  * grid, and rows of more blocks than the nibble unpacking takes at once (64
  * of q4ax16, 128 of q4sx16); a token alone gives the bits it gives inside a
  * prompt; with outlier channels, the tier's entry gives the scalar kernel
@@ -27,10 +27,13 @@ static int64_t ldq_of(int64_t cols) {
     return (cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out) + 63) / 64 * 64;
 }
 
-enum { ROWS = 48, MAXT = 100 }; /* three groups of 16 */
+/* three groups of 16; MAXT tokens of 2,100 columns: four token blocks of
+   kernels_amx.c (80 tokens fill CISM__X_BLOCK_BYTES), the last of 10 tokens
+   (its tile reaches into the block before) */
+enum { ROWS = 48, MAXT = 250 };
 
 static void test_dtype(const cism__kernels *amx, const cism__kernels *ref, const cism__kernels *avx, int32_t dt, int64_t cols) {
-    static const int64_t counts[] = {1, 8, 16, 31, 32, 33, 47, 48, 80, MAXT};
+    static const int64_t counts[] = {1, 8, 16, 31, 32, 33, 47, 48, 80, 100, MAXT};
     static const int64_t ranges[][2] = {{0, ROWS}, {5, 37}, {16, 32}};
     const int64_t rb = cism_dtype_row_bytes(dt, cols), ldq = ldq_of(cols), tmp_n = 4 * ((cols + 31) / 32);
     float *w = (float *)malloc(sizeof(float) * ROWS * (size_t)cols), *x = (float *)malloc(sizeof(float) * (size_t)cols);
