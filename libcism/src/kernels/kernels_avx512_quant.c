@@ -714,15 +714,7 @@ void cism__avx512_outliers_x16(const void *w, uint64_t rb, int64_t cols, const u
                                int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const struct cism__oruns *runs,
                                cism__matmul_a8_fn mq, int32_t dtype) {
 #define OUTL_WHOLE(XF) matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, mq, 1, XF)
-    switch (x16_xf_of(dtype)) { /* a constant xf per call, for the inlined loops */
-    case X16_Q4S: OUTL_WHOLE(X16_Q4S); break;
-    case X16_Q4A: OUTL_WHOLE(X16_Q4A); break;
-    case X16_Q6: OUTL_WHOLE(X16_Q6); break;
-    case X16_Q5: OUTL_WHOLE(X16_Q5); break;
-    case X16_Q3: OUTL_WHOLE(X16_Q3); break;
-    case X16_Q2: OUTL_WHOLE(X16_Q2); break;
-    default: OUTL_WHOLE(X16_Q8); break;
-    }
+    X16_DISPATCH(x16_xf_of(dtype), OUTL_WHOLE)
 #undef OUTL_WHOLE
 }
 

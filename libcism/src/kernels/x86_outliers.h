@@ -92,16 +92,8 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
     int16_t at[OSLOTS];
     int k, i;
     if (!pl->q4a) { /* the loop per format (x16_place's arithmetic for a constant format) */
-#define OPLACE_ALL(XF, B) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, B, d->ch[k])
-        switch (pl->xf) {
-        case X16_Q8: OPLACE_ALL(X16_Q8, 32); break;
-        case X16_Q4A: OPLACE_ALL(X16_Q4A, 32); break;
-        case X16_Q6: OPLACE_ALL(X16_Q6, 32); break;
-        case X16_Q5: OPLACE_ALL(X16_Q5, 32); break;
-        case X16_Q3: OPLACE_ALL(X16_Q3, 32); break;
-        case X16_Q2: OPLACE_ALL(X16_Q2, 32); break;
-        default: OPLACE_ALL(X16_Q4S, pl->B); break;
-        }
+#define OPLACE_ALL(XF) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, X16_BLOCK(XF), d->ch[k])
+        X16_DISPATCH(pl->xf, OPLACE_ALL)
 #undef OPLACE_ALL
         return;
     }
@@ -130,15 +122,7 @@ static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *gr
     int k, i;
     if (!pl->q4a) { /* the loop per format (ov_x16_col's decode for a constant format) */
 #define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], XF, &pl->cc)
-        switch (pl->xf) {
-        case X16_Q8: OCOLS_ALL(X16_Q8); break;
-        case X16_Q4A: OCOLS_ALL(X16_Q4A); break;
-        case X16_Q6: OCOLS_ALL(X16_Q6); break;
-        case X16_Q5: OCOLS_ALL(X16_Q5); break;
-        case X16_Q3: OCOLS_ALL(X16_Q3); break;
-        case X16_Q2: OCOLS_ALL(X16_Q2); break;
-        default: OCOLS_ALL(X16_Q4S); break;
-        }
+        X16_DISPATCH(pl->xf, OCOLS_ALL)
 #undef OCOLS_ALL
         return;
     }

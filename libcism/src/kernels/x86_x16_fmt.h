@@ -21,5 +21,17 @@ CISM__INLINE int x16_xf_of(const int32_t dtype) {
     return b == CISM_DTYPE_Q4S ? X16_Q4S : b == CISM_DTYPE_Q4A ? X16_Q4A : b == CISM_DTYPE_Q6 ? X16_Q6
            : b == CISM_DTYPE_Q5 ? X16_Q5 : b == CISM_DTYPE_Q3 ? X16_Q3 : b == CISM_DTYPE_Q2 ? X16_Q2 : X16_Q8;
 }
+/* STMT(XF) for the interleaved format xf, XF a constant in each case (so
+   that the loops in STMT are compiled once per format) */
+#define X16_DISPATCH(xf, STMT)                    \
+    switch (xf) {                                 \
+    case X16_Q8: STMT(X16_Q8); break;             \
+    case X16_Q4S: STMT(X16_Q4S); break;           \
+    case X16_Q4A: STMT(X16_Q4A); break;           \
+    case X16_Q6: STMT(X16_Q6); break;             \
+    case X16_Q5: STMT(X16_Q5); break;             \
+    case X16_Q3: STMT(X16_Q3); break;             \
+    default: STMT(X16_Q2); break;                 \
+    }
 
 #endif
