@@ -36,6 +36,7 @@
 #define AMX_T 16                   /* tokens per tile */
 #define AMX_MIN_NT 32              /* fewer tokens: the avx512 kernels (faster there on the real SmolLM2) */
 #define AMX_UNPACK (32 * 1024)     /* all but q8x16: bytes of B tiles unpacked at a time */
+#define AMX_MIN_TB 64              /* all but q8x16: tokens per token block at least (each block unpacks again) */
 #define AMX_XF 7                   /* the formats on tiles: X16_Q8 .. X16_Q2 */
 #define KB(xf) X16_BLOCK(xf) /* bytes of a token's activations per block (K) */
 
@@ -197,7 +198,11 @@ CISM__INLINE void amx_groups(const uint8_t *w, uint64_t rb, const cism__x16 *g, 
 /* Rows [r0, r1) of an interleaved matrix for nt tokens: fewer than
    AMX_MIN_NT by the avx512 tier's kernel; else on tiles, in panels of groups
    whose weights stay in L2 while token blocks whose activations stay in L2
-   pass over them (as matmul_a8_x16). */
+   pass over them (as matmul_a8_x16). A token block unpacks its groups again,
+   so the unpacked formats take blocks of AMX_MIN_TB tokens at least: a 1B
+   model's down projection (5,632 columns) fits 32 tokens in
+   CISM__X_BLOCK_BYTES, and 64 made its prefill 5-16% faster (128 did not:
+   docs/PERFORMANCE.md). */
 CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const void *xq, int64_t ldq, float *y, int64_t ldy,
                              int64_t nt, int64_t r0, int64_t r1, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
@@ -208,7 +213,7 @@ CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const voi
         g_fb[xf](w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
         return;
     }
-    if (tb < AMX_T) tb = AMX_T;
+    if (tb < (xf == X16_Q8 ? AMX_T : AMX_MIN_TB)) tb = xf == X16_Q8 ? AMX_T : AMX_MIN_TB;
     gp = cism__w_panel_groups(rb, nt, tb, g_end - r0 / CISM__X16);
     amx_config(KB(xf));
     for (g0 = r0 / CISM__X16; g0 < g_end; g0 = g1) {
