@@ -207,13 +207,14 @@ CISM__INLINE void matmul_amx(const void *w, uint64_t rb, int64_t cols, const voi
                              int64_t nt, int64_t r0, int64_t r1, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t g_end = (r1 + CISM__X16 - 1) / CISM__X16;
+    const int64_t tb_min = xf == X16_Q8 ? AMX_T : AMX_MIN_TB;
     int64_t tb = CISM__X_BLOCK_BYTES / ldq / AMX_T * AMX_T, gp, g0, g1, t0, t1;
     uint8_t unpacked[AMX_UNPACK];
     if (nt < AMX_MIN_NT) {
         g_fb[xf](w, rb, cols, xq, ldq, y, ldy, nt, r0, r1);
         return;
     }
-    if (tb < (xf == X16_Q8 ? AMX_T : AMX_MIN_TB)) tb = xf == X16_Q8 ? AMX_T : AMX_MIN_TB;
+    if (tb < tb_min) tb = tb_min;
     gp = cism__w_panel_groups(rb, nt, tb, g_end - r0 / CISM__X16);
     amx_config(KB(xf));
     for (g0 = r0 / CISM__X16; g0 < g_end; g0 = g1) {

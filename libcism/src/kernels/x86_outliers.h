@@ -68,7 +68,6 @@ static void otab_add_groups(const cism__orun *d, const ovec *col, const uint8_t 
    scales (d, m) once. */
 typedef struct oplace {
     int q4a, xf, nb;   /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format */
-    int64_t B;
     const cism__x16 *g;
     oconst cc;
     oq4a cq;
@@ -82,7 +81,6 @@ static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t r
     pl->q4a = g == NULL;
     pl->xf = x16_xf_of(base);
     pl->g = g;
-    pl->B = X16_BLOCK(pl->xf);
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
@@ -146,7 +144,7 @@ static void outliers_one(const oplace *pl, const uint8_t *w, uint64_t row_bytes,
     int k;
     if (!o->n) return;
     if (!pl->q4a)
-        for (k = 0; k < o->n; k++) p[k] = x16_place(w, pl->g, pl->xf, pl->B, o->idx[k]);
+        for (k = 0; k < o->n; k++) p[k] = x16_place(w, pl->g, pl->xf, X16_BLOCK(pl->xf), o->idx[k]);
     for (r = r0; r < r1; r += 16) {
         const uint8_t *grp = w + (uint64_t)r * row_bytes;
         ovec acc = ov_load(y + r);
