@@ -34,6 +34,12 @@ static inline int64_t cism__w_panel_groups(uint64_t row_bytes, int64_t nt, int64
     const int64_t gp = CISM__W_PANEL_BYTES / (int64_t)(16 * row_bytes);
     return nt <= tb || n_groups <= gp ? n_groups : gp > 1 ? gp : 1;
 }
+/* Outputs (nt tokens x rows floats) a pass that comes back to them should
+   find in L2: the AMX tier's outlier path runs the tiles over a panel for all
+   its tokens, then adds the entries to those outputs. */
+#ifndef CISM__Y_PANEL_BYTES
+#define CISM__Y_PANEL_BYTES (256 * 1024)
+#endif
 
 /* Decode prefetch of the x86 tiers (measurements: KERNELS.md). The interleaved
    kernels fetch their group stream CISM__X16_PF_DIST bytes ahead into L1; the

@@ -349,7 +349,9 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                       cism__matmul_a8_fn mq, const int whole, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t tb = cism__orun_block(ldq);
-    const int64_t gp = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
+    const int64_t gy = CISM__Y_PANEL_BYTES / (nt * CISM__X16 * (int64_t)sizeof(float)); /* whole: the panel's outputs */
+    const int64_t gw = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
+    const int64_t gp = whole && gy < gw ? (gy > 1 ? gy : 1) : gw;
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
     cism__orun mine;
