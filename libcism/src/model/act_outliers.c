@@ -49,33 +49,68 @@ static void set_gain(float *gain, int64_t b, float m1, float m2) {
     memcpy(gain + 2 * b, &g, sizeof(g));
 }
 
-/* The first block whose gain is the largest, if that exceeds thr (-1: none);
-   its gain at *best. The gains are finite and >= 0 (the loop runs only on a
-   finite row), so their bits order as int64. Four chains (blocks b with
-   b % 4 = i) keep each its largest gain and the first block holding it;
-   then the largest of the four, ties to the smaller block: the block a scan
-   keeping the first strictly larger gain picks, in one pass. */
-static int64_t best_gain(const float *gain, int64_t nb, double thr, double *best) {
-    int64_t mx[4] = {-1, -1, -1, -1}, at[4] = {0, 0, 0, 0}, g, b;
+/* The search for the block whose gain is the largest. The gains are finite
+   and >= 0 (the loop runs only on a finite row), so their bits order as
+   int64. Four chains (blocks b with b % 4 = i) keep each its largest gain
+   and the first block holding it; the largest of the four, ties to the
+   smaller block, is the block a scan keeping the first strictly larger gain
+   picks. A pick changes one block's gain, so only its chain is scanned
+   again. */
+typedef struct chains {
+    int64_t mx[4], at[4];
+} chains;
+
+static int64_t gain_bits(const float *gain, int64_t b) {
+    int64_t g;
+    memcpy(&g, gain + 2 * b, sizeof(g));
+    return g;
+}
+
+/* every chain, in one pass */
+static void chains_scan(chains *c, const float *gain, int64_t nb) {
+    int64_t g, b;
     int i;
+    for (i = 0; i < 4; i++) {
+        c->mx[i] = -1;
+        c->at[i] = 0;
+    }
     for (b = 0; b + 4 <= nb; b += 4)
         for (i = 0; i < 4; i++) {
-            memcpy(&g, gain + 2 * (b + i), sizeof(g));
-            at[i] = g > mx[i] ? b + i : at[i];
-            mx[i] = g > mx[i] ? g : mx[i];
+            g = gain_bits(gain, b + i);
+            c->at[i] = g > c->mx[i] ? b + i : c->at[i];
+            c->mx[i] = g > c->mx[i] ? g : c->mx[i];
         }
     for (i = 0; b < nb; b++, i++) {
-        memcpy(&g, gain + 2 * b, sizeof(g));
-        at[i] = g > mx[i] ? b : at[i];
-        mx[i] = g > mx[i] ? g : mx[i];
+        g = gain_bits(gain, b);
+        c->at[i] = g > c->mx[i] ? b : c->at[i];
+        c->mx[i] = g > c->mx[i] ? g : c->mx[i];
     }
+}
+
+/* chain i again, after a change of one of its gains */
+static void chain_rescan(chains *c, const float *gain, int64_t nb, int i) {
+    int64_t g, b;
+    c->mx[i] = -1;
+    c->at[i] = 0;
+    for (b = i; b < nb; b += 4) {
+        g = gain_bits(gain, b);
+        c->at[i] = g > c->mx[i] ? b : c->at[i];
+        c->mx[i] = g > c->mx[i] ? g : c->mx[i];
+    }
+}
+
+/* The first block whose gain is the largest, if that exceeds thr (-1: none);
+   its gain at *best */
+static int64_t best_gain(const chains *c, double thr, double *best) {
+    int64_t mx = c->mx[0], at = c->at[0];
+    int i;
     for (i = 1; i < 4; i++)
-        if (mx[i] > mx[0] || (mx[i] == mx[0] && at[i] < at[0])) {
-            mx[0] = mx[i];
-            at[0] = at[i];
+        if (c->mx[i] > mx || (c->mx[i] == mx && c->at[i] < at)) {
+            mx = c->mx[i];
+            at = c->at[i];
         }
-    memcpy(best, &mx[0], sizeof(mx[0]));
-    return *best > thr ? at[0] : -1;
+    memcpy(best, &mx, sizeof(mx));
+    return *best > thr ? at : -1;
 }
 
 int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n, uint8_t *qrow, int64_t ldq,
@@ -95,6 +130,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
     int64_t modb[CISM__A8_MAX_OUT];
     uint32_t taken[CISM__A8_MAX_OUT];
     double N = 0.0;
+    chains ch;
     int64_t b;
     int j, i, nmod = 0;
     o->n = 0;
@@ -112,11 +148,12 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         N += (double)m1[b] * m1[b];
         set_gain(gain, b, m1[b], m2[b]);
     }
+    chains_scan(&ch, gain, nb);
     while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
         double best;
-        const int64_t pick = best_gain(gain, nb, CISM__A8_OUT_GAIN * N / (double)nb, &best);
+        const int64_t pick = best_gain(&ch, CISM__A8_OUT_GAIN * N / (double)nb, &best);
         if (pick < 0) break;
         for (j = 0; j < nmod && modb[j] != pick; j++) {}
         if (j == nmod) {
@@ -131,6 +168,7 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         o->n++;
         N -= best;
         set_gain(gain, pick, m1[pick], m2[pick]);
+        chain_rescan(&ch, gain, nb, (int)(pick & 3));
     }
     /* the blocks that gave up channels again, with those channels zeroed, in
        one call (blocks are quantized independently and a partial block as if
