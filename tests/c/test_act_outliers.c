@@ -375,6 +375,47 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
     free(w); free(wq); free(xs); free(y1); free(y2); free(y3);
 }
 
+/* A row of 32,864 channels: outlier channels in blocks beyond the 1,024
+   that the x86 epilogue finds by a map (x86_outliers.h OBLK_MAP; past it, a
+   search), several in one block (their scales widened once), and two in
+   block 0. 40 tokens: the run-by-run path (and the AMX tiles). */
+static void test_wide_call(const cism__kernels *k, const cism__kernels *ref, int32_t dt) {
+    enum { NT = 40, CW = 32 * 1024 + 96, LR = 16, NCH = 6 };
+    static const int32_t ch[NCH] = {5, 7, 32770, 32771, 32790, 32853};
+    static const float big[NCH] = {41.123457f, -30.345679f, 35.456789f, -28.567891f, 33.678912f, -39.789123f};
+    const int64_t rb = cism_dtype_row_bytes(dt, CW), ldq = ldq_of(CW);
+    int64_t r, c, t, got = 0;
+    float *w = (float *)malloc(sizeof(float) * LR * CW), *x = (float *)malloc(sizeof(float) * CW);
+    float *tmp = (float *)malloc(sizeof(float) * 4 * ((CW + 31) / 32));
+    uint8_t *wq = (uint8_t *)malloc((size_t)(rb * LR)), *xs = (uint8_t *)calloc(NT, (size_t)ldq);
+    float *y1 = (float *)calloc(NT * LR, sizeof(float)), *y2 = (float *)calloc(NT * LR, sizeof(float));
+    int j, far = 0;
+    CHECK(w && x && tmp && wq && xs && y1 && y2);
+    for (r = 0; r < LR * CW; r++) w[r] = 0.05f * frand();
+    CHECK_OK(cism_quantize(dt, w, LR, CW, NULL, wq, rb * LR, &got, 1));
+    for (t = 0; t < NT; t++) {
+        const cism__act8_out *ot = (const cism__act8_out *)(const void *)(xs + (t + 1) * ldq - (int64_t)sizeof(cism__act8_out));
+        for (c = 0; c < CW; c++) x[c] = 0.5f * frand();
+        for (j = 0; j < 2 + t % (NCH - 1); j++) x[ch[j]] = big[j] * (1.0f + (float)t / 64.0f);
+        cism__act8_quantize_split(ref, x, CW, xs + t * ldq, ldq, tmp);
+        for (j = 0; j < ot->n; j++) far += ot->idx[j] >= 32 * 1024;
+    }
+    CHECK_MSG(far > NT, "%d entries beyond channel 32768, meant to be more than %d", far, (int)NT);
+    ref->matmul_a8[dt](wq, (uint64_t)rb, CW, xs, ldq, y1, LR, NT, 0, LR);
+    cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, xs, ldq, y1, LR, NT, 0, LR);
+    k->matmul_a8[dt](wq, (uint64_t)rb, CW, xs, ldq, y2, LR, NT, 0, LR);
+    cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, xs, ldq, y2, LR, NT, 0, LR);
+    CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d columns: not the scalar tier's bits",
+              cism_dtype_name(dt), k->name, (int)CW);
+    if (has_fused(k, dt, NT)) {
+        memset(y2, 0, NT * LR * sizeof(float));
+        fused(k, dt, wq, rb, CW, xs, ldq, y2, LR, NT, 0, LR, NULL);
+        CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d columns, fused entry: not the scalar "
+                  "tier's bits", cism_dtype_name(dt), k->name, (int)CW);
+    }
+    free(w); free(x); free(tmp); free(wq); free(xs); free(y1); free(y2);
+}
+
 /* Whether the first n values at x hold a NaN */
 static int memchr_nan(const float *x, int64_t n) {
     int64_t i;
@@ -517,6 +558,8 @@ int main(void) {
             test_dtype(k, ref, DT[d]);
             test_long_call(k, ref, DT[d]);
         }
+        test_wide_call(k, ref, CISM_DTYPE_Q4A);
+        test_wide_call(k, ref, CISM_DTYPE_Q4AX16);
     }
     return test_finish("test_act_outliers");
 }

@@ -537,6 +537,16 @@ CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oc
     v.hi = x16h_col8(grp, p, 1, xf, c->lv, c->smul);
     return v;
 }
+CISM__INLINE void ov_q4ax_dm(const uint8_t *grp, int64_t scale, ovec *d, ovec *m) {
+    d->lo = x16h_scales(grp + scale, 0, X16_Q4A, &m->lo);
+    d->hi = x16h_scales(grp + scale, 1, X16_Q4A, &m->hi);
+}
+CISM__INLINE ovec ov_q4ax_code(const uint8_t *grp, const ocol *p, ovec d, ovec m) {
+    ovec v;
+    v.lo = x16_q4a_code8(grp, p->code, p->shift, 0, d.lo, m.lo);
+    v.hi = x16_q4a_code8(grp, p->code, p->shift, 1, d.hi, m.hi);
+    return v;
+}
 
 /* q4a: the dwords of 8 rows (row_bytes apart) at the block's start (d, m,
    widened exactly) and the one ending in a code's byte (inside the block),

@@ -335,13 +335,25 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int
    exactly as act_outliers.c: q4ax16 d * code + m (the product, then the sum),
    q6x16 / q5x16 d * level (one exact product): x86_x16.h's x16_q4a_col8 and
    x16_qint_col8 on 16 rows at once. */
+/* q4ax16: the scales d, m of 16 rows (row i's at 4i, 4i + 2 of the scale
+   line at sp), widened exactly; a column of their block, d * code + m */
+CISM__INLINE __m512 x16_q4a_dm(const uint8_t *sp, __m512 *m) {
+    const __m512i dm = _mm512_loadu_si512((const void *)sp);
+    *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+}
+CISM__INLINE __m512 x16_q4a_code16(const uint8_t *grp, const ocol *p, __m512 d, __m512 m) {
+    const __m512i q = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(grp + p->code)), _mm_cvtsi32_si128(p->shift)),
+                                       _mm512_set1_epi32(15));
+    return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), m);
+}
 CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
     const __m512i v = _mm512_loadu_si512((const void *)(grp + p->code));
     __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(X16_PLANE(xf) ? 3 : 15));
-    if (xf == X16_Q4A) { /* row i's d at 4i, m at 4i + 2 */
-        const __m512i dm = _mm512_loadu_si512((const void *)(grp + p->scale));
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-        return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    if (xf == X16_Q4A) {
+        __m512 m;
+        const __m512 d = x16_q4a_dm(grp + p->scale, &m);
+        return x16_q4a_code16(grp, p, d, m);
     } else {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(grp + p->scale)));
         if (xf != X16_Q2) { /* q2x16: no high bits */
@@ -684,6 +696,8 @@ CISM__INLINE void oconst_init(oconst *c, int xf, const cism__fmt4 *f) {
 CISM__INLINE ovec ov_x16_col(const uint8_t *grp, const ocol *p, int xf, const oconst *c) {
     return x16_col16(grp, p, xf, c->levels, c->smul);
 }
+CISM__INLINE void ov_q4ax_dm(const uint8_t *grp, int64_t scale, ovec *d, ovec *m) { *d = x16_q4a_dm(grp + scale, m); }
+CISM__INLINE ovec ov_q4ax_code(const uint8_t *grp, const ocol *p, ovec d, ovec m) { return x16_q4a_code16(grp, p, d, m); }
 
 /* q4a: the dwords of 16 rows gathered, at the block's start (d, m, widened
    exactly) and the one ending in a code's byte (inside the block); a column

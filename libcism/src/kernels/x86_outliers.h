@@ -12,6 +12,8 @@
  *   ov_x16_col(grp, &ocol, xf, &c) a column of a group (its place: x16_place), decoded exactly
  *                                  (q4ax16, q6x16, q5x16: x16_q4a_col8 / x16_qint_col8 of
  *                                  x86_x16.h, 256-bit on both tiers)
+ *   ov_q4ax_dm(grp, scale, &d, &m) q4ax16: the scales of a block (its scale line at grp + scale)
+ *   ov_q4ax_code(grp, &ocol, d, m) q4ax16: d * code + m, a column of that block (ov_x16_col's bits)
  *   oq4a, oq4a_init(&c, row_bytes) q4a: the 16 rows' offsets
  *   ov_q4a_dm(p, &c, &d, &m)       q4a: the scales d, m of the block at p, 16 rows, widened exactly
  *   ov_q4a_code(p, &c, j, d, m)    q4a: d * code + m, column j of the block at p
@@ -27,7 +29,7 @@
 
 /* A call's channels run by run (outlier_runs.h); OGROUPS groups of 16 rows per
    pass over a run's tables. */
-enum { OSLOTS = CISM__ORUN_SLOTS, OGROUPS = 4 };
+enum { OSLOTS = CISM__ORUN_SLOTS, OGROUPS = 4, OBLK_MAP = 1024 };
 
 /* The nt tokens of a run whose first token's quantized row is xq and first
    output row y: each entry's product with its decoded column, in table
@@ -67,20 +69,22 @@ static void otab_add_groups(const cism__orun *d, const ovec *col, const uint8_t 
    distinct blocks of the channels, so that a group widens each block's
    scales (d, m) once. */
 typedef struct oplace {
-    int q4a, xf, nb;   /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format */
+    int q4a, xf, nb;   /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format; nb: blocks */
     const cism__x16 *g;
     oconst cc;
     oq4a cq;
     ocol p[OSLOTS];
-    int32_t blk[OSLOTS];      /* q4a: the distinct blocks, */
+    int32_t blk[OSLOTS];      /* q4a, q4ax16: the distinct blocks, */
     int16_t first[OSLOTS + 1]; /* block i's channels: ord[first[i] .. first[i + 1]) */
     uint8_t ord[OSLOTS];
+    int16_t bslot[OBLK_MAP]; /* block b < OBLK_MAP: its index in blk, or -1 (all -1 between builds) */
 } oplace;
 
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
     pl->xf = x16_xf_of(base);
     pl->g = g;
+    memset(pl->bslot, 0xff, sizeof(pl->bslot));
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
@@ -93,12 +97,15 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
 #define OPLACE_ALL(XF) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, X16_BLOCK(XF), d->ch[k])
         X16_DISPATCH(pl->xf, OPLACE_ALL)
 #undef OPLACE_ALL
-        return;
+        if (pl->xf != X16_Q4A) return;
     }
-    for (k = pl->nb = 0; k < d->n; k++) { /* few blocks: a linear search */
+    for (k = pl->nb = 0; k < d->n; k++) { /* a block's index: the map, or beyond it a linear search */
         const int32_t b = d->ch[k] / CISM__Q4A_BLOCK;
-        for (i = 0; i < pl->nb && pl->blk[i] != b; i++) {}
+        if (b < OBLK_MAP) i = pl->bslot[b] >= 0 ? pl->bslot[b] : pl->nb;
+        else
+            for (i = 0; i < pl->nb && pl->blk[i] != b; i++) {}
         if (i == pl->nb) {
+            if (b < OBLK_MAP) pl->bslot[b] = (int16_t)i;
             pl->blk[pl->nb] = b;
             pl->first[++pl->nb] = 0;
         }
@@ -109,15 +116,27 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
     for (i = 0; i < pl->nb; i++) {
         pl->first[i + 1] = (int16_t)(pl->first[i + 1] + pl->first[i]);
         at[i] = pl->first[i];
+        if (pl->blk[i] < OBLK_MAP) pl->bslot[pl->blk[i]] = -1;
     }
     for (k = 0; k < d->n; k++) pl->ord[at[bix[k]]++] = (uint8_t)k;
 }
 
 /* The run's distinct columns of the 16 rows at grp (x16: a group; q4a: its
-   first row), decoded exactly, channel k's at col[k * stride]; q4a: block by
-   block, its scales once. */
+   first row), decoded exactly, channel k's at col[k * stride]; q4a and
+   q4ax16: block by block, its scales once. */
 static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
+    if (!pl->q4a && pl->xf == X16_Q4A) {
+        for (i = 0; i < pl->nb; i++) {
+            ovec dv, mv;
+            ov_q4ax_dm(grp, pl->p[pl->ord[pl->first[i]]].scale, &dv, &mv);
+            for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
+                const int c = pl->ord[k];
+                col[c * stride] = ov_q4ax_code(grp, &pl->p[c], dv, mv);
+            }
+        }
+        return;
+    }
     if (!pl->q4a) { /* the loop per format (ov_x16_col's decode for a constant format) */
 #define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], XF, &pl->cc)
         X16_DISPATCH(pl->xf, OCOLS_ALL)
@@ -355,6 +374,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
     oplace pl;
     cism__orun mine;
+    const cism__orun *placed = NULL; /* the run pl holds (forward.c's runs: the same in every panel) */
     ovec col[OGROUPS * OSLOTS];
     int64_t t0, t1, gi, a, b, p0, p1, ri;
     if (nt <= CISM__GEMV_OUTL_TOKENS) {
@@ -372,7 +392,10 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
             if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
             t1 = dp->t1;
             xt = xq + t0 * ldq;
-            if (dp->n) oplace_build(&pl, dp, (const uint8_t *)w);
+            if (dp->n && (own || dp != placed)) {
+                oplace_build(&pl, dp, (const uint8_t *)w);
+                placed = dp;
+            }
             for (a = p0; a < p1; a = b) {
                 const uint8_t *grp;
                 float *yt;

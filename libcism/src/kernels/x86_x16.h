@@ -184,15 +184,19 @@ CISM__INLINE __m256 x16_qint_col8(const uint8_t *grp, const ocol *p, int h, cons
 
 /* q4ax16's outlier column (x86_outliers.h): rows 8h..8h+7 of the column
    whose code bytes sit at grp + code (shift: its nibble's place in each
-   row's dword) and scale line at grp + scale, d * code + m exactly as
+   row's dword), given its block's scales d, m: d * code + m exactly as
    act_outliers.c (the product, then the sum; one rounding each). */
-CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h) {
-    __m256 mn;
-    const __m256 d = x16h_scales(grp + scale, h, X16_Q4A, &mn);
+CISM__INLINE __m256 x16_q4a_code8(const uint8_t *grp, int64_t code, int shift, int h, __m256 d, __m256 mn) {
     const __m256i q = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(grp + code + 32 * h)),
                                                         _mm_cvtsi32_si128(shift)),
                                        _mm256_set1_epi32(15));
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), mn);
+}
+/* ... with the scales read from the scale line at grp + scale */
+CISM__INLINE __m256 x16_q4a_col8(const uint8_t *grp, int64_t code, int64_t scale, int shift, int h) {
+    __m256 mn;
+    const __m256 d = x16h_scales(grp + scale, h, X16_Q4A, &mn);
+    return x16_q4a_code8(grp, code, shift, h, d, mn);
 }
 
 /* Rows 8h..8h+7 of the column at p of a group, decoded exactly as
