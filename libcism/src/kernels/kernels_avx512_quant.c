@@ -331,10 +331,6 @@ CISM__INLINE __m512 x16_col(const uint8_t *grp, int64_t code, int64_t scale, int
     }
 }
 
-/* The 16 rows of a column at p (x16_place) of q4ax16, q6x16, q5x16, decoded
-   exactly as act_outliers.c: q4ax16 d * code + m (the product, then the sum),
-   q6x16 / q5x16 d * level (one exact product): x86_x16.h's x16_q4a_col8 and
-   x16_qint_col8 on 16 rows at once. */
 /* q4ax16: the scales d, m of 16 rows (row i's at 4i, 4i + 2 of the scale
    line at sp), widened exactly; a column of their block, d * code + m */
 CISM__INLINE __m512 x16_q4a_dm(const uint8_t *sp, __m512 *m) {
@@ -347,6 +343,11 @@ CISM__INLINE __m512 x16_q4a_code16(const uint8_t *grp, const ocol *p, __m512 d, 
                                        _mm512_set1_epi32(15));
     return _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), m);
 }
+
+/* The 16 rows of a column at p (x16_place) of q4ax16, q6x16, q5x16, decoded
+   exactly as act_outliers.c: q4ax16 d * code + m (the product, then the sum),
+   q6x16 / q5x16 d * level (one exact product): x86_x16.h's x16_q4a_col8 and
+   x16_qint_col8 on 16 rows at once. */
 CISM__INLINE __m512 x16_col32(const uint8_t *grp, const ocol *p, const int xf) {
     const __m512i v = _mm512_loadu_si512((const void *)(grp + p->code));
     __m512i q = _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(p->shift)), _mm512_set1_epi32(X16_PLANE(xf) ? 3 : 15));

@@ -65,9 +65,9 @@ static void otab_add_groups(const cism__orun *d, const ovec *col, const uint8_t 
 }
 
 /* A run's columns where they sit in a matrix, found once per run: x16, each
-   distinct channel's place in a group (the same in every group); q4a, the
-   distinct blocks of the channels, so that a group widens each block's
-   scales (d, m) once. */
+   distinct channel's place in a group (the same in every group); q4a and
+   q4ax16, the distinct blocks of the channels, so that a group widens each
+   block's scales (d, m) once. */
 typedef struct oplace {
     int q4a, xf, nb;   /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format; nb: blocks */
     const cism__x16 *g;
@@ -368,7 +368,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                       cism__matmul_a8_fn mq, const int whole, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const int64_t tb = cism__orun_block(ldq);
-    const int64_t gy = CISM__Y_PANEL_BYTES / (nt * CISM__X16 * (int64_t)sizeof(float)); /* whole: the panel's outputs */
+    const int64_t gy = CISM__Y_PANEL_BYTES / ((nt > 1 ? nt : 1) * CISM__X16 * (int64_t)sizeof(float)); /* whole: the panel's outputs */
     const int64_t gw = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
     const int64_t gp = whole && gy < gw ? (gy > 1 ? gy : 1) : gw;
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
