@@ -80,11 +80,17 @@ typedef struct oplace {
     int16_t bslot[OBLK_MAP]; /* block b < OBLK_MAP: its index in blk, or -1 (all -1 between builds) */
 } oplace;
 
+/* Whether a run's channels are grouped by block (q4a, q4ax16: their scales
+   widened once per block) */
+CISM__INLINE int oplace_by_block(const oplace *pl) {
+    return pl->q4a || pl->xf == X16_Q4A;
+}
+
 static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t row_bytes) {
     pl->q4a = g == NULL;
     pl->xf = x16_xf_of(base);
     pl->g = g;
-    memset(pl->bslot, 0xff, sizeof(pl->bslot));
+    if (oplace_by_block(pl)) memset(pl->bslot, 0xff, sizeof(pl->bslot));
     if (pl->q4a) oq4a_init(&pl->cq, row_bytes);
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
@@ -97,7 +103,7 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
 #define OPLACE_ALL(XF) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, X16_BLOCK(XF), d->ch[k])
         X16_DISPATCH(pl->xf, OPLACE_ALL)
 #undef OPLACE_ALL
-        if (pl->xf != X16_Q4A) return;
+        if (!oplace_by_block(pl)) return;
     }
     for (k = pl->nb = 0; k < d->n; k++) { /* a block's index: the map, or beyond it a linear search */
         const int32_t b = d->ch[k] / CISM__Q4A_BLOCK;
@@ -126,30 +132,21 @@ static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
    q4ax16: block by block, its scales once. */
 static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *grp, ovec *col, const int stride) {
     int k, i;
-    if (!pl->q4a && pl->xf == X16_Q4A) {
-        for (i = 0; i < pl->nb; i++) {
-            ovec dv, mv;
-            ov_q4ax_dm(grp, pl->p[pl->ord[pl->first[i]]].scale, &dv, &mv);
-            for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
-                const int c = pl->ord[k];
-                col[c * stride] = ov_q4ax_code(grp, &pl->p[c], dv, mv);
-            }
-        }
-        return;
-    }
-    if (!pl->q4a) { /* the loop per format (ov_x16_col's decode for a constant format) */
+    if (!oplace_by_block(pl)) { /* the loop per format (ov_x16_col's decode for a constant format) */
 #define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], XF, &pl->cc)
         X16_DISPATCH(pl->xf, OCOLS_ALL)
 #undef OCOLS_ALL
         return;
     }
     for (i = 0; i < pl->nb; i++) {
-        const uint8_t *p = grp + (uint64_t)pl->blk[i] * CISM__Q4A_BYTES;
+        const uint8_t *p = grp + (uint64_t)pl->blk[i] * CISM__Q4A_BYTES; /* q4a: the block in the first row */
         ovec dv, mv;
-        ov_q4a_dm(p, &pl->cq, &dv, &mv);
+        if (pl->q4a) ov_q4a_dm(p, &pl->cq, &dv, &mv);
+        else ov_q4ax_dm(grp, pl->p[pl->ord[pl->first[i]]].scale, &dv, &mv);
         for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
             const int c = pl->ord[k];
-            col[c * stride] = ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv);
+            col[c * stride] = pl->q4a ? ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv)
+                                      : ov_q4ax_code(grp, &pl->p[c], dv, mv);
         }
     }
 }

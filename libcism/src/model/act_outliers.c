@@ -60,43 +60,33 @@ typedef struct chains {
     int64_t mx[4], at[4];
 } chains;
 
-static int64_t gain_bits(const float *gain, int64_t b) {
+/* block b (of chain i) seen: kept if its gain is strictly larger */
+static void chain_see(chains *c, int i, const float *gain, int64_t b) {
     int64_t g;
     memcpy(&g, gain + 2 * b, sizeof(g));
-    return g;
+    c->at[i] = g > c->mx[i] ? b : c->at[i];
+    c->mx[i] = g > c->mx[i] ? g : c->mx[i];
 }
 
 /* every chain, in one pass */
 static void chains_scan(chains *c, const float *gain, int64_t nb) {
-    int64_t g, b;
+    int64_t b;
     int i;
     for (i = 0; i < 4; i++) {
         c->mx[i] = -1;
         c->at[i] = 0;
     }
     for (b = 0; b + 4 <= nb; b += 4)
-        for (i = 0; i < 4; i++) {
-            g = gain_bits(gain, b + i);
-            c->at[i] = g > c->mx[i] ? b + i : c->at[i];
-            c->mx[i] = g > c->mx[i] ? g : c->mx[i];
-        }
-    for (i = 0; b < nb; b++, i++) {
-        g = gain_bits(gain, b);
-        c->at[i] = g > c->mx[i] ? b : c->at[i];
-        c->mx[i] = g > c->mx[i] ? g : c->mx[i];
-    }
+        for (i = 0; i < 4; i++) chain_see(c, i, gain, b + i);
+    for (i = 0; b < nb; b++, i++) chain_see(c, i, gain, b);
 }
 
 /* chain i again, after a change of one of its gains */
 static void chain_rescan(chains *c, const float *gain, int64_t nb, int i) {
-    int64_t g, b;
+    int64_t b;
     c->mx[i] = -1;
     c->at[i] = 0;
-    for (b = i; b < nb; b += 4) {
-        g = gain_bits(gain, b);
-        c->at[i] = g > c->mx[i] ? b : c->at[i];
-        c->mx[i] = g > c->mx[i] ? g : c->mx[i];
-    }
+    for (b = i; b < nb; b += 4) chain_see(c, i, gain, b);
 }
 
 /* The first block whose gain is the largest, if that exceeds thr (-1: none);
