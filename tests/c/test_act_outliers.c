@@ -315,11 +315,11 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
     }
     if (k->matmul_a8_outliers[dt]) { /* with runs listed beforehand (forward.c's, once per stage) */
         cism__oruns rs, bad;
-        rs.cap = (int)cism__oruns_max(NT, ldq);
+        rs.cap = (int)cism__oruns_max(NT, C2);
         rs.run = (cism__orun *)malloc(sizeof(cism__orun) * (size_t)rs.cap);
         bad.run = (cism__orun *)malloc(sizeof(cism__orun));
         CHECK(rs.run && bad.run);
-        cism__oruns_build(&rs, xs, ldq, NT); /* the room cism__oruns_max gives is enough */
+        cism__oruns_build(&rs, xs, ldq, C2, NT); /* the room cism__oruns_max gives is enough */
         CHECK_MSG(rs.xq == xs && rs.n > 2 && rs.n <= rs.cap && rs.run[rs.n - 1].t1 == NT, "%d tokens: %d runs in room for %d",
                   (int)NT, rs.n, rs.cap);
         memset(y2, 0, NT * LR * sizeof(float)); /* all of them, in row ranges off the 16-row grid */
@@ -329,10 +329,10 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in %d runs listed beforehand: "
                   "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT, rs.n);
         rs.cap = 2; /* the middle tokens' channels take more runs than it holds */
-        cism__oruns_build(&rs, xs, ldq, NT);
+        cism__oruns_build(&rs, xs, ldq, C2, NT);
         CHECK_MSG(rs.xq == NULL, "%d tokens: %d runs, expected more than 2", (int)NT, rs.n);
-        rs.cap = (int)cism__oruns_max(NT, ldq);
-        cism__oruns_build(&rs, xs, ldq, 100); /* the first 100 share two channels: one run */
+        rs.cap = (int)cism__oruns_max(NT, C2);
+        cism__oruns_build(&rs, xs, ldq, C2, 100); /* the first 100 share two channels: one run */
         CHECK(rs.xq == xs && rs.n == 1 && rs.run[0].t1 == 100 && rs.run[0].n >= 2);
         memset(y2, 0, NT * LR * sizeof(float));
         fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, 100, 0, 5, &rs);

@@ -30,8 +30,8 @@ int64_t cism__orun_build(cism__orun *r, const uint8_t *xq, int64_t ldq, int64_t 
     return t;
 }
 
-void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t nt) {
-    const int64_t tb = cism__orun_block(ldq);
+void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t cols, int64_t nt) {
+    const int64_t tb = cism__orun_block(cols);
     int64_t t0;
     rs->xq = NULL;
     rs->ldq = ldq;

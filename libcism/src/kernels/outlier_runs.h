@@ -42,9 +42,14 @@ static inline const cism__act8_out *cism__out_table(const uint8_t *xq, int64_t l
     return (const cism__act8_out *)(const void *)(xq + t * ldq + ldq - (int64_t)sizeof(cism__act8_out));
 }
 
-/* Tokens whose activations a matmul keeps in L2 at once (the runs end there too) */
-static inline int64_t cism__orun_block(int64_t ldq) {
-    return CISM__X_BLOCK_BYTES / ldq > 4 ? CISM__X_BLOCK_BYTES / ldq : 4;
+/* Tokens of a matmul input of cols columns whose activations stay in L2 at
+   once (the runs end there too): the bytes a token's row takes (its blocks,
+   then its outlier table, whatever the stride of the rows: a session's rows
+   are as wide as its widest input). Narrower inputs take longer runs, so each
+   group decodes a run's columns for more tokens. */
+static inline int64_t cism__orun_block(int64_t cols) {
+    const int64_t b = cism__act8_row_bytes(cols) + (int64_t)sizeof(cism__act8_out);
+    return CISM__X_BLOCK_BYTES / b > 4 ? CISM__X_BLOCK_BYTES / b : 4;
 }
 
 /* The run from token t0 (at least one token, at most to t_max) into r; its end. */
@@ -52,15 +57,16 @@ int64_t cism__orun_build(cism__orun *r, const uint8_t *xq, int64_t ldq, int64_t 
 /* The most runs that cism__oruns_build makes of nt tokens: every run but the
    last holds at least m tokens (it ends when the next token's entries, at most
    CISM__A8_MAX_OUT, would overflow its slots, after a token block or after
-   CISM__ORUN_TOKENS tokens). */
-static inline int64_t cism__oruns_max(int64_t nt, int64_t ldq) {
-    const int64_t tb = cism__orun_block(ldq);
+   CISM__ORUN_TOKENS tokens); cols: the widest input's, whose runs are the
+   shortest. */
+static inline int64_t cism__oruns_max(int64_t nt, int64_t cols) {
+    const int64_t tb = cism__orun_block(cols);
     const int64_t m = CISM__ORUN_SLOTS / CISM__A8_MAX_OUT < tb ? CISM__ORUN_SLOTS / CISM__A8_MAX_OUT : tb;
     return nt / m + 1;
 }
 
-/* All runs of nt tokens, each within cism__orun_block(ldq) tokens of its start;
-   rs->xq = NULL when they would take more than rs->cap. */
-void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t nt);
+/* All runs of nt tokens of cols columns, each within cism__orun_block(cols)
+   tokens of its start; rs->xq = NULL when they would take more than rs->cap. */
+void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t cols, int64_t nt);
 
 #endif

@@ -364,7 +364,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                       int64_t ldy, int64_t nt, int64_t r0, int64_t r1, const cism__oruns *runs,
                                       cism__matmul_a8_fn mq, const int whole, const int xf) {
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
-    const int64_t tb = cism__orun_block(ldq);
+    const int64_t tb = cism__orun_block(cols);
     const int64_t gy = CISM__Y_PANEL_BYTES / ((nt > 1 ? nt : 1) * CISM__X16 * (int64_t)sizeof(float)); /* whole: the panel's outputs */
     const int64_t gw = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
     const int64_t gp = whole && gy < gw ? (gy > 1 ? gy : 1) : gw;

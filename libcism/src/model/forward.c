@@ -636,7 +636,8 @@ static int64_t pool_begin(void *arg, int32_t ps) {
     cism__work *w = f->w;
     if (ps % 2) { /* the input is quantized: its outlier runs, listed once for every call (few rows: each call's own) */
         if (w->act_outliers && f->q_t1 - f->q_t0 > CISM__GEMV_OUTL_TOKENS)
-            cism__oruns_build(w->oruns, w->xq + f->q_t0 * w->xq_row_bytes, w->xq_row_bytes, f->q_t1 - f->q_t0);
+            cism__oruns_build(w->oruns, w->xq + f->q_t0 * w->xq_row_bytes, w->xq_row_bytes, f->q_cols,
+                              f->q_t1 - f->q_t0);
         return f->units;
     }
     if (w->act_quant) w->oruns->xq = NULL;

@@ -53,7 +53,7 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
 
 /* Bytes of the outlier runs of a stage's n_rows quantized rows (forward.c) */
 static int64_t oruns_bytes(const cism__hparams *hp, int64_t n_rows) {
-    return (int64_t)sizeof(cism__oruns) + cism__oruns_max(n_rows, xq_row_bytes(hp)) * (int64_t)sizeof(cism__orun);
+    return (int64_t)sizeof(cism__oruns) + cism__oruns_max(n_rows, widest_input(hp)) * (int64_t)sizeof(cism__orun);
 }
 
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
@@ -117,7 +117,7 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
             w->oruns = (cism__oruns *)calloc(1, (size_t)oruns_bytes(hp, n_rows)); /* xq NULL: none yet */
             if (!w->oruns) failed = 1;
             else { /* every run a stage's rows can take (cism__oruns_max), after the header */
-                w->oruns->cap = (int)cism__oruns_max(n_rows, w->xq_row_bytes);
+                w->oruns->cap = (int)cism__oruns_max(n_rows, widest_input(hp));
                 w->oruns->run = (cism__orun *)(void *)(w->oruns + 1);
             }
         }
