@@ -317,8 +317,10 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         cism__oruns rs, bad;
         rs.cap = (int)cism__oruns_max(NT, C2);
         rs.run = (cism__orun *)malloc(sizeof(cism__orun) * (size_t)rs.cap);
+        rs.places = malloc((size_t)CISM__ORUN_PLACE_BYTES * (size_t)rs.cap);
         bad.run = (cism__orun *)malloc(sizeof(cism__orun));
-        CHECK(rs.run && bad.run);
+        bad.places = NULL;
+        CHECK(rs.run && rs.places && bad.run);
         cism__oruns_build(&rs, xs, ldq, C2, NT); /* the room cism__oruns_max gives is enough */
         CHECK_MSG(rs.xq == xs && rs.n > 2 && rs.n <= rs.cap && rs.run[rs.n - 1].t1 == NT, "%d tokens: %d runs in room for %d",
                   (int)NT, rs.n, rs.cap);
@@ -328,6 +330,32 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 37, LR, &rs);
         CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens in %d runs listed beforehand: "
                   "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT, rs.n);
+        if (k->oplaces_build) { /* with the runs' places too (forward.c's, once per stage) */
+            const int32_t ch0 = rs.run[1].ch[0];
+            k->oplaces_build(&rs, dt, wq, (uint64_t)rb);
+            CHECK_MSG(rs.pl_dtype == dt && rs.pl_rb == (uint64_t)rb, "%s on %s: no places built", cism_dtype_name(dt),
+                      k->name);
+            memset(y2, 0, NT * LR * sizeof(float));
+            fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 0, 5, &rs);
+            fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 5, 37, &rs);
+            fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 37, LR, &rs);
+            CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s, %d tokens with their places listed "
+                      "beforehand: not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)NT);
+            rs.run[1].ch[0] = (ch0 + 1) % C2; /* places of other channels are used: a wrong result */
+            k->oplaces_build(&rs, dt, wq, (uint64_t)rb);
+            rs.run[1].ch[0] = ch0;
+            fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 0, LR, &rs);
+            CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) != 0, "%s on %s: the listed places were not used",
+                      cism_dtype_name(dt), k->name);
+            rs.pl_rb = (uint64_t)rb + 1; /* places of another row size: not used */
+            fused(k, dt, wq, rb, C2, xs, ldq, y2, LR, NT, 0, LR, &rs);
+            CHECK_MSG(memcmp(y1, y2, NT * LR * sizeof(float)) == 0, "%s on %s: places of another layout were used",
+                      cism_dtype_name(dt), k->name);
+            k->oplaces_build(&rs, CISM_DTYPE_Q8, wq, (uint64_t)rb); /* a row layout: none */
+            CHECK(rs.pl_dtype == -1);
+            cism__oruns_build(&rs, xs, ldq, C2, NT);
+            CHECK_MSG(rs.pl_dtype == -1, "new runs keep the places of the old ones");
+        }
         rs.cap = 2; /* the middle tokens' channels take more runs than it holds */
         cism__oruns_build(&rs, xs, ldq, C2, NT);
         CHECK_MSG(rs.xq == NULL, "%d tokens: %d runs, expected more than 2", (int)NT, rs.n);
@@ -350,6 +378,7 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         CHECK_MSG(memcmp(y1, y2, 100 * LR * sizeof(float)) != 0, "%s on %s: the listed runs were not used",
                   cism_dtype_name(dt), k->name);
         free(rs.run);
+        free(rs.places);
         free(bad.run);
     }
     { /* few tokens (the token kernels), from the middle of the call */

@@ -163,6 +163,12 @@ typedef struct cism__kernels {
     void (*matmul_a8_outliers[CISM__DTYPE_COUNT])(const void *w, uint64_t row_bytes, int64_t cols, const uint8_t *xq,
                                                   int64_t ldq, float *y, int64_t ldy, int64_t nt, int64_t r0, int64_t r1,
                                                   const struct cism__oruns *runs);
+    /* The places of every run of runs (their channels' columns) in the
+       matrix at w of an interleaved dtype with rows of row_bytes, kept in
+       runs for the calls of matmul_a8_outliers on matrices of that layout
+       (forward.c: once per stage, for the stage's first matrix); another
+       dtype clears them. NULL: each call finds its own. */
+    void (*oplaces_build)(struct cism__oruns *runs, int32_t dtype, const void *w, uint64_t row_bytes);
     /* The read probe's loop (core/membw.c): the sum, wrapping, of the n
        64-bit words at p (n a multiple of 32), read with the tier's widest
        loads: how wide each load is sets how many cache lines one core keeps

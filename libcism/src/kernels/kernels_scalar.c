@@ -258,6 +258,7 @@ static const cism__kernels g_scalar = {
     attention_split,
     {NULL}, /* gemv_a8_outliers: the two passes */
     {NULL}, /* matmul_a8_outliers: the same */
+    NULL,   /* oplaces_build: none kept */
     read_sum,
 };
 

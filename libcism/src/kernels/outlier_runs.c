@@ -34,6 +34,7 @@ void cism__oruns_build(cism__oruns *rs, const uint8_t *xq, int64_t ldq, int64_t 
     const int64_t tb = cism__orun_block(cols);
     int64_t t0;
     rs->xq = NULL;
+    rs->pl_dtype = -1;
     rs->ldq = ldq;
     rs->nt = nt;
     rs->n = 0;

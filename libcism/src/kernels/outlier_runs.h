@@ -28,14 +28,29 @@ typedef struct cism__orun {
     uint8_t ix[CISM__ORUN_TOKENS][CISM__A8_MAX_OUT]; /* token t0 + i's entry k: channel ch[ix[i][k]] */
 } cism__orun;
 
+/* Bytes of a run's places: where its channels sit in a matrix of one layout,
+   the tier's own record (x86_outliers.h ocols; plain integers) */
+enum { CISM__ORUN_PLACE_BYTES = 10 * 1024 };
+
 /* The runs of nt quantized rows at xq (ldq bytes apart), or xq NULL (none);
-   room for cap runs at run (the owner's) */
+   room for cap runs at run (the owner's). places (the owner's, room for cap
+   runs, or NULL): the runs' places in matrices of dtype pl_dtype with rows of
+   pl_rb bytes, built by the tier's oplaces_build (kernels.h) for every call
+   of a stage, or pl_dtype -1 (none; cism__oruns_build clears them). */
 typedef struct cism__oruns {
     const uint8_t *xq;
     int64_t ldq, nt;
     int n, cap;
     cism__orun *run;
+    void *places;
+    int32_t pl_dtype;
+    uint64_t pl_rb;
 } cism__oruns;
+
+/* Run i's places */
+static inline void *cism__orun_places(const cism__oruns *rs, int64_t i) {
+    return (uint8_t *)rs->places + i * CISM__ORUN_PLACE_BYTES;
+}
 
 /* Token t's outlier table: the last bytes of its quantized row (ldq apart). */
 static inline const cism__act8_out *cism__out_table(const uint8_t *xq, int64_t ldq, int64_t t) {

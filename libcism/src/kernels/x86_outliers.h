@@ -64,19 +64,27 @@ static void otab_add_groups(const cism__orun *d, const ovec *col, const uint8_t 
     }
 }
 
-/* A run's columns where they sit in a matrix, found once per run: x16, each
-   distinct channel's place in a group (the same in every group); q4a and
-   q4ax16, the distinct blocks of the channels, so that a group widens each
-   block's scales (d, m) once. */
+/* A run's columns where they sit in a matrix of one layout, found once per
+   run: x16, each distinct channel's place in a group (the same in every
+   group); q4a and q4ax16, the distinct blocks of the channels, so that a group
+   widens each block's scales (d, m) once. Plain integers: forward.c keeps a
+   stage's (oplaces_build, in the runs' CISM__ORUN_PLACE_BYTES each) for all
+   its calls and threads. */
+typedef struct ocols {
+    int nb;                    /* blocks */
+    ocol p[OSLOTS];
+    int32_t blk[OSLOTS];       /* q4a, q4ax16: the distinct blocks, */
+    int16_t first[OSLOTS + 1]; /* block i's channels: ord[first[i] .. first[i + 1]) */
+    uint8_t ord[OSLOTS];
+} ocols;
+typedef char ocols_fit_a_place[sizeof(ocols) <= CISM__ORUN_PLACE_BYTES ? 1 : -1];
+
+/* A matrix's layout and its decode's constants, for the columns of any run */
 typedef struct oplace {
-    int q4a, xf, nb;   /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format; nb: blocks */
+    int q4a, xf;       /* q4a: the row layout (outliers_q4a); xf: an interleaved group's format */
     const cism__x16 *g;
     oconst cc;
     oq4a cq;
-    ocol p[OSLOTS];
-    int32_t blk[OSLOTS];      /* q4a, q4ax16: the distinct blocks, */
-    int16_t first[OSLOTS + 1]; /* block i's channels: ord[first[i] .. first[i + 1]) */
-    uint8_t ord[OSLOTS];
     int16_t bslot[OBLK_MAP]; /* block b < OBLK_MAP: its index in blk, or -1 (all -1 between builds) */
 } oplace;
 
@@ -95,58 +103,60 @@ static void oplace_init(oplace *pl, const cism__x16 *g, int32_t base, uint64_t r
     else oconst_init(&pl->cc, pl->xf, pl->xf == X16_Q4S ? cism__fmt4_of(base) : NULL);
 }
 
-static void oplace_build(oplace *pl, const cism__orun *d, const uint8_t *w) {
+/* Run d's columns in a matrix at w of pl's layout, into cs */
+static void oplace_build(oplace *pl, ocols *cs, const cism__orun *d, const uint8_t *w) {
     uint8_t bix[OSLOTS];
     int16_t at[OSLOTS];
     int k, i;
     if (!pl->q4a) { /* the loop per format (x16_place's arithmetic for a constant format) */
-#define OPLACE_ALL(XF) for (k = 0; k < d->n; k++) pl->p[k] = x16_place(w, pl->g, XF, X16_BLOCK(XF), d->ch[k])
+#define OPLACE_ALL(XF) for (k = 0; k < d->n; k++) cs->p[k] = x16_place(w, pl->g, XF, X16_BLOCK(XF), d->ch[k])
         X16_DISPATCH(pl->xf, OPLACE_ALL)
 #undef OPLACE_ALL
         if (!oplace_by_block(pl)) return;
     }
-    for (k = pl->nb = 0; k < d->n; k++) { /* a block's index: the map, or beyond it a linear search */
+    for (k = cs->nb = 0; k < d->n; k++) { /* a block's index: the map, or beyond it a linear search */
         const int32_t b = d->ch[k] / CISM__Q4A_BLOCK;
-        if (b < OBLK_MAP) i = pl->bslot[b] >= 0 ? pl->bslot[b] : pl->nb;
+        if (b < OBLK_MAP) i = pl->bslot[b] >= 0 ? pl->bslot[b] : cs->nb;
         else
-            for (i = 0; i < pl->nb && pl->blk[i] != b; i++) {}
-        if (i == pl->nb) {
+            for (i = 0; i < cs->nb && cs->blk[i] != b; i++) {}
+        if (i == cs->nb) {
             if (b < OBLK_MAP) pl->bslot[b] = (int16_t)i;
-            pl->blk[pl->nb] = b;
-            pl->first[++pl->nb] = 0;
+            cs->blk[cs->nb] = b;
+            cs->first[++cs->nb] = 0;
         }
-        pl->first[i + 1]++;
+        cs->first[i + 1]++;
         bix[k] = (uint8_t)i;
     }
-    pl->first[0] = 0;
-    for (i = 0; i < pl->nb; i++) {
-        pl->first[i + 1] = (int16_t)(pl->first[i + 1] + pl->first[i]);
-        at[i] = pl->first[i];
-        if (pl->blk[i] < OBLK_MAP) pl->bslot[pl->blk[i]] = -1;
+    cs->first[0] = 0;
+    for (i = 0; i < cs->nb; i++) {
+        cs->first[i + 1] = (int16_t)(cs->first[i + 1] + cs->first[i]);
+        at[i] = cs->first[i];
+        if (cs->blk[i] < OBLK_MAP) pl->bslot[cs->blk[i]] = -1;
     }
-    for (k = 0; k < d->n; k++) pl->ord[at[bix[k]]++] = (uint8_t)k;
+    for (k = 0; k < d->n; k++) cs->ord[at[bix[k]]++] = (uint8_t)k;
 }
 
 /* The run's distinct columns of the 16 rows at grp (x16: a group; q4a: its
    first row), decoded exactly, channel k's at col[k * stride]; q4a and
    q4ax16: block by block, its scales once. */
-static void oplace_cols(const oplace *pl, const cism__orun *d, const uint8_t *grp, ovec *col, const int stride) {
+static void oplace_cols(const oplace *pl, const ocols *cs, const cism__orun *d, const uint8_t *grp, ovec *col,
+                        const int stride) {
     int k, i;
     if (!oplace_by_block(pl)) { /* the loop per format (ov_x16_col's decode for a constant format) */
-#define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &pl->p[k], XF, &pl->cc)
+#define OCOLS_ALL(XF) for (k = 0; k < d->n; k++) col[k * stride] = ov_x16_col(grp, &cs->p[k], XF, &pl->cc)
         X16_DISPATCH(pl->xf, OCOLS_ALL)
 #undef OCOLS_ALL
         return;
     }
-    for (i = 0; i < pl->nb; i++) {
-        const uint8_t *p = grp + (uint64_t)pl->blk[i] * CISM__Q4A_BYTES; /* q4a: the block in the first row */
+    for (i = 0; i < cs->nb; i++) {
+        const uint8_t *p = grp + (uint64_t)cs->blk[i] * CISM__Q4A_BYTES; /* q4a: the block in the first row */
         ovec dv, mv;
         if (pl->q4a) ov_q4a_dm(p, &pl->cq, &dv, &mv);
-        else ov_q4ax_dm(grp, pl->p[pl->ord[pl->first[i]]].scale, &dv, &mv);
-        for (k = pl->first[i]; k < pl->first[i + 1]; k++) {
-            const int c = pl->ord[k];
+        else ov_q4ax_dm(grp, cs->p[cs->ord[cs->first[i]]].scale, &dv, &mv);
+        for (k = cs->first[i]; k < cs->first[i + 1]; k++) {
+            const int c = cs->ord[k];
             col[c * stride] = pl->q4a ? ov_q4a_code(p, &pl->cq, d->ch[c] % CISM__Q4A_BLOCK, dv, mv)
-                                      : ov_q4ax_code(grp, &pl->p[c], dv, mv);
+                                      : ov_q4ax_code(grp, &cs->p[c], dv, mv);
         }
     }
 }
@@ -186,6 +196,7 @@ static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, cons
                           int64_t nt, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     ovec col[OGROUPS * OSLOTS];
     cism__orun d;
+    ocols cs;
     int64_t t0, t1, r;
     if (nt == 1) {
         outliers_one(pl, w, row_bytes, cism__out_table(xq, ldq, 0), y, r0, r1);
@@ -194,13 +205,13 @@ static void outliers_runs(oplace *pl, const uint8_t *w, uint64_t row_bytes, cons
     for (t0 = 0; t0 < nt; t0 = t1) {
         t1 = cism__orun_build(&d, xq, ldq, t0, nt);
         if (!d.n) continue;
-        oplace_build(pl, &d, w);
+        oplace_build(pl, &cs, &d, w);
         for (r = r0; r < r1; r += 16 * OGROUPS) { /* OGROUPS groups per pass over the tokens' tables */
             const int G = r1 - r >= 16 * OGROUPS ? OGROUPS : (int)((r1 - r) / 16);
             const uint8_t *xt = xq + t0 * ldq;
             float *yt = y + t0 * ldy + r;
             int i;
-            for (i = 0; i < G; i++) oplace_cols(pl, &d, w + (uint64_t)(r + 16 * i) * row_bytes, col + i, G);
+            for (i = 0; i < G; i++) oplace_cols(pl, &cs, &d, w + (uint64_t)(r + 16 * i) * row_bytes, col + i, G);
             otab_add_groups(&d, col, xt, ldq, t1 - t0, yt, ldy, G);
         }
     }
@@ -369,9 +380,11 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
     const int64_t gw = cism__w_panel_groups(rb, nt, tb, (r1 + CISM__X16 - 1) / CISM__X16 - r0 / CISM__X16);
     const int64_t gp = whole && gy < gw ? (gy > 1 ? gy : 1) : gw;
     const int own = !(runs && runs->xq == xq && runs->ldq == ldq && runs->nt == nt);
+    const int kept = !own && runs->places && runs->pl_dtype == x16_dtype(xf) && runs->pl_rb == rb; /* the stage's places */
     oplace pl;
     cism__orun mine;
-    const cism__orun *placed = NULL; /* the run pl holds (forward.c's runs: the same in every panel) */
+    ocols built; /* else the places of one run, */
+    const cism__orun *placed = NULL; /* that one (forward.c's runs: the same in every panel) */
     ovec col[OGROUPS * OSLOTS];
     int64_t t0, t1, gi, a, b, p0, p1, ri;
     if (nt <= CISM__GEMV_OUTL_TOKENS) {
@@ -384,13 +397,15 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
         ri = 0;
         if (whole) mq(w, rb, cols, xq, ldq, y, ldy, nt, p0, p1);
         for (t0 = 0; t0 < nt; t0 = t1) {
-            const cism__orun *dp = own ? &mine : &runs->run[ri++];
+            const cism__orun *dp = own ? &mine : &runs->run[ri];
+            const ocols *cs = kept ? (const ocols *)cism__orun_places(runs, ri) : &built;
             const uint8_t *xt;
+            ri++;
             if (own) cism__orun_build(&mine, xq, ldq, t0, nt - t0 < tb ? nt : t0 + tb);
             t1 = dp->t1;
             xt = xq + t0 * ldq;
-            if (dp->n && (own || dp != placed)) {
-                oplace_build(&pl, dp, (const uint8_t *)w);
+            if (dp->n && !kept && (own || dp != placed)) {
+                oplace_build(&pl, &built, dp, (const uint8_t *)w);
                 placed = dp;
             }
             for (a = p0; a < p1; a = b) {
@@ -404,7 +419,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                 if (a > gi * CISM__X16 || b < (gi + 1) * CISM__X16) { /* a group partly in the range */
                     if (!whole) mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
                     if (!dp->n) continue;
-                    oplace_cols(&pl, dp, grp, col, 1);
+                    oplace_cols(&pl, cs, dp, grp, col, 1);
                     otab_add_rows(dp, col, xt, ldq, t1 - t0, yt, ldy, (int)(a - gi * CISM__X16), (int)(b - gi * CISM__X16));
                     continue;
                 }
@@ -412,7 +427,7 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                 b = (gi + G) * CISM__X16;
                 if (!whole) mq(w, rb, cols, xt, ldq, y + t0 * ldy, ldy, t1 - t0, a, b);
                 if (!dp->n) continue;
-                for (i = 0; i < G; i++) oplace_cols(&pl, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
+                for (i = 0; i < G; i++) oplace_cols(&pl, cs, dp, grp + (uint64_t)i * CISM__X16 * rb, col + i, G);
                 otab_add_groups(dp, col, xt, ldq, t1 - t0, yt, ldy, G);
             }
         }
@@ -424,6 +439,23 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
                                      const cism__oruns *runs) {                                               \
         matmul_outliers_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, runs, matmul_a8_##nm, 0, XF);           \
     }
+
+/* kernels.h oplaces_build: the places of every run of rs in the matrix at w
+   (dtype, rb bytes a row), for all the calls of a stage; an interleaved dtype
+   only (else none) */
+static void oplaces_build(cism__oruns *rs, int32_t dtype, const void *w, uint64_t rb) {
+    const cism__x16 g = cism__x16_geom(dtype, rb);
+    oplace pl;
+    int i;
+    rs->pl_dtype = -1;
+    if (!rs->xq || !rs->places || !cism__dtype_is_x16(dtype)) return;
+    oplace_init(&pl, &g, cism__dtype_base(dtype), rb);
+    for (i = 0; i < rs->n; i++)
+        if (rs->run[i].n) oplace_build(&pl, (ocols *)cism__orun_places(rs, i), &rs->run[i], (const uint8_t *)w);
+    rs->pl_dtype = dtype;
+    rs->pl_rb = rb;
+}
+
 X16_OUTL_ENTRY(q8x16, X16_Q8)
 X16_OUTL_ENTRY(q4sx16, X16_Q4S)
 X16_OUTL_ENTRY(q4ax16, X16_Q4A)
@@ -439,6 +471,7 @@ CISM__INLINE void fill_outlier_entries(cism__kernels *k) {
     k->outliers_q4a = outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q4A] = gemv_outliers_q4a;
     k->gemv_a8_outliers[CISM_DTYPE_Q8] = gemv_outliers_q8;
+    k->oplaces_build = oplaces_build;
     k->matmul_a8_outliers[CISM_DTYPE_Q8X16] = matmul_outliers_q8x16;
     k->matmul_a8_outliers[CISM_DTYPE_Q4SX16] = matmul_outliers_q4sx16;
     k->matmul_a8_outliers[CISM_DTYPE_Q4AX16] = matmul_outliers_q4ax16;

@@ -128,9 +128,11 @@ void cism__fwd_quantize_rows(cism__work *w, const float *x, int64_t ld, int64_t 
 /* begin's quantization of a matmul input (as cism__fwd_quantize_rows): with
    several threads and enough rows, recorded for the quantization stage. Each
    row is quantized alone, so the bits do not depend on the split. */
-static void quantize_input(fwd *f, const float *x, int64_t ld, int64_t cols, int64_t t0, int64_t t1) {
+static void quantize_input(fwd *f, const cism__weight *wt, const float *x, int64_t ld, int64_t cols, int64_t t0,
+                           int64_t t1) {
     const int nth = cism__pool_size(f->w->pool);
     if (!f->w->act_quant) return;
+    f->q_w = wt;
     f->q_x = x;
     f->q_ld = ld;
     f->q_cols = cols;
@@ -559,7 +561,7 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
             return -1;
         }
         norm_rows(w->k, w->xb, w->x, m->layers[l].attn_norm, 0, nt, dim, eps);
-        quantize_input(f, w->xb, dim, dim, 0, nt);
+        quantize_input(f, &m->layers[l].wq, w->xb, dim, dim, 0, nt);
         cism__act_stats_add(s0, l, CISM__AS_ATTN, w->xb, dim, 0, nt);
         if (m->layers[l].kind == CISM__LAYER_SHORTCONV) return cism__shortconv_begin(f, l, ST_QKV);
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_QKV);
@@ -569,17 +571,17 @@ static int64_t fwd_begin(void *arg, int32_t stage) {
     case ST_UP:
         if (hp->post_norms) post_residual(f, m->layers[l].post_attn_norm, f->t_lo, nt);
         norm_rows(w->k, w->xb, w->x, m->layers[l].ffn_norm, f->t_lo, nt, dim, eps);
-        quantize_input(f, w->xb, dim, dim, f->t_lo, nt);
+        quantize_input(f, &m->layers[l].gate, w->xb, dim, dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_FFN, w->xb, dim, f->t_lo, nt);
         return cism__fwd_units(hp->ffn_dim, f->c_ffn);
     case ST_WO:
         if (m->layers[l].kind == CISM__LAYER_DELTANET) return cism__dn_begin(f, l, ST_WO);
         attention_combine(f, l);
-        quantize_input(f, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
+        quantize_input(f, &m->layers[l].wo, w->att, hp->n_heads * hp->head_dim, hp->n_heads * hp->head_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_WO, w->att, hp->n_heads * hp->head_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);
     default: /* ST_DOWN */
-        quantize_input(f, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
+        quantize_input(f, &m->layers[l].down, w->hb, hp->ffn_dim, hp->ffn_dim, f->t_lo, nt);
         cism__act_stats_add(s0, l, CISM__AS_DOWN, w->hb, hp->ffn_dim, f->t_lo, nt);
         return cism__fwd_units(dim, f->c_dim);
     }
@@ -634,14 +636,19 @@ static void fwd_unit(void *arg, int32_t stage, int64_t u, int ith, int nth) {
 static int64_t pool_begin(void *arg, int32_t ps) {
     fwd *f = (fwd *)arg;
     cism__work *w = f->w;
-    if (ps % 2) { /* the input is quantized: its outlier runs, listed once for every call (few rows: each call's own) */
-        if (w->act_outliers && f->q_t1 - f->q_t0 > CISM__GEMV_OUTL_TOKENS)
+    if (ps % 2) { /* the input is quantized: its outlier runs, listed once for every call (few rows: each call's own),
+                     and their places in the stage's first matrix */
+        if (w->act_outliers && f->q_t1 - f->q_t0 > CISM__GEMV_OUTL_TOKENS) {
             cism__oruns_build(w->oruns, w->xq + f->q_t0 * w->xq_row_bytes, w->xq_row_bytes, f->q_cols,
                               f->q_t1 - f->q_t0);
+            if (w->k->oplaces_build && f->q_w && f->q_w->data)
+                w->k->oplaces_build(w->oruns, f->q_w->dtype, f->q_w->data, f->q_w->row_bytes);
+        }
         return f->units;
     }
     if (w->act_quant) w->oruns->xq = NULL;
     f->q_t0 = f->q_t1 = f->q_chunk = 0;
+    f->q_w = NULL;
     f->units = fwd_begin(arg, ps / 2);
     if (f->units < 0) return -1;
     return f->q_chunk ? cism__fwd_units(f->q_t1 - f->q_t0, f->q_chunk) : 0;

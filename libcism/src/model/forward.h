@@ -27,6 +27,7 @@ typedef struct fwd {
     int64_t t_lo, hpu;            /* set by begin: first row needed, heads per attention unit */
     int stop;                     /* set by begin when every seq was cancelled */
     int64_t units;                /* the current stage's units (begin's answer) */
+    const cism__weight *q_w;      /* set by begin: the stage's first matrix (its runs' places), or NULL */
     const float *q_x;             /* set by begin: the matmul input whose rows [q_t0, q_t1) (q_ld apart, q_cols */
     int64_t q_ld, q_cols, q_t0, q_t1, q_chunk; /* wide) it quantized, or (q_chunk > 0) left to the pool stage
                                      before the units, q_chunk rows a unit */

@@ -51,9 +51,11 @@ static int64_t work_floats(const cism__hparams *hp, int64_t n_rows, int64_t n_ct
            (int64_t)nth * cism__mix_thread_floats(hp) + (act_quant ? (xq_row_bytes(hp) * n_rows + 3) / 4 + (int64_t)nth * xo_floats(hp) : 0);
 }
 
-/* Bytes of the outlier runs of a stage's n_rows quantized rows (forward.c) */
+/* Bytes of the outlier runs of a stage's n_rows quantized rows (forward.c):
+   the header, then the runs, then their places */
 static int64_t oruns_bytes(const cism__hparams *hp, int64_t n_rows) {
-    return (int64_t)sizeof(cism__oruns) + cism__oruns_max(n_rows, widest_input(hp)) * (int64_t)sizeof(cism__orun);
+    return (int64_t)sizeof(cism__oruns) +
+           cism__oruns_max(n_rows, widest_input(hp)) * ((int64_t)sizeof(cism__orun) + CISM__ORUN_PLACE_BYTES);
 }
 
 int64_t cism__work_bytes(const cism__hparams *hp, int64_t n_rows, int64_t n_ctx, int nth, int act_quant) {
@@ -116,9 +118,11 @@ cism_status cism__work_ensure(cism__work *w, const cism__hparams *hp, int64_t n_
             w->xo_tmp = w->xq ? (float *)(void *)(w->xq + w->xq_row_bytes * n_rows) : NULL;
             w->oruns = (cism__oruns *)calloc(1, (size_t)oruns_bytes(hp, n_rows)); /* xq NULL: none yet */
             if (!w->oruns) failed = 1;
-            else { /* every run a stage's rows can take (cism__oruns_max), after the header */
+            else { /* every run a stage's rows can take (cism__oruns_max), after the header, then their places */
                 w->oruns->cap = (int)cism__oruns_max(n_rows, widest_input(hp));
                 w->oruns->run = (cism__orun *)(void *)(w->oruns + 1);
+                w->oruns->places = w->oruns->run + w->oruns->cap;
+                w->oruns->pl_dtype = -1;
             }
         }
         if (failed) {
