@@ -68,24 +68,16 @@ static void chain_see(chains *c, int i, const float *gain, int64_t b) {
     c->mx[i] = g > c->mx[i] ? g : c->mx[i];
 }
 
-/* every chain, in one pass */
-static void chains_scan(chains *c, const float *gain, int64_t nb) {
-    int64_t b;
-    int i;
-    for (i = 0; i < 4; i++) {
-        c->mx[i] = -1;
-        c->at[i] = 0;
-    }
-    for (b = 0; b + 4 <= nb; b += 4)
-        for (i = 0; i < 4; i++) chain_see(c, i, gain, b + i);
-    for (i = 0; b < nb; b++, i++) chain_see(c, i, gain, b);
+/* chain i, before it has seen any block */
+static void chain_clear(chains *c, int i) {
+    c->mx[i] = -1;
+    c->at[i] = 0;
 }
 
 /* chain i again, after a change of one of its gains */
 static void chain_rescan(chains *c, const float *gain, int64_t nb, int i) {
     int64_t b;
-    c->mx[i] = -1;
-    c->at[i] = 0;
+    chain_clear(c, i);
     for (b = i; b < nb; b += 4) chain_see(c, i, gain, b);
 }
 
@@ -134,11 +126,12 @@ int cism__act8_quantize_split(const cism__kernels *k, const float *x, int64_t n,
         if (full < nb) top2(block_of(x, n, full, pad), 1, &m1[full], &m2[full]);
         quant(x, n, qrow);
     }
-    for (b = 0; b < nb; b++) {
+    for (i = 0; i < 4; i++) chain_clear(&ch, i);
+    for (b = 0; b < nb; b++) { /* N, the blocks' gains and the chains, in one pass */
         N += (double)m1[b] * m1[b];
         set_gain(gain, b, m1[b], m2[b]);
+        chain_see(&ch, (int)(b & 3), gain, b);
     }
-    chains_scan(&ch, gain, nb);
     while (o->n < CISM__A8_MAX_OUT && N <= DBL_MAX) { /* an infinite row: the plain quantizer (the caller flags it) */
         /* the block whose max, taken out, lowers N the most, if by more than
            CISM__A8_OUT_GAIN mean blocks; ties: the first block */
