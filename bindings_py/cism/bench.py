@@ -25,6 +25,7 @@ from typing import List, Optional
 import numpy as np
 
 from . import _lib
+from .actmodes import ACT_HELP, act_kwargs, act_mode_arg
 from .errors import check
 from .kvtypes import kv_type_arg
 
@@ -66,6 +67,7 @@ class BenchReport:
     prefill_macs: float = 0.0  # multiply-adds per prefill token (weights and attention, the test's mean context)
     mac_peak: float = 0.0      # int8 multiply-adds per second of one core (cism.int8_mac_peak); 0: not shown
     threads_used: int = 0      # the session's thread count (the peak's multiple)
+    act: str = "auto"          # activations (cism.actmodes)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -103,8 +105,8 @@ def measure_decode(session, sampler, first_token: int, n_gen: int) -> float:
 
 def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, reps: int = 3,
                 kv_type: str = "f16", n_batch: Optional[int] = None, seed: int = 0,
-                kernel_tier: str = "auto") -> List[TestResult]:
-    """Runs the prefill and decode tests on a loaded cism.Model."""
+                kernel_tier: str = "auto", act: str = "auto") -> List[TestResult]:
+    """Runs the prefill and decode tests on a loaded cism.Model (act: cism.actmodes)."""
     from .sampler import Sampler
     from .session import Session
     n_ctx = min(max(n_prompt, n_gen + 1, 16), model.context_length)
@@ -113,7 +115,7 @@ def bench_model(model, n_prompt: int = 512, n_gen: int = 128, threads: int = 0, 
     tokens = _random_tokens(model.vocab_size, max(n_prompt, 1), seed)
     results = []
     with Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, n_batch=n_batch,
-                 kernel_tier=kernel_tier) as s, Sampler() as smp:
+                 kernel_tier=kernel_tier, **act_kwargs(act)) as s, Sampler() as smp:
         # warm-up: pages the weights in and starts the threads
         s.eval(tokens[:min(len(tokens), 8)])
         if n_prompt > 0:
@@ -140,7 +142,8 @@ def prefill_macs_per_token(model, n_prompt: int) -> float:
 
 def format_table(report: BenchReport) -> str:
     lines = [f"model:   {report.description}",
-             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}"]
+             f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}"
+             f"   activations: {report.act}"]
     if report.mac_peak:
         lines.append(f"int8 multiply-add peak: {report.mac_peak / 1e9:.1f} G MAC/s per core (cism.int8_mac_peak); "
                      "prefill's share of it per thread")
@@ -181,6 +184,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "V cache q4a; docs/KV_CACHE.md)")
     p.add_argument("-b", "--batch", type=int, default=None, help="tokens per internal prefill step (default: library's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt tokens")
+    p.add_argument("--act", default="auto", type=act_mode_arg, metavar="{auto,outliers,int8,float}", help=ACT_HELP)
     p.add_argument("--tier", default="auto", help="kernel tier: auto (default) or one of cism.kernel_tiers(), "
                                                    "e.g. scalar, avx2, avx512, neon")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -224,14 +228,14 @@ def run(args: argparse.Namespace) -> int:
         return _run_parallel(args, path, label)
     with Model(path) as model:
         results = bench_model(model, args.prompt_tokens, args.gen_tokens, args.threads, args.reps, args.kv_type,
-                              args.batch, args.seed, args.tier)
+                              args.batch, args.seed, args.tier, args.act)
         tier = args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})"
-        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier)
+        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier, act=args.act)
         if args.prompt_tokens > 0:
             from . import int8_mac_peak
             report.prefill_macs = prefill_macs_per_token(model, args.prompt_tokens)
             report.threads_used = args.threads or int(_lib.lib.cism_default_n_threads())
-            if model.weight_dtype not in ("f32", "f16", "bf16"):  # int8 activations: the int8 peak is the ceiling
+            if model.weight_dtype not in ("f32", "f16", "bf16") and args.act != "float":  # the int8 peak: the ceiling
                 report.mac_peak = int8_mac_peak(args.tier)
     if args.json:
         print(report.to_json())
@@ -251,7 +255,7 @@ def _run_parallel(args: argparse.Namespace, path: str, label: str) -> int:
         raise ValueError(f"--parallel: expected counts like 1,2,4,8, got {args.parallel!r}") from None
     with Model(path) as model:
         res = bench_parallel(model, counts, args.prompt_tokens, args.gen_tokens, args.threads, args.reps,
-                             args.kv_type, args.tier, args.seed)
+                             args.kv_type, args.tier, args.seed, act=args.act)
         desc = describe(model, label)
     if args.json:
         res["model"] = path

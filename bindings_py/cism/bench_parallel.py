@@ -38,7 +38,9 @@ def _decode_round(model, batch, sessions, prompts, n_gen: int, batched: bool) ->
 
 
 def bench_parallel(model, counts: List[int], n_prompt: int = 128, n_gen: int = 64, threads: int = 0, reps: int = 3,
-                   kv_type: str = "f16", kernel_tier: str = "auto", seed: int = 0, sequential: bool = True) -> Dict:
+                   kv_type: str = "f16", kernel_tier: str = "auto", seed: int = 0, sequential: bool = True,
+                   act: str = "auto") -> Dict:
+    from .actmodes import act_kwargs
     from .batch import Batch
     from .session import Session
     if not counts or min(counts) < 1:
@@ -49,10 +51,11 @@ def bench_parallel(model, counts: List[int], n_prompt: int = 128, n_gen: int = 6
     rng = np.random.default_rng(seed)
     pmax = max(counts)
     prompts = [rng.integers(0, model.vocab_size, max(n_prompt, 1), dtype=np.int32) for _ in range(pmax)]
-    sessions = [Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, kernel_tier=kernel_tier)
+    act_args = act_kwargs(act)
+    sessions = [Session(model, n_ctx=n_ctx, n_threads=threads, kv_type=kv_type, kernel_tier=kernel_tier, **act_args)
                 for _ in range(pmax)]
     batch = Batch(model, n_threads=threads, max_tokens=max(pmax, 1), n_ctx=n_ctx, kv_type=kv_type,
-                  kernel_tier=kernel_tier)
+                  kernel_tier=kernel_tier, **act_args)
     modes = [(p, True) for p in counts] + ([(p, False) for p in counts if p > 1] if sequential else [])
     times: Dict[tuple, List[float]] = {m: [] for m in modes}
     try:
@@ -75,12 +78,14 @@ def bench_parallel(model, counts: List[int], n_prompt: int = 128, n_gen: int = 6
                      "aggregate_tokens_per_second": agg, "ms_per_step": 1000.0 * med / n_gen})
     for r in rows:
         r["vs_one"] = r["aggregate_tokens_per_second"] / base if base else None
-    return {"n_prompt": n_prompt, "n_gen": n_gen, "threads": threads, "kv_type": kv_type, "reps": reps, "rows": rows}
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "threads": threads, "kv_type": kv_type, "act": act, "reps": reps,
+            "rows": rows}
 
 
 def format_parallel(res: Dict, description: str) -> str:
     lines = [f"model:   {description}",
-             f"threads: {res['threads'] or 'default'}   kv cache: {res['kv_type']}   prompt {res['n_prompt']} tokens, "
+             f"threads: {res['threads'] or 'default'}   kv cache: {res['kv_type']}   activations: {res['act']}   "
+             f"prompt {res['n_prompt']} tokens, "
              f"{res['n_gen']} generated per sequence, median of {res['reps']} alternated rounds",
              f"{'seqs':>5} {'mode':<11} {'aggregate t/s':>14} {'ms/step':>9} {'vs 1 seq':>9}"]
     for r in res["rows"]:

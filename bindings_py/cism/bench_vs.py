@@ -113,6 +113,7 @@ def parse_pairs(dtypes: str, peers: Optional[str]) -> List[Tuple[str, str]]:
 
 def run_vs(args) -> int:
     from . import _lib, llamacpp as lc, read_bandwidth, system_info
+    from .actmodes import act_kwargs
     from .model import Model
     from .sampler import Sampler
     from .session import Session
@@ -147,7 +148,8 @@ def run_vs(args) -> int:
                         made[test] = Row(f"{ours_name} / {peer_name}", nth, f"{test}{n}", n,
                                          Side("libcism", ours_name, odetail, ob), Side("llama.cpp", peer_name, pdetail, pb),
                                          kv_bytes(preset, n_gen), bw[nth])
-                with Session(model, n_ctx=n_ctx, n_threads=nth, kv_type="f16", kernel_tier=args.tier) as s, \
+                with Session(model, n_ctx=n_ctx, n_threads=nth, kv_type="f16", kernel_tier=args.tier,
+                             **act_kwargs(args.act)) as s, \
                         Sampler() as smp, lc.Runner(gpath, nth, n_ctx) as lr:
                     s.eval(tokens[:8])            # warm-up: page the weights in, start the threads
                     lr.prefill(tokens[:8].tolist())
@@ -175,7 +177,8 @@ def run_vs(args) -> int:
     info = {"system": system_info(), "llama_cpp": f"llama-cpp-python {lc.version()}; {lc.system_info()}",
             "preset": args.preset, "n_params": preset.n_params(), "reps": reps, "threads": threads,
             "bandwidth": {str(k): v for k, v in bw.items()}, "load_start": load0, "load_end": load1,
-            "kernel_tier": args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})"}
+            "kernel_tier": args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})",
+            "activations": args.act}
     if args.json:
         print(json.dumps({"info": info, "rows": [dict(asdict(r), **r.summary()) for r in rows]}, indent=1))
     else:
@@ -198,7 +201,8 @@ def format_vs(info: Dict, rows: List[Row]) -> str:
            f"machine:   read bandwidth {bw}; load average {info['load_start'][0]:.2f} at start, "
            f"{info['load_end'][0]:.2f} at end",
            f"preset:    synthetic {info['preset']} ({info['n_params'] / 1e6:.1f}M parameters), {info['reps']} repetitions "
-           f"alternated, kernel tier {info['kernel_tier']}; t/s = median (min-max); ratio = libcism/llama.cpp per repetition",
+           f"alternated, kernel tier {info['kernel_tier']}, libcism's activations {info['activations']}; "
+           "t/s = median (min-max); ratio = libcism/llama.cpp per repetition",
            ""]
     seen = set()
     for r in rows:

@@ -2,12 +2,12 @@
 
     cism convert SRC -o OUT.cism [--dtype auto|f32|f16|bf16 | --quant RECIPE] [--calibrate auto|TEXT | --no-calibrate]
                  [--tokenizer tok.bin] [--force]
-    cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1]
+    cism generate -m MODEL.cism -p "Once upon a time" [-n 128] [--temperature 0.8] [--seed 1] [--act int8]
     cism chat -m MODEL.cism
     cism info [-m MODEL.cism]
     cism bench --preset smollm2-135m | -m MODEL.cism [-p 512] [-n 128] [-t THREADS]
     cism bench --preset smollm2-135m --dtype f16,q8,4bit --vs llama.cpp [--threads-list 1,2] [-r 5]
-    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act-quant | --float-act] [--kld-base BASE.cism]
+    cism ppl -m MODEL.cism -f TEXT [--ctx N] [--method full|half] [--act auto|outliers|int8|float] [--kld-base BASE.cism]
     cism serve [-m MODEL.cism] [--port 8000] [--slots 4] [--api-key KEY]
 
 Errors are printed as one line on stderr ("cism: error: ...") with exit status 1.
@@ -21,6 +21,7 @@ import sys
 from typing import List, Optional
 
 from . import __version__
+from .actmodes import ACT_HELP, act_kwargs, act_mode_arg
 from .kvtypes import kv_type_arg
 
 
@@ -48,6 +49,7 @@ def _add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-type", default="f16", type=kv_type_arg, metavar="{f16,f32,q8,q4a,K/V}",
                    help="KV cache type (default f16; q8, q4a: quantized; K/V such as q8/q4a: K cache q8, "
                         "V cache q4a; docs/KV_CACHE.md)")
+    p.add_argument("--act", default="auto", type=act_mode_arg, metavar="{auto,outliers,int8,float}", help=ACT_HELP)
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, temperature: float, top_k: int = 0, top_p: float = 1.0,
@@ -142,16 +144,17 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     from .ppl import kl_divergence, perplexity
     from .cli_io import read_text
     text = read_text(args.file, strict=True)
+    act = act_kwargs(args.act) if args.act else {"act_quant": args.act_quant}
     if args.kld_base:
         k = kl_divergence(args.model, args.kld_base, text=text, ctx=args.ctx, method=args.method,
-                          n_threads=args.threads, act_quant=args.act_quant, max_windows=args.max_windows)
+                          n_threads=args.threads, max_windows=args.max_windows, **act)
         print(k.describe())
         print(f"KLD {k.kld_mean:.6f}")
         print(f"PPL {k.model.ppl:.4f}")
         print(f"({k.model.seconds:.1f} s)", file=sys.stderr)
         return 0
     r = perplexity(args.model, text=text, ctx=args.ctx, method=args.method, n_threads=args.threads,
-                   act_quant=args.act_quant, max_windows=args.max_windows)
+                   max_windows=args.max_windows, **act)
     print(r.describe())
     print(f"PPL {r.ppl:.4f}")
     print(f"({r.seconds:.1f} s)", file=sys.stderr)
@@ -206,7 +209,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     path = _model_or_default(args)
     t0 = time.perf_counter()
     with Model(path) as model:
-        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s:
+        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type, **act_kwargs(args.act)) as s:
             load_seconds = time.perf_counter() - t0
             if args.lookup or args.draft:
                 return _generate_speculative(args, model, s, prompt, load_seconds)
@@ -325,7 +328,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with Model(_model_or_default(args)) as model:
         tok = model.tokenizer
         render, fmt = _chat_renderer(model, args)
-        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type) as s, \
+        with model.session(n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type, **act_kwargs(args.act)) as s, \
                 Sampler(**_sampling(args)) as sampler:
             if interactive:
                 print(f"chatting with {args.model} ({model.architecture}, chat format {fmt}); empty line or Ctrl-D "
@@ -433,7 +436,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(_model_or_default(args), host=args.host, port=args.port, n_slots=args.slots, n_ctx=args.ctx,
           n_threads=args.threads, kv_type=args.kv_type, api_key=api_key, max_queue=args.max_queue,
           max_tokens=args.max_tokens, max_body_bytes=args.max_body_bytes, prefill_chunk=args.prefill_chunk,
-          model_id=args.model_name, lookup=args.lookup, draft_max=args.draft_max)
+          model_id=args.model_name, lookup=args.lookup, draft_max=args.draft_max, act=args.act)
     return 0
 
 
@@ -613,6 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="int8 activations with integer dot products for packed weights (the default)")
     aq.add_argument("--float-act", dest="act_quant", action="store_const", const=False,
                     help="float activations for packed weights (decode each block to f32)")
+    aq.add_argument("--act", default=None, type=act_mode_arg, metavar="{auto,outliers,int8,float}",
+                    help=ACT_HELP + " (--act-quant: outliers, --float-act: float)")
     pp.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = the whole text)")
     pp.add_argument("--kld-base", metavar="BASE.cism",
                     help="also report KLD(base || model) of the next-token distributions against this base model "

@@ -107,11 +107,11 @@ def _windows(toks: np.ndarray, bos: int, ctx: int, method: str, max_windows: int
 def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Sequence[int]] = None,
                ctx: int = 0, method: str = "full", n_threads: int = 0, act_quant: Optional[bool] = None,
                max_windows: int = 0, kv_f16: bool = False, kv_type: Optional[str] = None,
-               kv_rotate: Optional[bool] = None) -> PplResult:
+               kv_rotate: Optional[bool] = None, act_outliers: Optional[bool] = None) -> PplResult:
     """Perplexity of `model` (.cism path) on `text` (or pre-tokenized `tokens`).
     ctx 0 = the model's context length. max_windows > 0 stops after that many windows.
     The session's KV cache is f32 unless kv_type ("f16", "q8", "q4", ...) or
-    kv_f16 says otherwise; kv_rotate as in Session."""
+    kv_f16 says otherwise; act_quant, act_outliers and kv_rotate as in Session."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (full or half)")
     if tokens is None:
@@ -129,7 +129,7 @@ def perplexity(model: str, *, text: Optional[str] = None, tokens: Optional[Seque
         windows = _windows(toks, m.bos_id, ctx, method, max_windows)
         nll_sum, n_scored = 0.0, 0
         with Session(m, n_ctx=ctx, n_batch=ctx, n_threads=n_threads, kv_type=kv_type or ("f16" if kv_f16 else "f32"),
-                     logits_all=True, act_quant=act_quant, kv_rotate=kv_rotate) as sess:
+                     logits_all=True, act_quant=act_quant, act_outliers=act_outliers, kv_rotate=kv_rotate) as sess:
             for inp, first, targets in windows:
                 sess.reset()
                 sess.eval(inp)

@@ -57,8 +57,9 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
           n_threads: int = 0, kv_type: str = "f16", api_key: Optional[str] = None, max_queue: int = 64,
           max_tokens: int = 4096, max_body_bytes: int = 1 << 20, prefill_chunk: int = 64,
           model_id: Optional[str] = None, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-          lookup: bool = False, draft_max: int = 7) -> None:
-    """Loads the model, starts the scheduler and serves until interrupted."""
+          lookup: bool = False, draft_max: int = 7, act: str = "auto") -> None:
+    """Loads the model, starts the scheduler and serves until interrupted. act: the
+    activations of every slot (cism.actmodes: auto, outliers, int8, float)."""
     require()
     import uvicorn
     from ..model import Model
@@ -80,7 +81,7 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
         metrics = Metrics()
         sched = Scheduler(model, n_slots=n_slots, n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type,
                           max_queue=max_queue, prefill_chunk=prefill_chunk, metrics=metrics, lookup=lookup,
-                          draft_max=draft_max)
+                          draft_max=draft_max, act=act)
         try:
             state = ServerState(model, sched, metrics, Limits(max_tokens=max_tokens, max_body_bytes=max_body_bytes),
                                 model_id or model_id_of(model_path), api_key)
@@ -91,6 +92,7 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000, n_slots
                 f"http://{host}:{sock.getsockname()[1]}"
             say(f"cism: serving {state.model_id} on {where} ({n_slots} slots of {sched.n_ctx} tokens, "
                 f"queue {max_queue}{', API key required' if api_key else ''}"
+                f"{'' if act == 'auto' else f', {act} activations'}"
                 f"{f', prompt lookup up to {draft_max} drafts' if lookup else ''}); Ctrl-C stops")
             if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
                 say(f"cism: warning: {host} is reachable from other machines and no API key is set "

@@ -43,6 +43,7 @@ from typing import Deque, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..actmodes import act_kwargs
 from ..errors import CancelledError
 from ..json_mode import JsonConstraint, JsonDeadEnd
 from .lookup import Lookup
@@ -126,7 +127,8 @@ def _slots_fit(n_slots: int, first) -> None:
 class Scheduler:
     def __init__(self, model, *, n_slots: int, n_ctx: int = 0, n_threads: int = 0, kv_type: str = "f16",
                  max_queue: int = 64, prefill_chunk: int = PREFILL_CHUNK, metrics: Optional[Metrics] = None,
-                 lookup: bool = False, draft_max: int = 7):
+                 lookup: bool = False, draft_max: int = 7, act: str = "auto"):
+        act_args = act_kwargs(act)   # the slots and the batch must agree (cism_batch_add)
         if n_slots < 1:
             raise ValueError(f"--slots {n_slots}: give 1 or more")
         if lookup and not 1 <= draft_max <= 64:
@@ -144,7 +146,7 @@ class Scheduler:
         self.slots: List[Slot] = []
         try:
             for i in range(n_slots):
-                s = model.session(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type)
+                s = model.session(n_ctx=n_ctx, n_threads=n_threads, kv_type=kv_type, **act_args)
                 s.trim()   # the batch evaluates every slot: a slot needs no scratch or threads of its own
                 self.slots.append(Slot(i, s))
                 if i == 0:
@@ -159,7 +161,7 @@ class Scheduler:
         self.max_step_tokens = n_slots * (1 + self.draft_max) + max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
         try:
             self._batch = Batch(model, n_threads=n_threads, max_tokens=self.max_step_tokens, n_ctx=self.n_ctx,
-                                kv_type=kv_type)
+                                kv_type=kv_type, **act_args)
         except BaseException:
             for s in self.slots:
                 s.session.close()
