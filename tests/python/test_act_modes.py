@@ -12,7 +12,7 @@ import pytest
 
 import cism
 from cism.actmodes import ACT_MODES, act_kwargs
-from cism.ppl import perplexity
+from cism.ppl import kl_divergence, perplexity
 from cism.synthetic import write_synthetic
 from helpers import ASCII_VOCAB, tiny_preset
 
@@ -68,6 +68,14 @@ def test_ppl_act_equals_the_api(packed, tmp_path, run_cli):
     # the older spellings still work and mean what they meant
     assert seen["float"] in run_cli("ppl", "-m", packed, "-f", str(f), "--ctx", "128", "--float-act").stdout
     assert seen["outliers"] in run_cli("ppl", "-m", packed, "-f", str(f), "--ctx", "128", "--act-quant").stdout
+    # --kld-base: the model side takes --act (the base keeps the default: outliers)
+    kld = {}
+    for a in ("outliers", "int8"):
+        out = run_cli("ppl", "-m", packed, "-f", str(f), "--ctx", "128", "--kld-base", packed, "--act", a).stdout
+        k = kl_divergence(packed, packed, text=TEXT, ctx=128, **act_kwargs(a))
+        assert k.describe() in out and f"KLD {k.kld_mean:.6f}" in out, (a, out)
+        kld[a] = k.kld_mean
+    assert kld["outliers"] == 0 < kld["int8"], kld
     p = run_cli("ppl", "-m", packed, "-f", str(f), "--act", "int8", "--float-act", check=False)
     assert p.returncode == 2 and "not allowed with argument --act" in p.stderr
 
