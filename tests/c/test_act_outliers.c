@@ -381,23 +381,25 @@ static void test_long_call(const cism__kernels *k, const cism__kernels *ref, int
         free(rs.places);
         free(bad.run);
     }
-    { /* few tokens (the token kernels), from the middle of the call */
-        static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17};
+    { /* few tokens (the token kernels), from the middle of the call (each token its own channels) and from the
+         end (tokens sharing channels, several of them: x86's fused entry decodes each distinct column once) */
+        static const int64_t few[] = {1, 2, 3, 5, 8, 9, 17}, from[] = {200, 450};
         size_t i;
-        for (i = 0; i < sizeof(few) / sizeof(few[0]); i++) {
-            const uint8_t *x0 = xs + 200 * ldq;
-            ref->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y1, LR, few[i], 0, LR);
-            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, x0, ldq, y1, LR, few[i], 0, LR);
-            k->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, few[i], 0, LR);
-            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, LR, few[i], 0, LR);
-            CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
-                      "scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
-            if (has_fused(k, dt, few[i])) { /* the fused entry, rows off the 8-row grid */
-                memset(y2, 0, (size_t)(few[i] * LR) * sizeof(float));
-                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, few[i], 0, 5, NULL);
-                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, few[i], 5, LR, NULL);
-                CHECK_MSG(memcmp(y1, y2, (size_t)(few[i] * LR) * sizeof(float)) == 0, "%s on %s, %d tokens, fused entry: "
-                          "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)few[i]);
+        for (i = 0; i < 2 * sizeof(few) / sizeof(few[0]); i++) {
+            const uint8_t *x0 = xs + from[i % 2] * ldq;
+            const int64_t n = few[i / 2];
+            ref->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y1, LR, n, 0, LR);
+            cism__act8_add_outliers(ref, dt, wq, (uint64_t)rb, x0, ldq, y1, LR, n, 0, LR);
+            k->matmul_a8[dt](wq, (uint64_t)rb, C2, x0, ldq, y2, LR, n, 0, LR);
+            cism__act8_add_outliers(k, dt, wq, (uint64_t)rb, x0, ldq, y2, LR, n, 0, LR);
+            CHECK_MSG(memcmp(y1, y2, (size_t)(n * LR) * sizeof(float)) == 0, "%s on %s, %d tokens: not the "
+                      "scalar tier's bits", cism_dtype_name(dt), k->name, (int)n);
+            if (has_fused(k, dt, n)) { /* the fused entry, rows off the 8-row grid */
+                memset(y2, 0, (size_t)(n * LR) * sizeof(float));
+                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, n, 0, 5, NULL);
+                fused(k, dt, wq, rb, C2, x0, ldq, y2, LR, n, 5, LR, NULL);
+                CHECK_MSG(memcmp(y1, y2, (size_t)(n * LR) * sizeof(float)) == 0, "%s on %s, %d tokens, fused entry: "
+                          "not the scalar tier's bits", cism_dtype_name(dt), k->name, (int)n);
             }
         }
     }

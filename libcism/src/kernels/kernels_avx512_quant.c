@@ -434,12 +434,17 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             }
         }
     }
-    if (ol) { /* the few tokens' outlier entries, in table order, while the group is in L1 (x86_x16.h x16outl) */
+    if (ol) { /* the few tokens' outlier entries, in table order, while the group is in L1 (x86_x16.h x16outl); */
+        /* several tokens: each distinct column decoded once for all                                              */
         const __m512 levels = _mm512_loadu_ps(ol->lv), smul = _mm512_set1_ps(_mm256_cvtss_f32(ol->smul));
+        __m512 col[CISM__GEMV_OUTL_TOKENS * CISM__A8_MAX_OUT];
+        for (k = 0; T > 1 && k < ol->nd; k++) col[k] = x16_col16(grp, &ol->p[k], xf, levels, smul);
         for (t = 0; t < T; t++) {
             const cism__act8_out *o = ol->o[ot + t];
+            const uint8_t *ix = ol->ix[ot + t];
             for (k = 0; k < o->n; k++)
-                facc[t] = _mm512_fmadd_ps(_mm512_set1_ps(o->val[k]), x16_col16(grp, &ol->p[ot + t][k], xf, levels, smul), facc[t]);
+                facc[t] = _mm512_fmadd_ps(_mm512_set1_ps(o->val[k]),
+                                          T > 1 ? col[ix[k]] : x16_col16(grp, &ol->p[ix[k]], xf, levels, smul), facc[t]);
         }
     }
     for (t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, facc[t]);

@@ -330,14 +330,25 @@ CISM__INLINE void gemv_outliers_x16(const void *w, uint64_t rb, int64_t cols, co
     const cism__x16 g = cism__x16_geom(x16_dtype(xf), rb);
     const cism__fmt4 *f = xf == X16_Q4S ? cism__fmt4_of(cism__dtype_base(x16_dtype(xf))) : NULL;
     const int64_t B = f ? f->block : 32; /* q8, q4a, q6, q5: blocks of 32 */
+    int32_t ch[CISM__GEMV_OUTL_TOKENS * CISM__A8_MAX_OUT]; /* the distinct channels, in order of first use */
     x16outl ol;
     int64_t t;
-    int k;
+    int k, d;
     for (k = 0; k < 16; k++) ol.lv[k] = f ? (float)f->levels[k] : 0.0f;
     ol.smul = _mm256_set1_ps(f ? f->scale_mul : 1.0f);
+    ol.nd = 0;
     for (t = 0; t < nt; t++) {
-        ol.o[t] = cism__out_table(xq, ldq, t);
-        for (k = 0; k < ol.o[t]->n; k++) ol.p[t][k] = x16_place((const uint8_t *)w, &g, xf, B, ol.o[t]->idx[k]);
+        const cism__act8_out *o = ol.o[t] = cism__out_table(xq, ldq, t);
+        const int seen = ol.nd; /* a token's own channels are distinct: only earlier tokens' are searched */
+        for (k = 0; k < o->n; k++) {
+            for (d = 0; d < seen && ch[d] != o->idx[k]; d++) {}
+            if (d == seen) {
+                d = ol.nd++;
+                ch[d] = o->idx[k];
+                ol.p[d] = x16_place((const uint8_t *)w, &g, xf, B, o->idx[k]);
+            }
+            ol.ix[t][k] = (uint8_t)d;
+        }
     }
     matmul_a8_x16(w, rb, cols, xq, ldq, y, ldy, nt, r0, r1, &ol, xf);
 }

@@ -223,14 +223,18 @@ CISM__INLINE __m256 x16h_col8(const uint8_t *grp, const ocol *p, int h, const in
 }
 
 /* The outlier entries of a call of few tokens (x86_outliers.h
-   gemv_outliers_x16): token t's table and each entry's place in a group,
-   added by the tiles below to the outputs they hold, after the int8 dot and
-   in table order, one fused multiply-add each: the operations of the
-   epilogue (outliers_one / otab_add) in its order, so the same bits, while
-   the group is still in L1. */
+   gemv_outliers_x16): token t's table, the call's distinct channels' places
+   in a group (p, nd of them) and which of them each entry is (ix), added by
+   the tiles below to the outputs they hold, after the int8 dot and in table
+   order, one fused multiply-add each: the operations of the epilogue
+   (outliers_one / otab_add) in its order, so the same bits, while the group
+   is still in L1. A tile of several tokens may decode each distinct column
+   once for all of them (the tokens of a call share most channels). */
 typedef struct x16outl {
     const cism__act8_out *o[CISM__GEMV_OUTL_TOKENS];
-    ocol p[CISM__GEMV_OUTL_TOKENS][CISM__A8_MAX_OUT];
+    int nd;
+    ocol p[CISM__GEMV_OUTL_TOKENS * CISM__A8_MAX_OUT];
+    uint8_t ix[CISM__GEMV_OUTL_TOKENS][CISM__A8_MAX_OUT];
     float lv[16]; /* q4sx16: the levels */
     __m256 smul;  /* q4sx16: the scale multiplier */
 } x16outl;
@@ -239,7 +243,7 @@ CISM__INLINE __m256 x16h_outl(__m256 acc, const uint8_t *grp, const x16outl *ol,
     const cism__act8_out *o = ol->o[t];
     int k;
     for (k = 0; k < o->n; k++)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(o->val[k]), x16h_col8(grp, &ol->p[t][k], h, xf, ol->lv, ol->smul), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(o->val[k]), x16h_col8(grp, &ol->p[ol->ix[t][k]], h, xf, ol->lv, ol->smul), acc);
     return acc;
 }
 
