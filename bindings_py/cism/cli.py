@@ -144,7 +144,7 @@ def cmd_ppl(args: argparse.Namespace) -> int:
     from .ppl import kl_divergence, perplexity
     from .cli_io import read_text
     text = read_text(args.file, strict=True)
-    act = act_kwargs(args.act) if args.act else {"act_quant": args.act_quant}
+    act = act_kwargs(args.act)
     if args.kld_base:
         k = kl_divergence(args.model, args.kld_base, text=text, ctx=args.ctx, method=args.method,
                           n_threads=args.threads, max_windows=args.max_windows, **act)
@@ -612,12 +612,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="; ".join(f"{k}: {v}" for k, v in METHODS.items()))
     pp.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the library's choice)")
     aq = pp.add_mutually_exclusive_group()
-    aq.add_argument("--act-quant", dest="act_quant", action="store_const", const=True, default=None,
-                    help="int8 activations with integer dot products for packed weights (the default)")
-    aq.add_argument("--float-act", dest="act_quant", action="store_const", const=False,
-                    help="float activations for packed weights (decode each block to f32)")
-    aq.add_argument("--act", default=None, type=act_mode_arg, metavar="{auto,outliers,int8,float}",
-                    help=ACT_HELP + " (--act-quant: outliers, --float-act: float)")
+    aq.add_argument("--act", default="auto", type=act_mode_arg, metavar="{auto,outliers,int8,float}", help=ACT_HELP)
+    aq.add_argument("--act-quant", dest="act", action="store_const", const="outliers",
+                    help="the same as --act outliers (int8 activations with integer dot products, the default)")
+    aq.add_argument("--float-act", dest="act", action="store_const", const="float",
+                    help="the same as --act float (float activations: each weight block decoded to f32)")
     pp.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = the whole text)")
     pp.add_argument("--kld-base", metavar="BASE.cism",
                     help="also report KLD(base || model) of the next-token distributions against this base model "

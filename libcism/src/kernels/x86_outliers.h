@@ -455,11 +455,12 @@ CISM__INLINE void matmul_outliers_x16(const void *w, uint64_t rb, int64_t cols, 
    (dtype, rb bytes a row), for all the calls of a stage; an interleaved dtype
    only (else none) */
 static void oplaces_build(cism__oruns *rs, int32_t dtype, const void *w, uint64_t rb) {
-    const cism__x16 g = cism__x16_geom(dtype, rb);
+    cism__x16 g;
     oplace pl;
     int i;
     rs->pl_dtype = -1;
     if (!rs->xq || !rs->places || !cism__dtype_is_x16(dtype)) return;
+    g = cism__x16_geom(dtype, rb);
     oplace_init(&pl, &g, cism__dtype_base(dtype), rb);
     for (i = 0; i < rs->n; i++)
         if (rs->run[i].n) oplace_build(&pl, (ocols *)cism__orun_places(rs, i), &rs->run[i], (const uint8_t *)w);
