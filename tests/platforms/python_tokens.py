@@ -6,6 +6,9 @@ text for the JVM and ARM64 parity checks of run_platform_checks.sh:
     OUT_DIR/sampled.txt   48 tokens from BOS, temperature 0.8, top-p 0.95, seed 42
     OUT_DIR/text.txt      a text with emoji and accents, and
     OUT_DIR/text_ids.txt  its ids from Hugging Face `tokenizers` (stories260K-hf/tokenizer.json)
+    OUT_DIR/act_q8.cism   a small synthetic q8 model (seeded), and
+    OUT_DIR/act_MODE.f32  its last logits after ACT_TOKENS under each of Session.Activations
+                          (default, outliers, int8, float), little-endian float32
 """
 import os
 import sys
@@ -15,6 +18,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import cism
+from cism.synthetic import Preset, write_synthetic
+
+ACT_TOKENS = [1, 7, 3, 22, 9, 41, 5, 17, 33, 2, 60, 11]  # HostJvmTest.ACT_TOKENS
+ACT_MODES = {"default": {}, "outliers": {"act_quant": True, "act_outliers": True},
+             "int8": {"act_quant": True, "act_outliers": False}, "float": {"act_quant": False}}
 
 fixtures, shared_models, out = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(out, exist_ok=True)
@@ -35,3 +43,13 @@ with open(os.path.join(out, "text.txt"), "w", encoding="utf-8") as f:
 with open(os.path.join(out, "text_ids.txt"), "w") as f:
     f.write(" ".join(str(t) for t in hf.encode(text).ids) + "\n")
 print("python API tokens:", len(greedy), "greedy,", len(sampled), "sampled;", len(hf.encode(text).ids), "HF ids")
+
+act_model = os.path.join(out, "act_q8.cism")
+write_synthetic(Preset("act-modes", "tests", "llama", 64, 128, 2, 4, 2, 32, 256, 128, 10000.0, 1e-5, False, {}),
+                act_model, "q8", seed=5)
+with cism.Model(act_model) as model:
+    for mode, kw in ACT_MODES.items():
+        with cism.Session(model, n_ctx=64, n_threads=1, **kw) as session:
+            session.eval(ACT_TOKENS)
+            session.logits().astype("<f4").tofile(os.path.join(out, f"act_{mode}.f32"))
+print("python API logits of", act_model, "under", ", ".join(ACT_MODES))

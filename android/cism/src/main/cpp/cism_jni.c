@@ -260,9 +260,13 @@ JNIEXPORT jlong JNICALL Java_org_libcism_Model_nativeResidentBytes(JNIEnv *env, 
 }
 
 /* The session keys of cism_params (0 = library default). */
-static cism_status session_params(cism_params **out, jint threads, jint n_ctx, jboolean kv_f32, jint n_batch) {
+/* act: Session.Activations' code (Options.activationsCode): 0 the library's
+   default, 1 OUTLIERS, 2 INT8, 3 FLOAT */
+static cism_status session_params(cism_params **out, jint threads, jint n_ctx, jboolean kv_f32, jint n_batch, jint act) {
     cism_params *p = NULL;
     cism_status st = cism_params_create(&p);
+    if (st == CISM_OK && act != 0) st = cism_params_set_int(p, CISM_PARAM_ACT_QUANT, act != 3);
+    if (st == CISM_OK && (act == 1 || act == 2)) st = cism_params_set_int(p, CISM_PARAM_ACT_OUTLIERS, act == 1);
     if (st == CISM_OK && threads != 0) st = cism_params_set_int(p, CISM_PARAM_N_THREADS, threads);
     if (st == CISM_OK && n_ctx != 0) st = cism_params_set_int(p, CISM_PARAM_N_CTX, n_ctx);
     if (st == CISM_OK) st = cism_params_set_int(p, CISM_PARAM_KV_TYPE, kv_f32 ? CISM_DTYPE_F32 : CISM_DTYPE_F16);
@@ -276,10 +280,10 @@ static cism_status session_params(cism_params **out, jint threads, jint n_ctx, j
 }
 
 JNIEXPORT jlong JNICALL Java_org_libcism_Model_nativeEstimateSessionBytes(JNIEnv *env, jclass cls, jlong model, jint threads,
-                                                                          jint n_ctx, jboolean kv_f32, jint n_batch) {
+                                                                          jint n_ctx, jboolean kv_f32, jint n_batch, jint act) {
     cism_params *p = NULL;
     int64_t bytes = 0;
-    cism_status st = session_params(&p, threads, n_ctx, kv_f32, n_batch);
+    cism_status st = session_params(&p, threads, n_ctx, kv_f32, n_batch, act);
     (void)cls;
     if (st == CISM_OK) st = cism_session_estimate_bytes(FROM_HANDLE(cism_model, model), p, &bytes);
     if (st != CISM_OK) throw_status(env, st);
@@ -328,10 +332,10 @@ JNIEXPORT void JNICALL Java_org_libcism_Sampler_nativeAccept(JNIEnv *env, jclass
 
 /* ---- org.libcism.Session --------------------------------------------------------- */
 JNIEXPORT jlong JNICALL Java_org_libcism_Session_nativeCreate(JNIEnv *env, jclass cls, jlong model, jint threads, jint n_ctx,
-                                                              jboolean kv_f32, jint n_batch) {
+                                                              jboolean kv_f32, jint n_batch, jint act) {
     cism_params *p = NULL;
     cism_session *s = NULL;
-    cism_status st = session_params(&p, threads, n_ctx, kv_f32, n_batch);
+    cism_status st = session_params(&p, threads, n_ctx, kv_f32, n_batch, act);
     (void)cls;
     if (st == CISM_OK) st = cism_session_create(FROM_HANDLE(cism_model, model), p, &s);
     if (st != CISM_OK) throw_status(env, st);

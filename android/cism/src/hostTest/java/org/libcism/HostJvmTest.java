@@ -105,6 +105,52 @@ public class HostJvmTest {
         }
     }
 
+    /** python_tokens.py's ACT_TOKENS */
+    private static final int[] ACT_TOKENS = {1, 7, 3, 22, 9, 41, 5, 17, 33, 2, 60, 11};
+
+    private static float[] readF32(Path file) throws IOException {
+        byte[] b = Files.readAllBytes(file);
+        float[] out = new float[b.length / 4];
+        ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out);
+        return out;
+    }
+
+    private static double maxAbsDiff(float[] a, float[] b) {
+        assertEquals(a.length, b.length);
+        double m = 0;
+        for (int i = 0; i < a.length; i++) m = Math.max(m, Math.abs((double) a[i] - b[i]));
+        return m;
+    }
+
+    /**
+     * Options.activations reaches the library: on a q8 model each setting gives
+     * the Python API's logits under the same setting, the default is OUTLIERS,
+     * and the three settings differ from each other (by far more than the tolerance).
+     */
+    @Test
+    public void activationsMatchPython() throws IOException {
+        String[] names = {"default", "outliers", "int8", "float"};
+        Session.Activations[] modes = {null, Session.Activations.OUTLIERS, Session.Activations.INT8,
+                                       Session.Activations.FLOAT};
+        float[][] got = new float[names.length][];
+        try (Model model = Model.load(expected.resolve("act_q8.cism").toString())) {
+            for (int i = 0; i < names.length; i++) {
+                Session.Options o = new Session.Options().threads(1).contextLength(64).activations(modes[i]);
+                assertTrue(model.estimateSessionBytes(o) > 0);
+                try (Session session = new Session(model, o)) {
+                    session.eval(ACT_TOKENS);
+                    got[i] = session.logits();
+                }
+                double d = maxAbsDiff(got[i], readF32(expected.resolve("act_" + names[i] + ".f32")));
+                assertTrue(names[i] + ": " + d + " from the Python API's logits", d < 1e-5);
+            }
+        }
+        assertEquals(0.0, maxAbsDiff(got[0], got[1]), 0.0);
+        for (int i = 1; i < names.length; i++)
+            for (int j = i + 1; j < names.length; j++)
+                assertTrue(names[i] + " and " + names[j] + " give the same logits", maxAbsDiff(got[i], got[j]) > 1e-3);
+    }
+
     /** Greedy tokens equal the Python API's and the transformers reference. */
     @Test
     public void greedyMatchesPythonAndTransformers() throws IOException {

@@ -196,7 +196,8 @@ public final class Model implements AutoCloseable {
 
     /** Native memory a session with these options would allocate (KV cache, scratch, logits). */
     public synchronized long estimateSessionBytes(Session.Options options) {
-        return nativeEstimateSessionBytes(handle(), options.threads, options.contextLength, options.kvF32, options.batchSize);
+        return nativeEstimateSessionBytes(handle(), options.threads, options.contextLength, options.kvF32, options.batchSize,
+                options.activationsCode());
     }
 
     /** Releases this reference; the native model lives on while sessions use it. Idempotent. */
@@ -224,5 +225,6 @@ public final class Model implements AutoCloseable {
     private static native int nativeChatFormat(long model);
     private static native byte[] nativeChatApply(long model, int format, byte[][] roles, byte[][] contents,
                                                  boolean addGenerationPrompt);
-    private static native long nativeEstimateSessionBytes(long model, int threads, int contextLength, boolean kvF32, int batchSize);
+    private static native long nativeEstimateSessionBytes(long model, int threads, int contextLength, boolean kvF32, int batchSize,
+                                                          int activations);
 }
