@@ -23,6 +23,18 @@ ACT_MODES: Dict[str, Dict[str, Optional[bool]]] = {
 }
 
 
+FLOAT_WEIGHTS = ("f32", "f16", "bf16")
+
+
+def act_label(mode: str, weight_dtype: str) -> str:
+    """The activations a session of `mode` runs on weights of `weight_dtype`, as
+    reports print them: float weights take float activations whatever the mode,
+    and auto is the library's default (outliers)."""
+    if weight_dtype in FLOAT_WEIGHTS:
+        return f"float ({weight_dtype} weights)"
+    return "outliers (auto)" if mode == "auto" else mode
+
+
 def act_kwargs(mode: str) -> Dict[str, Optional[bool]]:
     """Session / Batch keyword arguments of an --act mode."""
     try:

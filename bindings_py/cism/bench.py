@@ -25,7 +25,7 @@ from typing import List, Optional
 import numpy as np
 
 from . import _lib
-from .actmodes import ACT_HELP, act_kwargs, act_mode_arg
+from .actmodes import ACT_HELP, FLOAT_WEIGHTS, act_kwargs, act_label, act_mode_arg
 from .errors import check
 from .kvtypes import kv_type_arg
 
@@ -67,7 +67,8 @@ class BenchReport:
     prefill_macs: float = 0.0  # multiply-adds per prefill token (weights and attention, the test's mean context)
     mac_peak: float = 0.0      # int8 multiply-adds per second of one core (cism.int8_mac_peak); 0: not shown
     threads_used: int = 0      # the session's thread count (the peak's multiple)
-    act: str = "auto"          # activations (cism.actmodes)
+    act: str = "auto"          # activations asked for (cism.actmodes)
+    act_runs: str = ""         # the activations the sessions ran (cism.actmodes.act_label)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -143,7 +144,7 @@ def prefill_macs_per_token(model, n_prompt: int) -> float:
 def format_table(report: BenchReport) -> str:
     lines = [f"model:   {report.description}",
              f"threads: {report.threads or 'default'}   kv cache: {report.kv_type}   kernel tier: {report.tier}"
-             f"   activations: {report.act}"]
+             f"   activations: {report.act_runs or report.act}"]
     if report.mac_peak:
         lines.append(f"int8 multiply-add peak: {report.mac_peak / 1e9:.1f} G MAC/s per core (cism.int8_mac_peak); "
                      "prefill's share of it per thread")
@@ -230,12 +231,13 @@ def run(args: argparse.Namespace) -> int:
         results = bench_model(model, args.prompt_tokens, args.gen_tokens, args.threads, args.reps, args.kv_type,
                               args.batch, args.seed, args.tier, args.act)
         tier = args.tier if args.tier != "auto" else f"auto ({_lib.lib.cism_kernel_tier_name(0).decode()})"
-        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier, act=args.act)
+        report = BenchReport(path, describe(model, label), args.threads, args.kv_type, results, tier, act=args.act,
+                             act_runs=act_label(args.act, model.weight_dtype))
         if args.prompt_tokens > 0:
             from . import int8_mac_peak
             report.prefill_macs = prefill_macs_per_token(model, args.prompt_tokens)
             report.threads_used = args.threads or int(_lib.lib.cism_default_n_threads())
-            if model.weight_dtype not in ("f32", "f16", "bf16") and args.act != "float":  # the int8 peak: the ceiling
+            if model.weight_dtype not in FLOAT_WEIGHTS and args.act != "float":  # the int8 peak: the ceiling
                 report.mac_peak = int8_mac_peak(args.tier)
     if args.json:
         print(report.to_json())
@@ -256,6 +258,7 @@ def _run_parallel(args: argparse.Namespace, path: str, label: str) -> int:
     with Model(path) as model:
         res = bench_parallel(model, counts, args.prompt_tokens, args.gen_tokens, args.threads, args.reps,
                              args.kv_type, args.tier, args.seed, act=args.act)
+        res["act_runs"] = act_label(args.act, model.weight_dtype)
         desc = describe(model, label)
     if args.json:
         res["model"] = path

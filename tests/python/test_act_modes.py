@@ -6,6 +6,7 @@ ignored --act fails."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -141,6 +142,23 @@ def test_bench_runs_and_reports_its_activations(packed, monkeypatch, capsys):
                      "--act", "float"]) == 0
     assert "activations: float" in capsys.readouterr().out
     assert {n for n, _ in made} == {"Session", "Batch"} and all(kw["act_quant"] is False for _, kw in made), made
+
+
+def test_bench_names_what_auto_and_float_weights_run(packed, tmp_path, capsys):
+    """The report names the activations the sessions ran: auto is the library's
+    default (outliers), and float weights take float activations whatever --act says."""
+    from cism import cli
+    from helpers import make_model
+    f32 = make_model(tmp_path / "f32.cism")
+    for model, act, label in ((packed, "auto", "outliers (auto)"), (packed, "outliers", "outliers"),
+                              (f32, "int8", "float (f32 weights)"), (f32, "auto", "float (f32 weights)")):
+        assert cli.main(["bench", "-m", model, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--act", act]) == 0
+        assert re.search(rf"activations: {re.escape(label)}(\n|   )", capsys.readouterr().out), (model, act)
+    assert cli.main(["bench", "-m", packed, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--parallel", "1"]) == 0
+    assert re.search(r"activations: outliers \(auto\)   ", capsys.readouterr().out)
+    assert cli.main(["bench", "-m", packed, "-p", "8", "-n", "0", "-r", "1", "-t", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["act"], report["act_runs"]) == ("auto", "outliers (auto)")
 
 
 def test_serve_act_equals_the_api(packed):
