@@ -84,7 +84,8 @@ def bench_parallel(model, counts: List[int], n_prompt: int = 128, n_gen: int = 6
 
 def format_parallel(res: Dict, description: str) -> str:
     lines = [f"model:   {description}",
-             f"threads: {res['threads'] or 'default'}   kv cache: {res['kv_type']}   activations: {res.get('act_runs') or res['act']}   "
+             f"threads: {res['threads'] or 'default'}   kv cache: {res['kv_type']}   "
+             f"activations: {res.get('act_runs') or res['act']}   "
              f"prompt {res['n_prompt']} tokens, "
              f"{res['n_gen']} generated per sequence, median of {res['reps']} alternated rounds",
              f"{'seqs':>5} {'mode':<11} {'aggregate t/s':>14} {'ms/step':>9} {'vs 1 seq':>9}"]

@@ -18,11 +18,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import cism
+from cism.actmodes import act_kwargs
 from cism.synthetic import Preset, write_synthetic
 
 ACT_TOKENS = [1, 7, 3, 22, 9, 41, 5, 17, 33, 2, 60, 11]  # HostJvmTest.ACT_TOKENS
-ACT_MODES = {"default": {}, "outliers": {"act_quant": True, "act_outliers": True},
-             "int8": {"act_quant": True, "act_outliers": False}, "float": {"act_quant": False}}
+ACT_MODES = {"default": "auto", "outliers": "outliers", "int8": "int8", "float": "float"}  # file name: --act
 
 fixtures, shared_models, out = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(out, exist_ok=True)
@@ -48,8 +48,8 @@ act_model = os.path.join(out, "act_q8.cism")
 write_synthetic(Preset("act-modes", "tests", "llama", 64, 128, 2, 4, 2, 32, 256, 128, 10000.0, 1e-5, False, {}),
                 act_model, "q8", seed=5)
 with cism.Model(act_model) as model:
-    for mode, kw in ACT_MODES.items():
-        with cism.Session(model, n_ctx=64, n_threads=1, **kw) as session:
+    for mode, act in ACT_MODES.items():
+        with cism.Session(model, n_ctx=64, n_threads=1, **act_kwargs(act)) as session:
             session.eval(ACT_TOKENS)
             session.logits().astype("<f4").tofile(os.path.join(out, f"act_{mode}.f32"))
 print("python API logits of", act_model, "under", ", ".join(ACT_MODES))

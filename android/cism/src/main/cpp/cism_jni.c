@@ -259,9 +259,8 @@ JNIEXPORT jlong JNICALL Java_org_libcism_Model_nativeResidentBytes(JNIEnv *env, 
     return (jlong)resident;
 }
 
-/* The session keys of cism_params (0 = library default). */
-/* act: Session.Activations' code (Options.activationsCode): 0 the library's
-   default, 1 OUTLIERS, 2 INT8, 3 FLOAT */
+/* The session keys of cism_params (0 = library default). act: Session.Activations'
+   code (Options.activationsCode): 0 the library's default, 1 OUTLIERS, 2 INT8, 3 FLOAT. */
 static cism_status session_params(cism_params **out, jint threads, jint n_ctx, jboolean kv_f32, jint n_batch, jint act) {
     cism_params *p = NULL;
     cism_status st = cism_params_create(&p);
