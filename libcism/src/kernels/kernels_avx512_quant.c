@@ -434,8 +434,8 @@ CISM__INLINE void x16_tile(const uint8_t *grp, const cism__x16 *g, const cism__a
             }
         }
     }
-    if (ol) { /* the few tokens' outlier entries, in table order, while the group is in L1 (x86_x16.h x16outl); */
-        /* several tokens: each distinct column decoded once for all                                              */
+    if (ol) { /* the few tokens' outlier entries, in table order, while the group is in L1 (x86_x16.h x16outl);
+                 several tokens: each distinct column decoded once for all */
         const __m512 levels = _mm512_loadu_ps(ol->lv), smul = _mm512_set1_ps(_mm256_cvtss_f32(ol->smul));
         __m512 col[CISM__GEMV_OUTL_TOKENS * CISM__A8_MAX_OUT];
         for (k = 0; T > 1 && k < ol->nd; k++) col[k] = x16_col16(grp, &ol->p[k], xf, levels, smul);
