@@ -294,6 +294,44 @@ out:
     cism_model_free(m);
 }
 
+/* On packed weights the activations setting changes the scratch (int8 rows, the
+   outlier channels' tables): the estimate follows it and equals what a session
+   created with the same setting holds (the phone APIs pass it to the estimate). */
+static void act_sizes(const char *q8) {
+    static const struct {
+        int quant, outliers;
+        const char *name;
+    } modes[3] = {{1, 1, "outliers"}, {1, 0, "int8"}, {0, 0, "float"}};
+    int64_t est[3] = {0, 0, 0};
+    cism_model *m = NULL;
+    int i;
+    CHECK_OK(cism_model_load(q8, NULL, &m));
+    if (!m) return;
+    for (i = 0; i < 3; i++) {
+        cism_params *p = NULL;
+        cism_session *s = NULL;
+        int32_t prompt[4] = {1, 403, 407, 261};
+        CHECK_OK(cism_params_create(&p));
+        CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_THREADS, 2));
+        CHECK_OK(cism_params_set_int(p, CISM_PARAM_N_CTX, 128));
+        CHECK_OK(cism_params_set_int(p, CISM_PARAM_ACT_QUANT, modes[i].quant));
+        CHECK_OK(cism_params_set_int(p, CISM_PARAM_ACT_OUTLIERS, modes[i].outliers));
+        CHECK_OK(cism_session_estimate_bytes(m, p, &est[i]));
+        CHECK_OK(cism_session_create(m, p, &s));
+        if (s) {
+            CHECK_OK(cism_session_eval(s, prompt, 4));
+            CHECK_MSG(cism_session_memory_bytes(s) == est[i], "%s activations: estimate %lld, the session holds %lld",
+                      modes[i].name, (long long)est[i], (long long)cism_session_memory_bytes(s));
+        }
+        cism_session_free(s);
+        cism_params_free(p);
+    }
+    printf("q8 session estimates: outliers %lld, int8 %lld, float %lld bytes\n", (long long)est[0], (long long)est[1],
+           (long long)est[2]);
+    CHECK_MSG(est[2] < est[1] && est[1] <= est[0], "float activations should need the least scratch");
+    cism_model_free(m);
+}
+
 int main(int argc, char **argv) {
     const char *path = "test_memory_big.cism";
     uint64_t size;
@@ -311,5 +349,6 @@ int main(int argc, char **argv) {
     if (size) mapped_weights(path, size);
     remove(path);
     session_sizes(fixture_path("stories260K.cism"));
+    act_sizes(fixture_path("stories260K-hf.q8.cism"));
     return test_finish("test_memory");
 }
