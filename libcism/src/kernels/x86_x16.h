@@ -371,7 +371,7 @@ CISM__INLINE void x16h_decode(const uint8_t *grp, const cism__x16 *g, const cism
             i0 = r[0];
             i1 = r[1];
             da = a[b / 2].d;
-        } else { /* q4ax16, q6x16, q5x16: as x16h_tile, the halves' codes decoded in turn (fewer live registers) */
+        } else { /* q4ax16, q6x16, q5x16, q3x16, q2x16: as x16h_tile, the halves' codes decoded in turn */
             __m256i lo[4], hi[4];
             const cism__act8 *a1 = &a[b];
             x16_codes8(cb, lo, hi, xf);
